@@ -1,0 +1,469 @@
+"""One frozen, validated configuration object per trial.
+
+Every component (model, data, techniques, trainer, profiler, search, store)
+reads a `TrialConfig`; nothing else carries settings. It is built from a nested
+dict (YAML), a flat dict with dotted keys (what Optuna and Ray hand over, e.g.
+``{"sparsity.density": 0.3}``), or a mix of both. A bad value raises
+`ConfigError` naming the field and the allowed values, before anything runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+TASKS = ("wrn-cifar10", "dct-iwslt14")
+PRECISIONS = ("fp32", "fp16", "bf16", "amp-fp16", "amp-bf16")
+MICROBATCH_MODES = ("true", "simulated")
+CHECKPOINT_STRATEGIES = {
+    "wrn-cifar10": ("none", "residual-1", "residual-2", "residual-2*"),
+    # The paper calls per-layer checkpointing of the transformer "residual-1".
+    "dct-iwslt14": ("none", "residual-1"),
+}
+REWIRING_MODES = ("dynamic", "static")
+PERIOD_SCHEDULES = ("paper", "constant")
+SPLITS = ("search", "final")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+class ConfigError(ValueError):
+    """A configuration value is not allowed; the message names the field."""
+
+    def __init__(self, field_name: str, message: str):
+        self.field = field_name
+        super().__init__(f"{field_name}: {message}")
+
+
+def _require(ok: bool, field_name: str, message: str) -> None:
+    if not ok:
+        raise ConfigError(field_name, message)
+
+
+def _positive_int(value: Any, field_name: str) -> None:
+    _require(
+        isinstance(value, int) and not isinstance(value, bool) and value > 0,
+        field_name,
+        f"{value!r} is not allowed; a positive integer is required",
+    )
+
+
+def _optional_positive_int(value: Any, field_name: str) -> None:
+    if value is not None:
+        _positive_int(value, field_name)
+
+
+def _positive_float(value: Any, field_name: str) -> None:
+    _require(
+        isinstance(value, (int, float)) and not isinstance(value, bool)
+        and math.isfinite(value) and value > 0,
+        field_name,
+        f"{value!r} is not allowed; a positive finite number is required",
+    )
+
+
+def _nonnegative_float(value: Any, field_name: str) -> None:
+    _require(
+        isinstance(value, (int, float)) and not isinstance(value, bool)
+        and math.isfinite(value) and value >= 0,
+        field_name,
+        f"{value!r} is not allowed; a finite number >= 0 is required",
+    )
+
+
+def _choice(value: Any, allowed: tuple[str, ...], field_name: str) -> None:
+    _require(value in allowed, field_name, f"{value!r} is not allowed; allowed: {', '.join(allowed)}")
+
+
+def _fraction(value: Any, field_name: str, *, open_low: bool = True) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value <= 1
+    ok = ok and (value > 0 if open_low else value >= 0)
+    bound = "0 < value <= 1" if open_low else "0 <= value <= 1"
+    _require(ok, field_name, f"{value!r} is not allowed; {bound} is required")
+
+
+@dataclass(frozen=True)
+class WideResNetConfig:
+    """WideResNet-d-k (Zagoruyko & Komodakis 2016); the paper uses 28-2."""
+
+    depth: int = 28  # 6n+4: n residual blocks in each of the three groups
+    width: int = 2  # widening factor k; group widths are 16k, 32k, 64k
+    num_classes: int = 10
+
+    def validate(self, prefix: str) -> None:
+        _positive_int(self.depth, f"{prefix}.depth")
+        _require(
+            self.depth >= 10 and (self.depth - 4) % 6 == 0,
+            f"{prefix}.depth",
+            f"{self.depth!r} is not allowed; a depth 6n+4 with n >= 1 (10, 16, 22, 28, ...) is required",
+        )
+        _positive_int(self.width, f"{prefix}.width")
+        _positive_int(self.num_classes, f"{prefix}.num_classes")
+
+
+@dataclass(frozen=True)
+class DynamicConvConfig:
+    """fairseq's `lightconv_iwslt_de_en` with dynamic convolutions in encoder and decoder."""
+
+    embed_dim: int = 512
+    ffn_dim: int = 1024
+    heads: int = 4  # weight-sharing heads of the dynamic convolution (and decoder attention)
+    encoder_layers: int = 7
+    decoder_layers: int = 6
+    encoder_kernels: tuple[int, ...] = (3, 7, 15, 31, 31, 31, 31)
+    decoder_kernels: tuple[int, ...] = (3, 7, 15, 31, 31, 31)
+    glu: bool = False
+    weight_softmax: bool = True
+    dropout: float = 0.3
+    weight_dropout: float = 0.1  # dropout on the softmaxed convolution weights
+    attention_dropout: float = 0.1
+    relu_dropout: float = 0.0
+    input_dropout: float = 0.0
+    share_decoder_input_output_embed: bool = True
+
+    def validate(self, prefix: str) -> None:
+        for name in ("embed_dim", "ffn_dim", "heads", "encoder_layers", "decoder_layers"):
+            _positive_int(getattr(self, name), f"{prefix}.{name}")
+        _require(
+            self.embed_dim % self.heads == 0,
+            f"{prefix}.heads",
+            f"{self.heads!r} is not allowed; it must divide model.embed_dim {self.embed_dim}",
+        )
+        for name, layers in (("encoder_kernels", self.encoder_layers), ("decoder_kernels", self.decoder_layers)):
+            kernels = getattr(self, name)
+            _require(
+                len(kernels) == layers and all(isinstance(k, int) and k > 0 and k % 2 == 1 for k in kernels),
+                f"{prefix}.{name}",
+                f"{kernels!r} is not allowed; one odd positive kernel size per layer ({layers}) is required",
+            )
+        for name in ("dropout", "weight_dropout", "attention_dropout", "relu_dropout", "input_dropout"):
+            value = getattr(self, name)
+            _require(
+                isinstance(value, (int, float)) and 0 <= value < 1,
+                f"{prefix}.{name}",
+                f"{value!r} is not allowed; 0 <= p < 1 is required",
+            )
+
+
+@dataclass(frozen=True)
+class StepScheduleConfig:
+    """The WRN recipe: SGD with Nesterov momentum, lr cut by `gamma` at fixed fractions of training."""
+
+    epochs: int = 200
+    batch_size: int = 100
+    lr: float = 0.1
+    lr_multiplier: float = 1.0  # scales the whole schedule; the paper searches it
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+    gamma: float = 0.2
+    milestones: tuple[float, ...] = (0.3, 0.6, 0.8)  # epochs 60, 120, 160 of 200
+    eval_batch_size: int = 500
+
+    def validate(self, prefix: str) -> None:
+        _positive_int(self.epochs, f"{prefix}.epochs")
+        _positive_int(self.batch_size, f"{prefix}.batch_size")
+        _positive_int(self.eval_batch_size, f"{prefix}.eval_batch_size")
+        _positive_float(self.lr, f"{prefix}.lr")
+        _positive_float(self.lr_multiplier, f"{prefix}.lr_multiplier")
+        _fraction(self.momentum, f"{prefix}.momentum", open_low=False)
+        _nonnegative_float(self.weight_decay, f"{prefix}.weight_decay")
+        _fraction(self.gamma, f"{prefix}.gamma")
+        _require(
+            all(0 < m < 1 for m in self.milestones) and list(self.milestones) == sorted(self.milestones),
+            f"{prefix}.milestones",
+            f"{self.milestones!r} is not allowed; increasing fractions of training in (0, 1) are required",
+        )
+
+    def milestone_epochs(self) -> tuple[int, ...]:
+        """The epochs at which the lr is cut, scaled from 60/120/160 of 200 to `epochs`."""
+        return tuple(max(1, round(m * self.epochs)) for m in self.milestones)
+
+
+@dataclass(frozen=True)
+class InverseSqrtScheduleConfig:
+    """The DC-Transformer recipe of fairseq's pay_less_attention_paper: Adam, warm-up, inverse sqrt."""
+
+    max_updates: int = 50_000
+    max_epochs: int | None = None  # stop after this many epochs even before max_updates
+    max_tokens: int = 4000  # token budget of one minibatch (source or target, whichever is larger)
+    lr: float = 5e-4
+    lr_multiplier: float = 1.0
+    warmup_updates: int = 4000
+    warmup_init_lr: float = 1e-7
+    betas: tuple[float, float] = (0.9, 0.98)
+    adam_eps: float = 1e-8
+    weight_decay: float = 1e-4
+    label_smoothing: float = 0.1
+    beam_size: int = 5
+    length_penalty: float = 1.0
+    max_decode_len_a: float = 1.2  # decode at most a*src_len + b tokens
+    max_decode_len_b: int = 10
+
+    def validate(self, prefix: str) -> None:
+        for name in ("max_updates", "max_tokens", "beam_size"):
+            _positive_int(getattr(self, name), f"{prefix}.{name}")
+        _optional_positive_int(self.max_epochs, f"{prefix}.max_epochs")
+        _require(
+            isinstance(self.warmup_updates, int) and self.warmup_updates >= 0,
+            f"{prefix}.warmup_updates",
+            f"{self.warmup_updates!r} is not allowed; an integer >= 0 is required",
+        )
+        for name in ("lr", "lr_multiplier", "warmup_init_lr", "adam_eps"):
+            _positive_float(getattr(self, name), f"{prefix}.{name}")
+        _nonnegative_float(self.weight_decay, f"{prefix}.weight_decay")
+        _require(
+            len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas),
+            f"{prefix}.betas",
+            f"{self.betas!r} is not allowed; two numbers in [0, 1) are required",
+        )
+        _require(
+            0 <= self.label_smoothing < 1,
+            f"{prefix}.label_smoothing",
+            f"{self.label_smoothing!r} is not allowed; 0 <= value < 1 is required",
+        )
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where the data is and how much of it a trial uses."""
+
+    root: str | None = None  # None: $TUNE_LOWMEM_DATA, else ../shared/data beside the project
+    train_subset: int | None = None  # use only this many training examples (quick runs)
+    val_size: int = 5000  # held out from the training images for search (the paper: 5,000)
+    test_subset: int | None = None
+    split: str = "search"  # search: train 45k / validate 5k; final: train on all 50k
+    augment: bool = True  # 4-pixel pad, random crop, horizontal flip
+    num_workers: int = 0  # background threads preparing batches (0: in the training thread)
+
+    def validate(self, prefix: str) -> None:
+        _optional_positive_int(self.train_subset, f"{prefix}.train_subset")
+        _optional_positive_int(self.test_subset, f"{prefix}.test_subset")
+        _require(
+            isinstance(self.val_size, int) and self.val_size >= 0,
+            f"{prefix}.val_size",
+            f"{self.val_size!r} is not allowed; an integer >= 0 is required",
+        )
+        _choice(self.split, SPLITS, f"{prefix}.split")
+        _require(
+            isinstance(self.num_workers, int) and self.num_workers >= 0,
+            f"{prefix}.num_workers",
+            f"{self.num_workers!r} is not allowed; an integer >= 0 is required",
+        )
+
+
+@dataclass(frozen=True)
+class MicrobatchConfig:
+    """Microbatching: split each minibatch, one optimizer step per minibatch."""
+
+    size: int | None = None  # images (WRN) or tokens (DCT) per microbatch; None: no microbatching
+    mode: str = "true"  # true: sequential, gradients accumulated; simulated: BN over groups of the batch
+
+    def validate(self, prefix: str) -> None:
+        _optional_positive_int(self.size, f"{prefix}.size")
+        _choice(self.mode, MICROBATCH_MODES, f"{prefix}.mode")
+
+
+@dataclass(frozen=True)
+class SparsityConfig:
+    """Dynamic sparse reparameterization (Mostafa & Wang 2019), as the paper trains it."""
+
+    density: float = 1.0  # fraction of nonzeros in the sparse layers; 1.0 = dense
+    rewiring: str = "dynamic"  # dynamic: prune and regrow; static: a fixed random mask
+    period_schedule: str = "paper"  # paper: 100/200/400/800 iterations from epochs 0/25/80/140
+    constant_period: int = 100  # iterations between rewirings when period_schedule is constant
+    period_multiplier: float = 1.0  # scales the rewiring period (paper searches 0.125..4)
+    fraction_multiplier: float = 1.0  # scales the rewiring fraction (paper searches 0.25..8)
+    fraction: float | None = None  # Np as a fraction of sparse params; None: the task's default
+    initial_threshold: float = 1e-3  # the adaptive global pruning threshold H at the start
+    stop_epoch: float = 0.95  # rewiring stops at this fraction of training (paper: 190 of 200)
+
+    def validate(self, prefix: str) -> None:
+        _fraction(self.density, f"{prefix}.density")
+        _choice(self.rewiring, REWIRING_MODES, f"{prefix}.rewiring")
+        _choice(self.period_schedule, PERIOD_SCHEDULES, f"{prefix}.period_schedule")
+        _positive_int(self.constant_period, f"{prefix}.constant_period")
+        _positive_float(self.period_multiplier, f"{prefix}.period_multiplier")
+        _positive_float(self.fraction_multiplier, f"{prefix}.fraction_multiplier")
+        if self.fraction is not None:
+            _fraction(self.fraction, f"{prefix}.fraction")
+        _positive_float(self.initial_threshold, f"{prefix}.initial_threshold")
+        _fraction(self.stop_epoch, f"{prefix}.stop_epoch", open_low=False)
+
+    @property
+    def enabled(self) -> bool:
+        return self.density < 1.0
+
+
+MODEL_CONFIGS: dict[str, type] = {"wrn-cifar10": WideResNetConfig, "dct-iwslt14": DynamicConvConfig}
+SCHEDULE_CONFIGS: dict[str, type] = {
+    "wrn-cifar10": StepScheduleConfig,
+    "dct-iwslt14": InverseSqrtScheduleConfig,
+}
+
+
+@dataclass(frozen=True)
+class TrialConfig:
+    """Everything one training trial needs. Sections are frozen dataclasses; see each field."""
+
+    task: str = "wrn-cifar10"
+    seed: int = 0
+    device: str = "auto"  # auto: CUDA when available, else the CPU
+    precision: str = "fp32"  # fp16/bf16: all storage in half, BN in fp32; amp-*: fp32 master weights
+    checkpoint: str = "none"  # gradient checkpointing strategy, see CHECKPOINT_STRATEGIES
+    model: WideResNetConfig | DynamicConvConfig = field(default_factory=WideResNetConfig)
+    schedule: StepScheduleConfig | InverseSqrtScheduleConfig = field(default_factory=StepScheduleConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    microbatch: MicrobatchConfig = field(default_factory=MicrobatchConfig)
+    sparsity: SparsityConfig = field(default_factory=SparsityConfig)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        _choice(self.task, TASKS, "task")
+        _require(
+            isinstance(self.seed, int) and not isinstance(self.seed, bool) and self.seed >= 0,
+            "seed",
+            f"{self.seed!r} is not allowed; an integer >= 0 is required",
+        )
+        _choice(self.device, DEVICES, "device")
+        _choice(self.precision, PRECISIONS, "precision")
+        _choice(self.checkpoint, CHECKPOINT_STRATEGIES[self.task], "checkpoint")
+        for name, expected in (("model", MODEL_CONFIGS[self.task]), ("schedule", SCHEDULE_CONFIGS[self.task])):
+            section = getattr(self, name)
+            _require(
+                isinstance(section, expected),
+                name,
+                f"a {type(section).__name__} is not allowed for task {self.task}; {expected.__name__} is required",
+            )
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if is_dataclass(value):
+                value.validate(f.name)
+        size = self.microbatch.size
+        if self.task == "wrn-cifar10" and size is not None:
+            batch = self.schedule.batch_size
+            _require(
+                batch % size == 0,
+                "microbatch.size",
+                f"{size} is not allowed; a divisor of schedule.batch_size {batch} is required",
+            )
+        if self.task == "dct-iwslt14":
+            _require(
+                self.microbatch.mode == "true",
+                "microbatch.mode",
+                f"{self.microbatch.mode!r} is not allowed for {self.task} (layer norm has no batch "
+                "statistics to simulate); allowed: true",
+            )
+
+    # ---- construction -------------------------------------------------------------------------
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> TrialConfig:
+        """Build from a nested dict, a flat dict with dotted keys, or a mix of both."""
+        nested = _unflatten(values)
+        task = nested.get("task", cls.task)
+        _choice(task, TASKS, "task")
+        sections = {
+            "model": MODEL_CONFIGS[task],
+            "schedule": SCHEDULE_CONFIGS[task],
+            "data": DataConfig,
+            "microbatch": MicrobatchConfig,
+            "sparsity": SparsityConfig,
+        }
+        kwargs: dict[str, Any] = {}
+        allowed = {f.name for f in fields(cls)}
+        for key, value in nested.items():
+            if key not in allowed:
+                raise ConfigError(key, f"unknown field; allowed: {', '.join(sorted(allowed))}")
+            if key in sections:
+                if not isinstance(value, Mapping):
+                    raise ConfigError(key, f"{value!r} is not allowed; a mapping of its fields is required")
+                kwargs[key] = _build_section(sections[key], value, key)
+            else:
+                kwargs[key] = value
+        for key, section_cls in sections.items():
+            kwargs.setdefault(key, section_cls())
+        return cls(**kwargs)
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> TrialConfig:
+        with open(path) as handle:
+            loaded = yaml.safe_load(handle) or {}
+        if not isinstance(loaded, Mapping):
+            raise ConfigError(str(path), "a YAML mapping of config fields is required")
+        return cls.from_dict(loaded)
+
+    def replace(self, **flat: Any) -> TrialConfig:
+        """A copy with some fields changed, given as dotted keys (``{"sparsity.density": 0.3}``)."""
+        return TrialConfig.from_dict({**self.to_flat(), **_unflatten_keys(flat)})
+
+    def to_dict(self) -> dict[str, Any]:
+        """Nested plain values (tuples as lists), as YAML writes them."""
+        return _plain(dataclasses.asdict(self))
+
+    def to_flat(self) -> dict[str, Any]:
+        """Dotted keys to plain values: one store column per field."""
+        return _flatten(self.to_dict())
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+
+def _build_section(section_cls: type, values: Mapping[str, Any], prefix: str) -> Any:
+    known = {f.name: f for f in fields(section_cls)}
+    kwargs = {}
+    for key, value in values.items():
+        if key not in known:
+            raise ConfigError(f"{prefix}.{key}", f"unknown field; allowed: {', '.join(known)}")
+        default = getattr(section_cls(), key)
+        kwargs[key] = tuple(value) if isinstance(default, tuple) and isinstance(value, list) else value
+    try:
+        return section_cls(**kwargs)
+    except TypeError as error:  # pragma: no cover - guarded by the key check above
+        raise ConfigError(prefix, str(error)) from error
+
+
+def _unflatten(values: Mapping[str, Any]) -> dict[str, Any]:
+    nested: dict[str, Any] = {}
+    for key, value in values.items():
+        parts = str(key).split(".")
+        target = nested
+        for part in parts[:-1]:
+            existing = target.setdefault(part, {})
+            if not isinstance(existing, dict):
+                raise ConfigError(key, f"{part!r} is a value and cannot also have fields")
+            target = existing
+        leaf = parts[-1]
+        if isinstance(value, Mapping):
+            target.setdefault(leaf, {}).update(_unflatten(value))
+        else:
+            target[leaf] = value
+    return nested
+
+
+def _unflatten_keys(flat: Mapping[str, Any]) -> dict[str, Any]:
+    return {key.replace("__", "."): value for key, value in flat.items()}
+
+
+def _flatten(nested: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in nested.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value

@@ -1,0 +1,184 @@
+"""CIFAR-10 as uint8 tensors in memory, with the standard augmentation done on whole batches.
+
+Sources: torchvision's CIFAR10 folder (`cifar-10-batches-py`, downloaded when the network
+allows) or the JPEG layout `cifar10-jpeg/{train,test}/<class>/NNNN.jpg` (also as its .tar.gz).
+JPEGs are decoded once and cached as a .npz; no epoch ever decodes an image.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import torch
+
+from ..config import DataConfig
+from . import cache_dir, data_root
+
+CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
+MEAN = (0.4914, 0.4822, 0.4465)
+STD = (0.2470, 0.2435, 0.2616)
+TRAIN_SIZE = 50_000
+
+
+@dataclass(frozen=True)
+class Arrays:
+    """Images as uint8 (N, 32, 32, 3) and labels as int64 (N,)."""
+
+    images: np.ndarray
+    labels: np.ndarray
+
+
+def load(root: Path) -> tuple[Arrays, Arrays]:
+    """Train and test arrays from the first source found under `root`."""
+    batches = root / "cifar-10-batches-py"
+    if batches.is_dir():
+        return _from_torchvision(root)
+    for candidate in (root / "cifar10-jpeg", root / "cifar10-jpeg.tar.gz"):
+        if candidate.exists():
+            return _cached(candidate)
+    try:
+        return _from_torchvision(root, download=True)
+    except Exception as error:  # no network, or no permission to write there
+        raise FileNotFoundError(
+            f"data.root: no CIFAR-10 under {root} (looked for cifar-10-batches-py, cifar10-jpeg, "
+            f"cifar10-jpeg.tar.gz) and torchvision's download failed: {error}"
+        ) from error
+
+
+def _from_torchvision(root: Path, download: bool = False) -> tuple[Arrays, Arrays]:
+    from torchvision.datasets import CIFAR10
+
+    parts = [CIFAR10(str(root), train=train, download=download) for train in (True, False)]
+    return tuple(Arrays(np.asarray(p.data), np.asarray(p.targets, dtype=np.int64)) for p in parts)
+
+
+def _cached(source: Path) -> tuple[Arrays, Arrays]:
+    stat = source.stat()
+    key = hashlib.sha1(f"{source.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    path = cache_dir() / f"cifar10-{key}.npz"
+    if not path.exists():
+        train, test = _decode_jpegs(source)
+        tmp = path.with_suffix(f".tmp{id(path)}.npz")
+        np.savez(tmp, train_x=train.images, train_y=train.labels, test_x=test.images, test_y=test.labels)
+        tmp.replace(path)
+    with np.load(path) as z:
+        return Arrays(z["train_x"], z["train_y"]), Arrays(z["test_x"], z["test_y"])
+
+
+def _decode_jpegs(source: Path) -> tuple[Arrays, Arrays]:
+    from PIL import Image
+
+    found: dict[str, list[tuple[str, int, np.ndarray]]] = {"train": [], "test": []}
+
+    def add(name: str, data: bytes) -> None:
+        parts = Path(name).parts
+        split, label = parts[-3], CLASSES.index(parts[-2])
+        image = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"), dtype=np.uint8)
+        found[split].append((name, label, image))
+
+    if source.is_dir():
+        for file in sorted(source.glob("*/*/*.jpg")):
+            add(str(file), file.read_bytes())
+    else:
+        with tarfile.open(source) as tar:
+            for member in tar:
+                if member.isfile() and member.name.endswith(".jpg"):
+                    add(member.name, tar.extractfile(member).read())
+    arrays = []
+    for split in ("train", "test"):
+        items = sorted(found[split], key=lambda item: item[0])
+        arrays.append(
+            Arrays(np.stack([i[2] for i in items]), np.asarray([i[1] for i in items], dtype=np.int64))
+        )
+    return arrays[0], arrays[1]
+
+
+@dataclass
+class Split:
+    """One part of the data on a device: normalised-ready uint8 images (N, 3, 32, 32) and labels."""
+
+    images: torch.Tensor
+    labels: torch.Tensor
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+
+@dataclass
+class Cifar10:
+    """The train / validation / test splits a trial uses, per its DataConfig."""
+
+    train: Split
+    val: Split | None
+    test: Split
+
+    @classmethod
+    def from_config(cls, config: DataConfig, seed: int, device: torch.device | str = "cpu") -> Cifar10:
+        """search: a seeded 45,000/5,000 train/validation split; final: all 50,000 train, no validation."""
+        train, test = load(data_root(config))
+        order = np.random.default_rng(seed).permutation(len(train.labels))
+        if config.split == "search" and config.val_size > 0:
+            val_idx, train_idx = order[: config.val_size], order[config.val_size :]
+        else:
+            val_idx, train_idx = order[:0], order
+        if config.train_subset is not None:
+            train_idx = train_idx[: config.train_subset]
+        test_idx = np.arange(len(test.labels))
+        if config.test_subset is not None:
+            test_idx = np.random.default_rng(seed + 1).permutation(test_idx)[: config.test_subset]
+
+        def split(arrays: Arrays, idx: np.ndarray) -> Split:
+            images = torch.from_numpy(arrays.images[np.sort(idx)]).permute(0, 3, 1, 2).contiguous()
+            return Split(images.to(device), torch.from_numpy(arrays.labels[np.sort(idx)]).to(device))
+
+        return cls(split(train, train_idx), split(train, val_idx) if len(val_idx) else None, split(test, test_idx))
+
+
+def normalize(images: torch.Tensor) -> torch.Tensor:
+    """uint8 (N, 3, H, W) to float32, per-channel mean and standard deviation removed."""
+    mean = torch.tensor(MEAN, device=images.device).view(1, 3, 1, 1)
+    std = torch.tensor(STD, device=images.device).view(1, 3, 1, 1)
+    return (images.float() / 255.0 - mean) / std
+
+
+def augment(images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """4-pixel zero pad, random 32x32 crop and random horizontal flip, per image, on uint8 (N, 3, 32, 32)."""
+    n, _, h, w = images.shape
+    padded = torch.nn.functional.pad(images, (4, 4, 4, 4))
+    dy = torch.randint(0, 9, (n,), generator=generator).to(images.device)
+    dx = torch.randint(0, 9, (n,), generator=generator).to(images.device)
+    rows = (dy[:, None] + torch.arange(h, device=images.device))[:, None, :, None]
+    cols = (dx[:, None] + torch.arange(w, device=images.device))[:, None, None, :]
+    batch = torch.arange(n, device=images.device)[:, None, None, None]
+    channel = torch.arange(3, device=images.device)[None, :, None, None]
+    cropped = padded[batch, channel, rows, cols]
+    flip = (torch.rand(n, generator=generator) < 0.5).to(images.device)
+    return torch.where(flip[:, None, None, None], cropped.flip(3), cropped)
+
+
+def train_batches(
+    split: Split, batch_size: int, epoch: int, seed: int, augment_images: bool = True
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """One epoch of shuffled, augmented, normalised minibatches; the same for the same (seed, epoch).
+
+    The last incomplete batch is dropped so that every step sees exactly `batch_size` images.
+    """
+    generator = torch.Generator().manual_seed(seed * 100_003 + epoch)
+    order = torch.randperm(len(split), generator=generator).to(split.labels.device)
+    for start in range(0, len(split) - batch_size + 1, batch_size):
+        idx = order[start : start + batch_size]
+        images = split.images[idx]
+        if augment_images:
+            images = augment(images, generator)
+        yield normalize(images), split.labels[idx]
+
+
+def eval_batches(split: Split, batch_size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    for start in range(0, len(split), batch_size):
+        yield normalize(split.images[start : start + batch_size]), split.labels[start : start + batch_size]

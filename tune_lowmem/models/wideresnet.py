@@ -1,0 +1,138 @@
+"""WideResNet-d-k (Zagoruyko & Komodakis 2016), pre-activation blocks, for 32x32 images.
+
+The residual block is the unit of gradient checkpointing: `set_grad_checkpointing`
+picks a strategy that `forward` reads, so parameter names never change with it.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from ..config import CHECKPOINT_STRATEGIES, WideResNetConfig
+
+
+class BasicBlock(nn.Module):
+    """BN-ReLU-conv3x3-BN-ReLU-conv3x3 with an identity or 1x1-conv shortcut."""
+
+    def __init__(self, in_planes: int, out_planes: int, stride: int):
+        super().__init__()
+        self.bn1 = nn.BatchNorm2d(in_planes)
+        self.conv1 = nn.Conv2d(in_planes, out_planes, 3, stride=stride, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(out_planes)
+        self.conv2 = nn.Conv2d(out_planes, out_planes, 3, stride=1, padding=1, bias=False)
+        self.shortcut = (
+            nn.Conv2d(in_planes, out_planes, 1, stride=stride, bias=False)
+            if stride != 1 or in_planes != out_planes
+            else None
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pre = F.relu(self.bn1(x))
+        residual = x if self.shortcut is None else self.shortcut(pre)
+        out = self.conv1(pre)
+        out = self.conv2(F.relu(self.bn2(out)))
+        return out + residual
+
+
+class WideResNet(nn.Module):
+    """Stem conv, three groups of n blocks (widths 16k, 32k, 64k), BN-ReLU, global pool, linear."""
+
+    def __init__(self, depth: int = 28, width: int = 2, num_classes: int = 10):
+        super().__init__()
+        WideResNetConfig(depth=depth, width=width, num_classes=num_classes).validate("model")
+        n = (depth - 4) // 6
+        widths = [16, 16 * width, 32 * width, 64 * width]
+        self.stem = nn.Conv2d(3, widths[0], 3, padding=1, bias=False)
+        blocks = []
+        for group in range(3):
+            for i in range(n):
+                in_planes = widths[group] if i == 0 else widths[group + 1]
+                stride = 2 if group > 0 and i == 0 else 1
+                blocks.append(BasicBlock(in_planes, widths[group + 1], stride))
+        self.blocks = nn.ModuleList(blocks)
+        self.bn = nn.BatchNorm2d(widths[3])
+        self.fc = nn.Linear(widths[3], num_classes)
+        self.grad_checkpointing = "none"
+        for module in self.modules():
+            if isinstance(module, nn.Conv2d):
+                nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
+            elif isinstance(module, nn.BatchNorm2d):
+                nn.init.ones_(module.weight)
+                nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Linear):
+                nn.init.zeros_(module.bias)
+
+    @classmethod
+    def from_config(cls, config: WideResNetConfig) -> WideResNet:
+        return cls(config.depth, config.width, config.num_classes)
+
+    def set_grad_checkpointing(self, strategy: str = "residual-1") -> None:
+        """none | residual-1 | residual-2 | residual-2*; see `segments` for what each stores."""
+        if strategy not in CHECKPOINT_STRATEGIES["wrn-cifar10"]:
+            allowed = ", ".join(CHECKPOINT_STRATEGIES["wrn-cifar10"])
+            raise ValueError(f"checkpoint: {strategy!r} is not allowed; allowed: {allowed}")
+        self.grad_checkpointing = strategy
+
+    def segments(self) -> list[list[nn.Module]]:
+        """The forward pass as a list of segments; a segment of a checkpointing strategy stores
+        only its input and recomputes its inside during the backward pass.
+
+        - none: each module is its own stored segment (nothing is recomputed);
+        - residual-1: each residual block is a checkpointed segment;
+        - residual-2: each pair of consecutive blocks is a checkpointed segment;
+        - residual-2*: residual-2, and the stem conv and the head (BN-ReLU-pool-linear) are
+          checkpointed too, so that nothing outside a segment boundary stays stored: the stem
+          joins the first pair and the head joins the last pair.
+        """
+        blocks = list(self.blocks)
+        stem, head = [self.stem], [_Head(self.bn, self.fc)]
+        strategy = self.grad_checkpointing
+        if strategy in ("none", "residual-1"):
+            return [stem] + [[b] for b in blocks] + [head]
+        pairs = [blocks[i : i + 2] for i in range(0, len(blocks), 2)]
+        if strategy == "residual-2":
+            return [stem] + pairs + [head]
+        pairs[0] = stem + pairs[0]
+        pairs[-1] = pairs[-1] + head
+        return pairs
+
+    def checkpointed(self, index: int, segments: list[list[nn.Module]]) -> bool:
+        strategy = self.grad_checkpointing
+        if strategy == "none":
+            return False
+        if strategy == "residual-2*":
+            return True
+        return all(isinstance(m, BasicBlock) for m in segments[index])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.to(self.stem.weight.dtype)  # images enter a half model in half
+        segments = self.segments()
+        for index, segment in enumerate(segments):
+            if self.training and torch.is_grad_enabled() and self.checkpointed(index, segments):
+                x = checkpoint(_run_segment, segment, x, use_reentrant=False)
+            else:
+                x = _run_segment(segment, x)
+        return x
+
+
+class _Head(nn.Module):
+    """BN-ReLU, global average pool, classifier; a view over the model's own bn and fc."""
+
+    def __init__(self, bn: nn.BatchNorm2d, fc: nn.Linear):
+        super().__init__()
+        self.parts = (bn, fc)  # a tuple, so these are not registered twice as submodules
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        bn, fc = self.parts
+        out = F.relu(bn(x))
+        out = F.adaptive_avg_pool2d(out, 1).flatten(1)
+        return fc(out.to(fc.weight.dtype))
+
+
+def _run_segment(segment: list[nn.Module], x: torch.Tensor) -> torch.Tensor:
+    for module in segment:
+        x = module(x)
+    return x

@@ -1,0 +1,1 @@
+"""The memory techniques, each a small unit applied to a model; none imports Ray."""

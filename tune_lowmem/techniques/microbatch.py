@@ -1,0 +1,44 @@
+"""Microbatching: true (sequential microbatches, gradients accumulated) or simulated.
+
+True microbatching is done by the training loop with `split`; the update equals one step over
+the whole minibatch except for batch-norm statistics, which are per microbatch. Simulated
+microbatching keeps the whole minibatch in memory and only reproduces that statistical effect:
+`apply_simulated` makes every batch norm normalise microbatch-sized groups of its input
+(Composer's "ghost batch norm"), so the two can be compared, as in the paper's Table 2.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def split(tensors: tuple[torch.Tensor, ...], size: int | None) -> list[tuple[torch.Tensor, ...]]:
+    """Cut each tensor of a minibatch along dim 0 into aligned chunks of `size` rows."""
+    if size is None or size >= tensors[0].shape[0]:
+        return [tensors]
+    return list(zip(*(t.split(size) for t in tensors)))
+
+
+class GroupBatchNorm2d(nn.BatchNorm2d):
+    """Batch norm whose training statistics come from groups of `group_size` examples.
+
+    Running statistics are updated once per group, as they are under true microbatching.
+    Subclassing BatchNorm2d keeps parameter and buffer names, so state dicts are unchanged.
+    """
+
+    group_size: int
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or x.shape[0] <= self.group_size:
+            return super().forward(x)
+        return torch.cat([super(GroupBatchNorm2d, self).forward(g) for g in x.split(self.group_size)])
+
+
+def apply_simulated(model: nn.Module, group_size: int) -> nn.Module:
+    """Make every BatchNorm2d of `model` a GroupBatchNorm2d of `group_size`; in place."""
+    for module in model.modules():
+        if type(module) is nn.BatchNorm2d:
+            module.__class__ = GroupBatchNorm2d
+            module.group_size = group_size
+    return model

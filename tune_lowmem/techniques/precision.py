@@ -1,0 +1,156 @@
+"""Low precision: pure half storage as the paper trains it, or mixed precision with fp32 masters.
+
+- fp16 / bf16: weights, gradients, optimizer state and activations all in half; batch-norm and
+  layer-norm parameters (and BN running statistics) stay fp32; fp16 uses dynamic loss scaling.
+  No fp32 master copy, as in the paper.
+- amp-fp16 / amp-bf16: parameters and optimizer state in fp32, the forward pass under
+  `torch.autocast`; amp-fp16 uses dynamic loss scaling too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Iterable, Iterator
+
+import torch
+from torch import nn
+
+HALF_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+NORM_TYPES = (nn.modules.batchnorm._BatchNorm, nn.LayerNorm, nn.GroupNorm)
+
+
+def storage_dtype(precision: str) -> torch.dtype:
+    """The dtype of parameters, gradients and optimizer state (norm layers excepted)."""
+    return HALF_DTYPES.get(precision, torch.float32)
+
+
+def compute_dtype(precision: str) -> torch.dtype:
+    """The dtype activations are computed and stored in."""
+    return HALF_DTYPES[precision.removeprefix("amp-")] if precision != "fp32" else torch.float32
+
+
+def uses_loss_scaling(precision: str) -> bool:
+    return precision in ("fp16", "amp-fp16")
+
+
+def cast_model(model: nn.Module, precision: str) -> nn.Module:
+    """Cast storage for a pure half mode; normalisation layers stay fp32. In place; returns model."""
+    dtype = storage_dtype(precision)
+    if dtype == torch.float32:
+        return model
+    model.to(dtype)
+    for module in model.modules():
+        if isinstance(module, NORM_TYPES):
+            module.float()
+    return model
+
+
+def autocast(precision: str, device_type: str) -> contextlib.AbstractContextManager:
+    """`torch.autocast` for the amp modes; nothing for the pure modes (the storage is the dtype)."""
+    if precision.startswith("amp-"):
+        return torch.autocast(device_type=device_type, dtype=compute_dtype(precision))
+    return contextlib.nullcontext()
+
+
+def cast_input(tensor: torch.Tensor, precision: str) -> torch.Tensor:
+    """Floating inputs enter a pure-half model in its storage dtype."""
+    if tensor.is_floating_point():
+        return tensor.to(storage_dtype(precision))
+    return tensor
+
+
+class DynamicLossScaler:
+    """Dynamic loss scaling that works on half gradients (torch's GradScaler refuses them).
+
+    The loss is multiplied by `scale` before backward; if any gradient is inf/NaN the step is
+    skipped and the scale halved, otherwise gradients are divided by the scale, and after
+    `growth_interval` clean steps in a row the scale doubles.
+    """
+
+    def __init__(
+        self,
+        init_scale: float = 2.0**16,
+        growth_factor: float = 2.0,
+        backoff_factor: float = 0.5,
+        growth_interval: int = 2000,
+        min_scale: float = 2.0**-14,
+    ):
+        self.scale = init_scale
+        self.growth_factor = growth_factor
+        self.backoff_factor = backoff_factor
+        self.growth_interval = growth_interval
+        self.min_scale = min_scale
+        self.good_steps = 0
+        self.skipped_steps = 0
+
+    def scale_loss(self, loss: torch.Tensor) -> torch.Tensor:
+        return loss * self.scale
+
+    def unscale_(self, parameters: Iterable[nn.Parameter]) -> bool:
+        """Unscale gradients in place; False (and the scale lowered) if any overflowed."""
+        grads = [p.grad for p in parameters if p.grad is not None]
+        finite = all(bool(torch.isfinite(g).all()) for g in grads)
+        if not finite:
+            self.scale = max(self.scale * self.backoff_factor, self.min_scale)
+            self.good_steps = 0
+            self.skipped_steps += 1
+            return False
+        inverse = 1.0 / self.scale
+        for grad in grads:
+            grad.mul_(inverse)
+        self.good_steps += 1
+        if self.good_steps >= self.growth_interval:
+            self.scale *= self.growth_factor
+            self.good_steps = 0
+        return True
+
+    def state_dict(self) -> dict:
+        return {"scale": self.scale, "good_steps": self.good_steps, "skipped_steps": self.skipped_steps}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.scale = state["scale"]
+        self.good_steps = state["good_steps"]
+        self.skipped_steps = state["skipped_steps"]
+
+
+class Precision:
+    """One precision mode for one training loop: model casting, forward context, backward, unscale."""
+
+    def __init__(self, precision: str, device_type: str):
+        self.name = precision
+        self.device_type = device_type
+        self.scaler = DynamicLossScaler() if uses_loss_scaling(precision) else None
+
+    def apply(self, model: nn.Module) -> nn.Module:
+        return cast_model(model, self.name)
+
+    def forward_context(self) -> contextlib.AbstractContextManager:
+        return autocast(self.name, self.device_type)
+
+    def cast_input(self, tensor: torch.Tensor) -> torch.Tensor:
+        return cast_input(tensor, self.name)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        (self.scaler.scale_loss(loss) if self.scaler else loss).backward()
+
+    def unscale_(self, parameters: Iterator[nn.Parameter]) -> bool:
+        """True when the step may be taken (always, without a scaler, unless a gradient is not finite)."""
+        if self.scaler:
+            return self.scaler.unscale_(parameters)
+        return all(bool(torch.isfinite(p.grad).all()) for p in parameters if p.grad is not None)
+
+    @property
+    def skipped_steps(self) -> int:
+        return self.scaler.skipped_steps if self.scaler else 0
+
+    @property
+    def loss_scale(self) -> float:
+        return self.scaler.scale if self.scaler else math.nan
+
+    def state_dict(self) -> dict:
+        return self.scaler.state_dict() if self.scaler else {}
+
+    def load_state_dict(self, state: dict) -> None:
+        if self.scaler:
+            self.scaler.load_state_dict(state)

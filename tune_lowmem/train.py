@@ -1,0 +1,168 @@
+"""One training loop for both tasks: build, apply the techniques, step, evaluate, call back.
+
+Runs as a plain function without Ray: `Trainer(config).run(on_epoch)`. The Ray trainable
+plugs in through `on_epoch`, which receives each epoch's metrics and the trainer (whose
+`state_dict` is the checkpoint to resume from).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+from .config import TrialConfig
+from .tasks import Task, build_task
+from .techniques import checkpointing, microbatch
+from .techniques.precision import Precision
+
+EpochCallback = Callable[[dict[str, float], "Trainer"], None]
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss stopped being finite, or the fp16 loss scale collapsed: the trial has failed."""
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device: 'cuda' is not available on this machine; allowed: auto, cpu")
+    return torch.device(name)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+class Trainer:
+    """One trial: the model with its techniques, the optimizer, and where training stands."""
+
+    def __init__(self, config: TrialConfig, task: Task | None = None):
+        self.config = config
+        self.device = resolve_device(config.device)
+        seed_everything(config.seed)
+        self.task = task or build_task(config, self.device)
+        model = self.task.build_model()
+        checkpointing.apply(model, config.checkpoint)
+        if config.microbatch.mode == "simulated" and config.microbatch.size is not None:
+            microbatch.apply_simulated(model, config.microbatch.size)
+        self.sparsity = self._build_sparsity(model)
+        self.precision = Precision(config.precision, self.device.type)
+        self.model: nn.Module = self.precision.apply(model).to(self.device)
+        self.optimizer = self.task.build_optimizer(self.model)
+        if self.sparsity is not None:
+            self.sparsity.attach(self.optimizer)
+        self.epoch = 0
+        self.updates = 0
+        self.history: list[dict[str, float]] = []
+
+    def _build_sparsity(self, model: nn.Module):
+        if not self.config.sparsity.enabled:
+            return None
+        from .techniques.sparsity import DynamicSparsity
+
+        return DynamicSparsity.from_config(model, self.config, self.task.updates_per_epoch(), self.task.epochs())
+
+    # ---- one update ---------------------------------------------------------------------------
+
+    def train_step(self, batch: Any) -> dict[str, float]:
+        """One optimizer update over a minibatch, microbatch by microbatch."""
+        model, optimizer = self.model, self.optimizer
+        lr = self.task.learning_rate(self.epoch, self.updates)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        optimizer.zero_grad(set_to_none=True)
+        normaliser = self.task.normaliser(batch)
+        total_loss = 0.0
+        for micro in self.task.microbatches(batch):
+            with self.precision.forward_context():
+                loss, _ = self.task.loss(model, micro)
+            scaled = loss / normaliser
+            self.precision.backward(scaled)
+            total_loss += float(loss.detach())
+        if not math.isfinite(total_loss) and self.precision.scaler is None:
+            raise TrainingDiverged(f"loss is {total_loss} at update {self.updates} (epoch {self.epoch})")
+        stepped = self.precision.unscale_(model.parameters())
+        if stepped:
+            if self.sparsity is not None:
+                self.sparsity.mask_gradients()
+            optimizer.step()
+            if self.sparsity is not None:
+                self.sparsity.after_step(self.epoch, self.updates)
+        elif self.precision.scaler is None:
+            raise TrainingDiverged(f"gradients are not finite at update {self.updates} (epoch {self.epoch})")
+        elif self.precision.loss_scale <= self.precision.scaler.min_scale:
+            raise TrainingDiverged(f"fp16 loss scale collapsed to {self.precision.loss_scale} (NaN or overflow)")
+        self.updates += 1
+        return {"loss": total_loss / normaliser, "stepped": float(stepped), "lr": lr}
+
+    # ---- the whole run ------------------------------------------------------------------------
+
+    def run(self, on_epoch: EpochCallback | None = None) -> list[dict[str, float]]:
+        """Train from where the trainer stands to the end of the schedule; one callback per epoch."""
+        while not self.task.finished(self.epoch, self.updates):
+            started = time.perf_counter()
+            self.model.train()
+            losses = []
+            for batch in self.task.train_batches(self.epoch):
+                losses.append(self.train_step(batch)["loss"])
+                if self.task.finished(self.epoch, self.updates):  # an update budget ran out mid-epoch
+                    break
+            self.epoch += 1
+            train_seconds = time.perf_counter() - started
+            final = self.task.finished(self.epoch, self.updates)
+            self.model.eval()
+            with self.precision.forward_context():
+                metrics = self.task.evaluate(self.model, final=final)
+            metrics.update(
+                epoch=self.epoch,
+                updates=self.updates,
+                train_loss=float(np.mean(losses)) if losses else math.nan,
+                lr=self.task.learning_rate(self.epoch - 1, self.updates - 1),
+                epoch_seconds=train_seconds,
+                skipped_steps=self.precision.skipped_steps,
+                **(self.sparsity.metrics() if self.sparsity is not None else {}),
+            )
+            self.history.append(metrics)
+            if on_epoch is not None:
+                on_epoch(metrics, self)
+        return self.history
+
+    # ---- checkpoints --------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume exactly: weights, optimizer, scaler, masks, RNG, progress."""
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "precision": self.precision.state_dict(),
+            "sparsity": self.sparsity.state_dict() if self.sparsity is not None else None,
+            "epoch": self.epoch,
+            "updates": self.updates,
+            "history": self.history,
+            "rng": torch.get_rng_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.precision.load_state_dict(state["precision"])
+        if self.sparsity is not None:
+            self.sparsity.load_state_dict(state["sparsity"])
+        self.epoch = state["epoch"]
+        self.updates = state["updates"]
+        self.history = list(state["history"])
+        torch.set_rng_state(state["rng"])
+
+
+def train(config: TrialConfig, on_epoch: EpochCallback | None = None) -> list[dict[str, float]]:
+    """Run one trial to the end without Ray; returns the per-epoch metrics."""
+    return Trainer(config).run(on_epoch)
