@@ -7,6 +7,7 @@ plugs in through `on_epoch`, which receives each epoch's metrics and the trainer
 
 from __future__ import annotations
 
+import copy
 import math
 import random
 import time
@@ -139,8 +140,8 @@ class Trainer:
     # ---- checkpoints --------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to resume exactly: weights, optimizer, scaler, masks, RNG, progress."""
-        return {
+        """A snapshot of everything needed to resume exactly: weights, optimizer, scaler, masks, RNG."""
+        return copy.deepcopy({
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "precision": self.precision.state_dict(),
@@ -149,7 +150,7 @@ class Trainer:
             "updates": self.updates,
             "history": self.history,
             "rng": torch.get_rng_state(),
-        }
+        })
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])

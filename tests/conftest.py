@@ -1,0 +1,30 @@
+"""Shared fixtures: tiny configs and the real CIFAR-10 data in ../shared/data."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tune_lowmem.config import TrialConfig
+
+torch.set_num_threads(2)
+
+
+def tiny_wrn_config(**flat) -> TrialConfig:
+    """WRN-10-1 on a small real CIFAR-10 subset: a trial that runs in seconds on the CPU."""
+    base = {
+        "model.depth": 10,
+        "model.width": 1,
+        "schedule.epochs": 1,
+        "schedule.batch_size": 20,
+        "data.train_subset": 200,
+        "data.val_size": 100,
+        "data.test_subset": 100,
+        "device": "cpu",
+    }
+    return TrialConfig.from_dict({**base, **flat})
+
+
+@pytest.fixture
+def tiny_config():
+    return tiny_wrn_config

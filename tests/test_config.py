@@ -1,0 +1,60 @@
+import pytest
+
+from tune_lowmem.config import ConfigError, TrialConfig
+
+
+def test_flat_nested_and_yaml_agree(tmp_path):
+    flat = TrialConfig.from_dict({"precision": "fp16", "microbatch.size": 10, "sparsity.density": 0.3})
+    nested = TrialConfig.from_dict({"precision": "fp16", "microbatch": {"size": 10}, "sparsity": {"density": 0.3}})
+    path = tmp_path / "trial.yaml"
+    path.write_text(flat.to_yaml())
+    assert flat == nested == TrialConfig.from_yaml(path)
+    assert TrialConfig.from_dict(flat.to_flat()) == flat
+
+
+def test_task_picks_its_sections():
+    config = TrialConfig.from_dict({"task": "dct-iwslt14", "schedule.max_updates": 10})
+    assert type(config.model).__name__ == "DynamicConvConfig"
+    assert config.schedule.max_updates == 10
+
+
+def test_replace_changes_one_field():
+    config = TrialConfig().replace(**{"sparsity.density": 0.5})
+    assert config.sparsity.density == 0.5 and config.precision == "fp32"
+
+
+def test_frozen():
+    with pytest.raises(Exception):
+        TrialConfig().precision = "fp16"
+
+
+@pytest.mark.parametrize(
+    ("values", "field", "allowed"),
+    [
+        ({"precision": "fp8"}, "precision", "fp32, fp16, bf16"),
+        ({"microbatch.size": 30}, "microbatch.size", "divisor of schedule.batch_size 100"),
+        ({"microbatch.mode": "fake"}, "microbatch.mode", "true, simulated"),
+        ({"checkpoint": "residual-3"}, "checkpoint", "residual-2*"),
+        ({"model.depth": 27}, "model.depth", "6n+4"),
+        ({"model.width": 0}, "model.width", "positive integer"),
+        ({"sparsity.density": 0}, "sparsity.density", "0 < value <= 1"),
+        ({"sparsity.density": 1.5}, "sparsity.density", "0 < value <= 1"),
+        ({"sparsity.rewiring": "sometimes"}, "sparsity.rewiring", "dynamic, static"),
+        ({"schedule.lr_multiplier": -1}, "schedule.lr_multiplier", "positive"),
+        ({"schedule.epochs": 2.5}, "schedule.epochs", "positive integer"),
+        ({"task": "mnist"}, "task", "wrn-cifar10, dct-iwslt14"),
+        ({"bogus": 1}, "bogus", "unknown field"),
+        ({"model.heads": 4}, "model.heads", "unknown field"),
+        ({"task": "dct-iwslt14", "checkpoint": "residual-2"}, "checkpoint", "none, residual-1"),
+        ({"task": "dct-iwslt14", "microbatch.mode": "simulated"}, "microbatch.mode", "allowed: true"),
+        ({"data.split": "all"}, "data.split", "search, final"),
+        ({"seed": -1}, "seed", ">= 0"),
+    ],
+)
+def test_invalid_configs_name_the_field(values, field, allowed):
+    with pytest.raises(ConfigError) as error:
+        TrialConfig.from_dict(values)
+    assert error.value.field == field
+    assert str(error.value).startswith(f"{field}: ")
+    assert allowed in str(error.value)
+    assert "\n" not in str(error.value)

@@ -1,0 +1,31 @@
+"""One module per `tune-lowmem` verb; shared argument helpers live here."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import yaml
+
+from ..config import ConfigError, TrialConfig
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """A trial config as an optional YAML file plus `--set key=value` overrides (dotted keys)."""
+    parser.add_argument("config", nargs="?", help="a TrialConfig YAML file (default: the paper's WRN-28-2)")
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        help="override one field, e.g. --set precision=fp16 --set sparsity.density=0.3 (repeatable)",
+    )
+
+
+def config_from_arguments(args: argparse.Namespace) -> TrialConfig:
+    values: dict[str, Any] = {}
+    if args.config:
+        values = TrialConfig.from_yaml(args.config).to_flat()
+    for item in args.overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError("--set", f"{item!r} is not allowed; KEY=VALUE is required")
+        values[key.strip()] = yaml.safe_load(raw)
+    return TrialConfig.from_dict(values)
