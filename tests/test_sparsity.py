@@ -1,0 +1,314 @@
+"""Dynamic sparse reparameterization: masks, rewiring, the schedule, and training with it."""
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from tests.conftest import tiny_wrn_config
+from tune_lowmem.config import ConfigError, SparsityConfig, TrialConfig
+from tune_lowmem.models.wideresnet import WideResNet
+from tune_lowmem.techniques.sparsity import (
+    DynamicSparsity,
+    apportion,
+    rewiring_period,
+    sparse_parameter_names,
+    sparse_storage_bytes,
+)
+from tune_lowmem.train import Trainer
+
+# 10 updates an epoch in the tiny config; rewire every other update, with plenty of churn.
+CHURN = {
+    "sparsity.density": 0.3,
+    "sparsity.period_schedule": "constant",
+    "sparsity.constant_period": 2,
+    "sparsity.fraction_multiplier": 4.0,
+}
+
+
+def assert_masked(sparsity: DynamicSparsity) -> None:
+    """Nonzero count on target; weights, gradients and optimizer state zero off the masks."""
+    assert sparsity.nonzeros() == sparsity.target_nonzeros
+    for name, param in sparsity._layers():
+        off = ~sparsity.masks[name]
+        assert not param.detach()[off].any(), name
+        if param.grad is not None:
+            assert not param.grad[off].any(), name
+        states = [
+            v
+            for v in sparsity.optimizer.state[param].values()
+            if torch.is_tensor(v) and v.shape == param.shape
+        ]
+        assert states and all(not s[off].any() for s in states), name
+
+
+def two_layer_toy(**sparsity) -> tuple[nn.Module, DynamicSparsity]:
+    """Two 1000-weight layers at density 0.5 (500 nonzeros each); Np = 0.05 * 2000 = 100."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(100, 10, bias=False), nn.Linear(10, 100, bias=False))
+    config = SparsityConfig(**{"density": 0.5, "fraction": 0.05, **sparsity})
+    return model, DynamicSparsity(model, ["0.weight", "1.weight"], config, epochs=1)
+
+
+def set_active(model, sparsity, small_counts: list[int]) -> None:
+    """Give each layer's first `small` active weights 1e-4 (under H = 1e-3) and the rest 1.0."""
+    with torch.no_grad():
+        for (name, param), small in zip(sparsity._layers(), small_counts):
+            active = sparsity.masks[name].view(-1).nonzero().squeeze(1)
+            values = torch.ones(active.numel())
+            values[:small] = 1e-4
+            param.view(-1)[active] = values
+
+
+# ---- which weights are sparse -----------------------------------------------------------------
+
+
+def test_wrn_sparsifies_block_convs_only_at_uniform_density():
+    model = WideResNet(depth=16, width=2)
+    dense_before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    sparsity = DynamicSparsity.from_config(
+        model, TrialConfig.from_dict({"sparsity.density": 0.3}), 10, 1
+    )
+    names = set(sparsity.names)
+    assert names == {f"blocks.{i}.conv{j}.weight" for i in range(6) for j in (1, 2)}
+    for name, param in model.named_parameters():
+        if name in names:
+            assert int(param.count_nonzero()) == round(0.3 * param.numel()), name
+        else:  # stem, 1x1 shortcuts, classifier, batch norm: untouched
+            assert torch.equal(param.detach(), dense_before[name]), name
+    assert set(model.state_dict()) == set(WideResNet(depth=16, width=2).state_dict())
+
+
+def test_transformer_selection_skips_embeddings_tied_projection_and_norms():
+    class Toy(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(50, 8)
+            self.conv = nn.Conv1d(8, 8, 3)
+            self.ffn = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 8))
+            self.norm = nn.LayerNorm(8)
+            self.out = nn.Linear(8, 50, bias=False)
+            self.out.weight = self.embed.weight
+
+    assert sparse_parameter_names(Toy(), "dct-iwslt14") == [
+        "conv.weight",
+        "ffn.0.weight",
+        "ffn.2.weight",
+    ]
+    with pytest.raises(ValueError, match="task: 'mnist' is not allowed"):
+        sparse_parameter_names(Toy(), "mnist")
+
+
+def test_invalid_density_is_refused_by_the_config():
+    for bad in (0, -0.1, 1.5, "half"):
+        with pytest.raises(ConfigError, match=r"sparsity\.density") as error:
+            TrialConfig.from_dict({"sparsity.density": bad})
+        assert error.value.field == "sparsity.density"
+
+
+# ---- rewiring on constructed cases -------------------------------------------------------------
+
+
+def test_apportion_is_exact_proportional_and_spills_over_full_layers():
+    assert apportion(10, [1, 1, 1], [10, 10, 10]) == [4, 3, 3]
+    assert apportion(100, [600, 300, 100], [1000] * 3) == [60, 30, 10]
+    # the first layer can take only 20 of its 60; the other 40 go 3:1 to the others
+    assert apportion(100, [600, 300, 100], [20, 1000, 1000]) == [20, 60, 20]
+    assert apportion(5, [0, 0], [2, 3]) == [2, 3]
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(200):
+        weights = torch.randint(0, 50, (5,), generator=generator).tolist()
+        capacity = torch.randint(0, 40, (5,), generator=generator).tolist()
+        total = int(torch.randint(0, sum(capacity) + 1, (1,), generator=generator))
+        shares = apportion(total, weights, capacity)
+        assert sum(shares) == total and all(0 <= s <= c for s, c in zip(shares, capacity))
+    with pytest.raises(ValueError):
+        apportion(6, [1, 1], [2, 3])
+
+
+def test_regrowth_follows_surviving_nonzeros_with_new_weights_zero():
+    model, sparsity = two_layer_toy()
+    set_active(model, sparsity, [100, 300])  # survivors 400 and 200
+    old = {name: mask.clone() for name, mask in sparsity.masks.items()}
+    assert sparsity.rewire() == 400
+    # 400 regrown in proportion 400:200 -> 266.67 and 133.33 -> 267 and 133 (largest remainder)
+    assert [s.nonzeros for s in sparsity.layer_stats()] == [400 + 267, 200 + 133]
+    for (name, param), survivors in zip(sparsity._layers(), (400, 200)):
+        mask, before = sparsity.masks[name], old[name]
+        grown = mask & ~before
+        assert int((mask & before).sum()) == survivors  # no just-pruned position came back
+        assert torch.all(param.detach()[mask & before] == 1.0)  # survivors are the large ones
+        assert not param.detach()[~mask].any() and not param.detach()[grown].any()
+
+
+def test_gradients_are_masked_before_the_step():
+    model, sparsity = two_layer_toy()
+    for param in model.parameters():
+        param.grad = torch.ones_like(param)
+    sparsity.mask_gradients()
+    for name, param in sparsity._layers():
+        assert torch.equal(param.grad, sparsity.masks[name].float()), name
+
+
+def test_threshold_halves_when_too_many_fall_under_it_and_doubles_when_too_few():
+    model, sparsity = two_layer_toy()  # Np = 100
+    set_active(model, sparsity, [100, 300])  # 400 > 110
+    sparsity.rewire()
+    assert sparsity.threshold == pytest.approx(5e-4)
+    set_active(model, sparsity, [0, 0])  # 0 < 90
+    sparsity.rewire()
+    sparsity.rewire()
+    assert sparsity.threshold == pytest.approx(2e-3)
+    set_active(model, sparsity, [50, 50])  # 100: within 10% of Np, H stays
+    assert sparsity.rewire() == 100 and sparsity.threshold == pytest.approx(2e-3)
+    assert sparsity.nonzeros() == sparsity.target_nonzeros == 1000
+
+
+def test_a_layer_is_never_emptied():
+    model, sparsity = two_layer_toy()
+    set_active(model, sparsity, [500, 0])
+    with torch.no_grad():
+        model[0].weight.view(-1)[sparsity.masks["0.weight"].view(-1).nonzero()[7]] = 5e-4
+    assert sparsity.rewire() == 499
+    kept = model[0].weight.detach()[sparsity.masks["0.weight"]]
+    assert int(kept.count_nonzero()) == 1 and float(kept.abs().max()) == pytest.approx(
+        5e-4, rel=1e-3
+    )
+    assert sparsity.nonzeros() == 1000
+
+
+# ---- schedule and storage ----------------------------------------------------------------------
+
+
+def test_paper_schedule_scales_with_epochs_and_stops():
+    paper = SparsityConfig(density=0.3)
+    assert [rewiring_period(paper, e, 200) for e in (0, 24, 25, 80, 139, 140, 189, 190)] == [
+        100,
+        100,
+        200,
+        400,
+        400,
+        800,
+        800,
+        None,
+    ]
+    assert [rewiring_period(paper, e, 20) for e in (2, 3, 8, 14, 19)] == [100, 200, 400, 800, None]
+    assert (
+        rewiring_period(SparsityConfig(density=0.3, period_multiplier=0.25), 30, 200, scale=0.5)
+        == 25
+    )
+    constant = SparsityConfig(
+        density=0.3, period_schedule="constant", constant_period=7, period_multiplier=2
+    )
+    assert rewiring_period(constant, 150, 200) == 14
+    assert rewiring_period(SparsityConfig(density=0.3, rewiring="static"), 0, 200) is None
+
+
+def test_rewiring_happens_every_period_and_never_when_static():
+    for rewiring, expected in (("dynamic", 3), ("static", 0)):
+        _, sparsity = two_layer_toy(
+            rewiring=rewiring, period_schedule="constant", constant_period=3
+        )
+        for update in range(10):
+            sparsity.after_step(0, update)
+        assert sparsity.rewirings == expected
+
+
+def test_dct_halves_the_period():
+    config = TrialConfig.from_dict({"task": "dct-iwslt14", "sparsity.density": 0.4})
+    model = nn.Sequential(nn.Embedding(10, 4), nn.Linear(4, 4))
+    assert DynamicSparsity.from_config(model, config, 100, 10).period == 50
+
+
+def test_sparse_storage_counts_values_int32_columns_and_row_pointers():
+    # a 64x32x3x3 conv with 1000 nonzeros in fp16: 1000 * (2 + 4) values+columns, 65 * 4 row pointers
+    assert sparse_storage_bytes(1000, (64, 32, 3, 3), 2) == 6000 + 260
+
+
+# ---- inside training ---------------------------------------------------------------------------
+
+
+def test_adam_moments_share_the_mask():
+    model, sparsity = two_layer_toy(period_schedule="constant", constant_period=1, fraction=0.2)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2, weight_decay=1e-4)
+    sparsity.attach(optimizer)
+    x = torch.randn(32, 100, generator=torch.Generator().manual_seed(1))
+    for update in range(6):
+        optimizer.zero_grad()
+        model(x).pow(2).mean().backward()
+        sparsity.mask_gradients()
+        optimizer.step()
+        sparsity.after_step(0, update)
+        assert_masked(sparsity)
+    assert sparsity.rewirings == 5 and sparsity.last_pruned > 0
+    assert {"exp_avg", "exp_avg_sq"} <= set(optimizer.state[model[0].weight])
+
+
+@pytest.mark.parametrize(
+    "setting", [{}, {"precision": "fp16"}, {"precision": "amp-bf16"}, {"microbatch.size": 5}]
+)
+def test_masks_hold_through_training_steps(setting):
+    trainer = Trainer(tiny_wrn_config(**CHURN, **setting))
+    sparsity = trainer.sparsity
+    masks_at_start = {name: mask.clone() for name, mask in sparsity.masks.items()}
+    for batch in trainer.task.train_batches(0):
+        trainer.train_step(batch)
+        assert_masked(sparsity)
+    assert sparsity.rewirings == 4 and sparsity.last_pruned > 0
+    assert any(not torch.equal(m, masks_at_start[n]) for n, m in sparsity.masks.items())
+    dtype = torch.float16 if setting.get("precision") == "fp16" else torch.float32
+    assert all(p.dtype == dtype for _, p in sparsity._layers())
+
+
+def test_resume_from_state_dict_continues_identically():
+    config = tiny_wrn_config(**CHURN, **{"schedule.epochs": 2})
+    straight = Trainer(config)
+    history = straight.run()
+    states = []
+    Trainer(config).run(
+        on_epoch=lambda m, t: states.append(t.state_dict()) if m["epoch"] == 1 else None
+    )
+    resumed = Trainer(config)
+    resumed.load_state_dict(states[0])
+    strip = lambda h: [{k: v for k, v in m.items() if k != "epoch_seconds"} for m in h]
+    assert strip(resumed.run()) == strip(history)
+    assert all(
+        torch.equal(resumed.sparsity.masks[n], m) for n, m in straight.sparsity.masks.items()
+    )
+    assert resumed.sparsity.threshold == straight.sparsity.threshold
+
+
+@pytest.mark.slow
+def test_real_run_at_30_percent_density_learns_and_keeps_its_density():
+    """WRN-10-2 on 3,000 real CIFAR-10 images, 3 epochs, rewiring every 10 updates (30-50 s)."""
+    config = tiny_wrn_config(
+        **{
+            "schedule.epochs": 3,
+            "schedule.batch_size": 50,
+            "data.train_subset": 3000,
+            "data.val_size": 1000,
+            "data.test_subset": 1000,
+            "model.width": 2,
+            "sparsity.density": 0.3,
+            "sparsity.period_schedule": "constant",
+            "sparsity.constant_period": 10,
+        }
+    )
+    trainer = Trainer(config)
+    history = trainer.run()
+    sparsity = trainer.sparsity
+    final = history[-1]
+    print(
+        f"sparse WRN-10-2 at density 0.3: val {final['val_accuracy']:.3f} test {final['test_accuracy']:.3f}, "
+        f"{final['sparsity_rewirings']:.0f} rewirings, nonzeros {final['sparsity_nonzeros']:.0f}"
+    )
+    assert final["val_accuracy"] > 0.25 and final["test_accuracy"] > 0.25  # chance is 0.10
+    assert (
+        final["sparsity_rewirings"] == 17
+    )  # after updates 10, 20, ..., 170 of 180 and final["sparsity_last_pruned"] > 0
+    expected = sparsity.target_nonzeros
+    assert expected == sum(round(0.3 * s.numel) for s in sparsity.layer_stats())
+    assert all(m["sparsity_nonzeros"] == expected for m in history)
+    assert math.isclose(final["sparsity_density"], 0.3, abs_tol=1e-4)
+    assert_masked(sparsity)

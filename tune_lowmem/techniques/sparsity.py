@@ -1,0 +1,367 @@
+"""Dynamic sparse reparameterization (Mostafa & Wang, ICML 2019), as Sohoni et al. train it.
+
+A fixed number of nonzeros lives in the sparse layers. Every rewiring period the active weights
+whose magnitude is under a global adaptive threshold H are pruned, and exactly as many zero
+positions are regrown, split across layers in proportion to each layer's surviving nonzeros;
+regrown weights start at exactly 0. H halves when more than 1.1 Np weights fell under it and
+doubles when fewer than 0.9 Np did (Np: the rewiring fraction of the sparse layers' size).
+Gradients and optimizer state (SGD momentum, Adam moments) share the weight's mask, so pruned
+weights stay zero and carry no stale state.
+
+Rules taken from the reference code (IntelAI/dynamic-reparameterization), stated because the
+paper leaves them open:
+- initial masks: the same density in every sparse layer (round(density * numel), at least one),
+  at uniformly random positions;
+- regrowth picks positions that were zero before this rewiring (the just-pruned ones are excluded,
+  as the reference's `grow_random` does); only when there is no other room left (densities near 1)
+  does it fall back to just-pruned positions;
+- a layer is never emptied: if all its active weights fall under H, its largest one survives;
+- rewiring happens after update u when u > 0 and u % period == 0; the period is looked up per epoch.
+
+Masks are bool tensors kept here, not buffers of the model, so `model.state_dict()` keeps the
+dense model's keys; they follow the parameters to whatever device they are moved to.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..config import SparsityConfig, TrialConfig
+
+# Sohoni et al. A.3.1: Np = 20,000 of WRN-28-2's 1,451,520 sparse weights. The transformer uses
+# the same fraction of its own sparse weights (the paper changes only its periods).
+DEFAULT_FRACTION = 0.01377866
+# The reference's WRN schedule: (from epoch, of PAPER_EPOCHS) -> updates between rewirings.
+PAPER_PERIODS = ((0, 100), (25, 200), (80, 400), (140, 800))
+PAPER_EPOCHS = 200
+# Sohoni et al. A.3.1: the DC-Transformer halves the periods for its 50,000-update schedule.
+PERIOD_SCALE = {"wrn-cifar10": 1.0, "dct-iwslt14": 0.5}
+# The mask positions come from their own stream, apart from the one that initialised the weights.
+MASK_SEED_OFFSET = 1_000_003
+
+# Index storage the profiler assumes for a sparse weight: CSR over its 2-D view, int32 indices.
+INDEX_BYTES = 4
+
+
+def sparse_storage_bytes(numel_nonzero: int, shape: Sequence[int], value_bytes: int) -> int:
+    """Bytes of one sparse weight: CSR over the weight viewed as shape[0] rows by prod(shape[1:])
+    columns; the nonzero values, one int32 column index per nonzero, shape[0] + 1 int32 row
+    pointers. Its gradient and optimizer state share this pattern, so they need values only
+    (numel_nonzero * value_bytes each)."""
+    rows = shape[0] if len(shape) else 1
+    return numel_nonzero * (value_bytes + INDEX_BYTES) + (rows + 1) * INDEX_BYTES
+
+
+@dataclass(frozen=True)
+class LayerStats:
+    """One sparse weight, as the memory profiler counts it."""
+
+    name: str
+    shape: tuple[int, ...]
+    numel: int
+    nonzeros: int  # active positions of the mask (regrown weights count even while still 0)
+
+
+# ---- which parameters are sparse ------------------------------------------------------------
+
+
+def _wrn_sparse_names(model: nn.Module) -> list[str]:
+    """The 3x3 convolutions of every residual block; stem, 1x1 shortcuts and classifier stay dense."""
+    from ..models.wideresnet import BasicBlock
+
+    return [
+        f"{name}.{conv}.weight"
+        for name, module in model.named_modules()
+        if isinstance(module, BasicBlock)
+        for conv in ("conv1", "conv2")
+    ]
+
+
+def _transformer_sparse_names(model: nn.Module) -> list[str]:
+    """Every linear and convolution weight except embeddings and what is tied to them (the shared
+    output projection); norms have neither type and stay dense."""
+    seen = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    names = []
+    for name, module in model.named_modules():
+        if isinstance(module, (nn.Linear, nn.Conv1d, nn.Conv2d)) and id(module.weight) not in seen:
+            seen.add(id(module.weight))
+            names.append(f"{name}.weight" if name else "weight")
+    return names
+
+
+SPARSE_SELECTORS: dict[str, Callable[[nn.Module], list[str]]] = {
+    "wrn-cifar10": _wrn_sparse_names,
+    "dct-iwslt14": _transformer_sparse_names,
+}
+
+
+def sparse_parameter_names(model: nn.Module, task: str) -> list[str]:
+    """Names (as in `model.named_parameters()`) of the weights that a task makes sparse."""
+    if task not in SPARSE_SELECTORS:
+        raise ValueError(f"task: {task!r} is not allowed; allowed: {', '.join(SPARSE_SELECTORS)}")
+    return SPARSE_SELECTORS[task](model)
+
+
+# ---- pure pieces: the schedule, the split of regrowth -----------------------------------------
+
+
+def rewiring_period(
+    sparsity: SparsityConfig, epoch: int, epochs: int, scale: float = 1.0
+) -> int | None:
+    """Updates between rewirings during `epoch` (0-based) of `epochs`; None when none happen.
+
+    The paper's boundaries (epochs 25, 80, 140 of 200) are scaled to `epochs`."""
+    if sparsity.rewiring == "static" or epoch >= sparsity.stop_epoch * epochs:
+        return None
+    if sparsity.period_schedule == "constant":
+        base = sparsity.constant_period
+    else:
+        base = [
+            period for start, period in PAPER_PERIODS if epoch * PAPER_EPOCHS >= start * epochs
+        ][-1]
+    return max(1, round(base * sparsity.period_multiplier * scale))
+
+
+def apportion(total: int, weights: Sequence[int], capacity: Sequence[int]) -> list[int]:
+    """Split `total` in proportion to `weights` by largest remainders (ties: lower index), none
+    over its `capacity`; what a full entry cannot take is split again among the others."""
+    if total > sum(capacity):
+        raise ValueError(f"cannot place {total} among capacities summing to {sum(capacity)}")
+    shares = [0] * len(weights)
+    remaining = total
+    while remaining > 0:
+        room = [c - s for c, s in zip(capacity, shares)]
+        open_weights = [w if r > 0 else 0 for w, r in zip(weights, room)]
+        if sum(open_weights) == 0:  # only entries without weight have room left
+            open_weights = room
+        weight_sum = sum(open_weights)
+        quotas = [divmod(remaining * w, weight_sum) for w in open_weights]
+        round_shares = [q for q, _ in quotas]
+        by_remainder = sorted(range(len(quotas)), key=lambda i: (-quotas[i][1], i))
+        for i in by_remainder[: remaining - sum(round_shares)]:
+            round_shares[i] += 1
+        for i, share in enumerate(round_shares):
+            taken = min(share, room[i])
+            shares[i] += taken
+            remaining -= taken
+    return shares
+
+
+def initial_masks(
+    shapes: dict[str, torch.Size], density: float, generator: torch.Generator
+) -> dict[str, torch.Tensor]:
+    """The same density in every layer, at uniformly random positions (the reference's rule)."""
+    masks = {}
+    for name, shape in shapes.items():
+        numel = math.prod(shape)
+        mask = torch.zeros(numel, dtype=torch.bool)
+        mask[torch.randperm(numel, generator=generator)[: max(1, round(density * numel))]] = True
+        masks[name] = mask.view(shape)
+    return masks
+
+
+# ---- the technique --------------------------------------------------------------------------
+
+
+class DynamicSparsity:
+    """Masks for a model's sparse weights and the rewiring that moves them during training.
+
+    Hooks, in training-step order: `mask_gradients()` before `optimizer.step()`, then
+    `after_step(epoch, update)`; call `attach(optimizer)` once the optimizer exists.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        names: Sequence[str],
+        sparsity: SparsityConfig,
+        epochs: int,
+        *,
+        seed: int = 0,
+        period_scale: float = 1.0,
+    ):
+        if not names:
+            raise ValueError(f"sparsity: {type(model).__name__} has no weights to make sparse")
+        self.model = model
+        self.names = list(names)
+        self.sparsity = sparsity
+        self.epochs = epochs
+        self.period_scale = period_scale
+        self.generator = torch.Generator().manual_seed(seed + MASK_SEED_OFFSET)
+        shapes = {name: model.get_parameter(name).shape for name in self.names}
+        self.masks = initial_masks(shapes, sparsity.density, self.generator)
+        self.sparse_numel = sum(mask.numel() for mask in self.masks.values())
+        self.target_nonzeros = sum(int(mask.sum()) for mask in self.masks.values())
+        fraction = sparsity.fraction if sparsity.fraction is not None else DEFAULT_FRACTION
+        self.target_pruned = max(
+            1, round(fraction * sparsity.fraction_multiplier * self.sparse_numel)
+        )
+        self.threshold = sparsity.initial_threshold
+        self.rewirings = 0
+        self.last_pruned = 0
+        self.period: int | None = rewiring_period(sparsity, 0, epochs, period_scale)
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.apply_masks()
+
+    @classmethod
+    def from_config(
+        cls, model: nn.Module, config: TrialConfig, updates_per_epoch: int, epochs: int
+    ) -> DynamicSparsity:
+        """The trial's sparsity on its fp32 model (before casting and moving it). The schedule is
+        stated in epochs, as the reference's, so `updates_per_epoch` is not needed by it."""
+        return cls(
+            model,
+            sparse_parameter_names(model, config.task),
+            config.sparsity,
+            epochs,
+            seed=config.seed,
+            period_scale=PERIOD_SCALE[config.task],
+        )
+
+    # ---- training-step hooks ------------------------------------------------------------------
+
+    def attach(self, optimizer: torch.optim.Optimizer) -> None:
+        """Mask this optimizer's state (every state tensor shaped like its weight) from now on."""
+        self.optimizer = optimizer
+
+    @torch.no_grad()
+    def mask_gradients(self) -> None:
+        """Zero the gradients of inactive positions (once per optimizer step, after accumulation)."""
+        for name, param in self._layers():
+            if param.grad is not None:
+                param.grad.mul_(self._mask(name, param))
+
+    @torch.no_grad()
+    def after_step(self, epoch: int, update: int) -> None:
+        """Rewire when the schedule says so, then re-apply the masks to weights and optimizer state."""
+        self.period = rewiring_period(self.sparsity, epoch, self.epochs, self.period_scale)
+        if self.period is not None and update > 0 and update % self.period == 0:
+            self.rewire()
+        self.apply_masks()
+
+    @torch.no_grad()
+    def apply_masks(self) -> None:
+        for name, param in self._layers():
+            self._zero_outside(param, self._mask(name, param))
+
+    # ---- rewiring -----------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def rewire(self) -> int:
+        """Prune active weights under H, regrow as many at zero positions, adapt H; returns the count."""
+        layers = self._layers()
+        pruned_masks, pruned, survivors, fresh_room = [], [], [], []
+        for name, param in layers:
+            mask = self._mask(name, param)
+            magnitude = param.detach().abs()
+            small = mask & (magnitude < self.threshold)
+            active, count = int(mask.sum()), int(small.sum())
+            if count and count == active:  # never empty a layer: its largest weight survives
+                small.view(-1)[torch.where(mask, magnitude, -1).argmax()] = False
+                count -= 1
+            self._zero_outside(param, mask & ~small)
+            pruned_masks.append(small)
+            pruned.append(count)
+            survivors.append(active - count)
+            fresh_room.append(mask.numel() - active)
+        total = sum(pruned)
+        fresh = min(total, sum(fresh_room))
+        grow_fresh = apportion(fresh, survivors, fresh_room)
+        grow_back = apportion(total - fresh, survivors, pruned)
+        for (name, _), small, n_fresh, n_back in zip(layers, pruned_masks, grow_fresh, grow_back):
+            mask = self.masks[name]
+            grown = mask & ~small
+            grown.view(-1)[self._sample(~mask, n_fresh)] = True
+            grown.view(-1)[self._sample(small, n_back)] = True
+            self.masks[name] = grown
+        self._adapt_threshold(total)
+        self.rewirings += 1
+        self.last_pruned = total
+        return total
+
+    def _adapt_threshold(self, pruned: int) -> None:
+        if pruned > 1.1 * self.target_pruned:
+            self.threshold /= 2
+        elif pruned < 0.9 * self.target_pruned:
+            self.threshold *= 2
+
+    def _sample(self, candidates: torch.Tensor, count: int) -> torch.Tensor:
+        """`count` uniformly random flat positions among the True ones of `candidates`."""
+        positions = candidates.reshape(-1).nonzero().squeeze(1)
+        if count == 0:
+            return positions[:0]
+        chosen = torch.randperm(positions.numel(), generator=self.generator)[:count]
+        return positions[chosen.to(positions.device)]
+
+    # ---- plumbing -----------------------------------------------------------------------------
+
+    def _layers(self) -> list[tuple[str, nn.Parameter]]:
+        """Looked up by name each time, so casting or moving the model cannot leave stale handles."""
+        return [(name, self.model.get_parameter(name)) for name in self.names]
+
+    def _mask(self, name: str, param: torch.Tensor) -> torch.Tensor:
+        mask = self.masks[name]
+        if mask.device != param.device:
+            mask = self.masks[name] = mask.to(param.device)
+        return mask
+
+    def _zero_outside(self, param: nn.Parameter, mask: torch.Tensor) -> None:
+        """Zero the weight, its gradient and its optimizer state where `mask` is False."""
+        state = self.optimizer.state.get(param, {}) if self.optimizer is not None else {}
+        for tensor in (param, param.grad, *state.values()):
+            if torch.is_tensor(tensor) and tensor.shape == param.shape:
+                tensor.mul_(mask)
+
+    # ---- reporting and checkpoints ------------------------------------------------------------
+
+    def layer_stats(self) -> list[LayerStats]:
+        return [
+            LayerStats(name, tuple(mask.shape), mask.numel(), int(mask.sum()))
+            for name, mask in self.masks.items()
+        ]
+
+    def nonzeros(self) -> int:
+        return sum(int(mask.sum()) for mask in self.masks.values())
+
+    def metrics(self) -> dict[str, float]:
+        nonzeros = self.nonzeros()
+        return {
+            "sparsity_density": nonzeros / self.sparse_numel,
+            "sparsity_nonzeros": float(nonzeros),
+            "sparsity_threshold": self.threshold,
+            "sparsity_last_pruned": float(self.last_pruned),
+            "sparsity_rewirings": float(self.rewirings),
+            "sparsity_period": float(self.period) if self.period is not None else math.nan,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "masks": {name: mask.cpu().clone() for name, mask in self.masks.items()},
+            "threshold": self.threshold,
+            "rewirings": self.rewirings,
+            "last_pruned": self.last_pruned,
+            "rng": self.generator.get_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        masks = state["masks"]
+        if set(masks) != set(self.masks) or any(
+            masks[n].shape != m.shape for n, m in self.masks.items()
+        ):
+            raise ValueError(
+                "sparsity: the checkpoint's masks do not match this model's sparse weights"
+            )
+        self.masks = {
+            name: masks[name].to(self.masks[name].device, torch.bool) for name in self.names
+        }
+        self.threshold = state["threshold"]
+        self.rewirings = state["rewirings"]
+        self.last_pruned = state["last_pruned"]
+        self.generator.set_state(state["rng"])
+        self.apply_masks()
