@@ -68,7 +68,7 @@ def test_wrn_sparsifies_block_convs_only_at_uniform_density():
     model = WideResNet(depth=16, width=2)
     dense_before = {n: p.detach().clone() for n, p in model.named_parameters()}
     sparsity = DynamicSparsity.from_config(
-        model, TrialConfig.from_dict({"sparsity.density": 0.3}), 10, 1
+        model, TrialConfig.from_dict({"sparsity.density": 0.3}), 1
     )
     names = set(sparsity.names)
     assert names == {f"blocks.{i}.conv{j}.weight" for i in range(6) for j in (1, 2)}
@@ -218,7 +218,7 @@ def test_rewiring_happens_every_period_and_never_when_static():
 def test_dct_halves_the_period():
     config = TrialConfig.from_dict({"task": "dct-iwslt14", "sparsity.density": 0.4})
     model = nn.Sequential(nn.Embedding(10, 4), nn.Linear(4, 4))
-    assert DynamicSparsity.from_config(model, config, 100, 10).period == 50
+    assert DynamicSparsity.from_config(model, config, 10).period == 50
 
 
 def test_sparse_storage_counts_values_int32_columns_and_row_pointers():

@@ -70,7 +70,7 @@ class Trainer:
             return None
         from .techniques.sparsity import DynamicSparsity
 
-        return DynamicSparsity.from_config(model, self.config, self.task.updates_per_epoch(), self.task.epochs())
+        return DynamicSparsity.from_config(model, self.config, self.task.epochs())
 
     # ---- one update ---------------------------------------------------------------------------
 

@@ -46,8 +46,6 @@ class Task(Protocol):
     def epochs(self) -> int:
         """How many epochs the schedule has (for DCT: enough to reach max_updates)."""
 
-    def updates_per_epoch(self) -> int: ...
-
     def finished(self, epoch: int, updates: int) -> bool:
         """Whether training is over after `epoch` epochs and `updates` updates."""
 

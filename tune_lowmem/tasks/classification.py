@@ -82,8 +82,5 @@ class Cifar10Classification:
     def epochs(self) -> int:
         return self.config.schedule.epochs
 
-    def updates_per_epoch(self) -> int:
-        return len(self.data.train) // self.config.schedule.batch_size
-
     def finished(self, epoch: int, updates: int) -> bool:
         return epoch >= self.config.schedule.epochs

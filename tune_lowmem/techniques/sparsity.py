@@ -211,10 +211,10 @@ class DynamicSparsity:
 
     @classmethod
     def from_config(
-        cls, model: nn.Module, config: TrialConfig, updates_per_epoch: int, epochs: int
+        cls, model: nn.Module, config: TrialConfig, epochs: int
     ) -> DynamicSparsity:
-        """The trial's sparsity on its fp32 model (before casting and moving it). The schedule is
-        stated in epochs, as the reference's, so `updates_per_epoch` is not needed by it."""
+        """The trial's sparsity on its fp32 model (before casting and moving it); the rewiring
+        schedule is stated in epochs of the `epochs` the trial trains, as the reference's."""
         return cls(
             model,
             sparse_parameter_names(model, config.task),
