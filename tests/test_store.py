@@ -1,0 +1,288 @@
+"""The Parquet store: what is written is what pandas, pyarrow and DuckDB read, exactly once."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+
+from tune_lowmem.config import ConfigError, TrialConfig
+from tune_lowmem.store import (
+    StoreError,
+    TrialRecord,
+    list_sweeps,
+    read_epochs,
+    read_trials,
+    trial_config,
+    trial_ids,
+    write_trial,
+)
+
+START = datetime(2024, 5, 1, 12, 0, 0, 250000, tzinfo=UTC)
+CONFIG = TrialConfig.from_dict(
+    {"precision": "fp16", "sparsity.density": 0.1, "microbatch.size": 25}
+)
+
+
+def record(trial_id: str = "t_00001", sweep: str = "wrn", point: TrialConfig = CONFIG, **changes):
+    values = {
+        "sweep": sweep,
+        "trial_id": trial_id,
+        "status": "completed",
+        "config": point.to_flat(),
+        "metrics": {"val_accuracy": 0.9125, "test_accuracy": 0.9031, "val_loss": 0.3125},
+        "memory": {
+            "predicted_total_mb": 404.8,
+            "measured_total_mb": 398.25,
+            "flops_per_step": 123456789,
+        },
+        "started_at": START,
+        "finished_at": START + timedelta(seconds=90.5),
+        "epochs_completed": 2,
+    }
+    return TrialRecord(**{**values, **changes})
+
+
+EPOCHS = [
+    {"epoch": 1, "val_accuracy": 0.5, "train_loss": 1.5},
+    {"epoch": 2, "val_accuracy": 0.75, "train_loss": 0.5},
+]
+EXPECTED = {
+    "sweep": "wrn",
+    "trial_id": "t_00001",
+    "status": "completed",
+    "schema_version": 1,
+    "config.precision": "fp16",
+    "config.sparsity.density": 0.1,
+    "config.microbatch.size": 25,
+    "config.schedule.milestones": "[0.3, 0.6, 0.8]",
+    "config.data.augment": True,
+    "metric.val_accuracy": 0.9125,
+    "metric.test_accuracy": 0.9031,
+    "memory.predicted_total_mb": 404.8,
+    "memory.measured_total_mb": 398.25,
+    "memory.flops_per_step": 123456789,
+    "started_at": START,
+    "finished_at": START + timedelta(seconds=90.5),
+    "wall_seconds": 90.5,
+    "epochs_completed": 2,
+}
+NULLS = [
+    "failure_reason",
+    "config.data.root",
+    "config.sparsity.fraction",
+    "memory.predicted_model_mb",
+]
+
+
+def duckdb_rows(pattern: str, union: bool = False) -> list[dict]:
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    options = ", union_by_name=true" if union else ""
+    result = con.execute(
+        f"SELECT * FROM read_parquet('{pattern}', hive_partitioning=true{options})"
+    )
+    names = [column[0] for column in result.description]
+    return [dict(zip(names, row)) for row in result.fetchall()]
+
+
+def assert_row(row, expected=EXPECTED, nulls=NULLS):
+    for key, value in expected.items():
+        assert row[key] == value, key
+    for key in nulls:
+        assert row[key] is None or pd.isna(row[key]), key
+
+
+def test_three_readers_see_the_values_written(tmp_path):
+    write_trial(tmp_path, record(), EPOCHS)
+
+    ours = read_trials(tmp_path)
+    assert len(ours) == 1 and list(ours.columns[:3]) == ["sweep", "schema_version", "trial_id"]
+    assert_row(ours.iloc[0])
+    assert trial_config(ours.iloc[0]) == CONFIG
+
+    plain = pd.read_parquet(tmp_path / "trials")  # pandas alone, the partition gives `sweep`
+    assert_row(plain.iloc[0])
+    arrow = ds.dataset(tmp_path / "trials", partitioning="hive").to_table().to_pylist()
+    assert_row(arrow[0])
+    (duck,) = duckdb_rows(f"{tmp_path}/trials/*/*.parquet")
+    assert_row(duck)
+    for column, value in ours.iloc[0].items():  # every column, the same in every reader
+        missing = value is None or pd.isna(value)
+        for other in (plain.iloc[0][column], arrow[0][column], duck[column]):
+            assert (other is None or pd.isna(other)) if missing else other == value, column
+    assert (
+        duck["version.python"]
+        == f"{sys.version_info.major}.{sys.version_info.minor}.{sys.version_info.micro}"
+    )
+    assert duck["version.optuna"] is not None and duck["version.tune_lowmem"] is not None
+
+    epochs = read_epochs(tmp_path, sweep="wrn", trial_id="t_00001")
+    assert epochs["epoch"].tolist() == [1, 2]
+    assert epochs["metric.val_accuracy"].tolist() == [0.5, 0.75]
+    duck_epochs = duckdb_rows(f"{tmp_path}/epochs/*/*.parquet")
+    assert sorted((r["epoch"], r["metric.train_loss"]) for r in duck_epochs) == [(1, 1.5), (2, 0.5)]
+    assert list_sweeps(tmp_path) == ["wrn"] and trial_ids(tmp_path, "wrn") == ["t_00001"]
+
+
+def test_rewriting_a_trial_replaces_its_row_and_touches_no_other(tmp_path):
+    write_trial(tmp_path, record("other"), EPOCHS)
+    other = (tmp_path / "trials" / "sweep=wrn" / "other.parquet").read_bytes()
+    write_trial(
+        tmp_path,
+        record(status="failed", failure_reason="CUDA out of memory", metrics={}),
+        EPOCHS[:1],
+    )
+    write_trial(tmp_path, record(metrics={"val_accuracy": 0.5}), EPOCHS)
+
+    trials = read_trials(tmp_path).set_index("trial_id")
+    assert trials.index.tolist() == ["other", "t_00001"]
+    assert trials.loc["t_00001", "status"] == "completed"
+    assert trials.loc["t_00001", "metric.val_accuracy"] == 0.5
+    assert pd.isna(trials.loc["t_00001", "failure_reason"])
+    assert len(read_epochs(tmp_path, trial_id="t_00001")) == 2
+    assert (tmp_path / "trials" / "sweep=wrn" / "other.parquet").read_bytes() == other
+    assert sorted(p.name for p in (tmp_path / "trials" / "sweep=wrn").iterdir()) == [
+        "other.parquet",
+        "t_00001.parquet",
+    ]
+
+
+def test_a_crash_before_the_rename_is_invisible(tmp_path):
+    write_trial(tmp_path, record(metrics={"val_accuracy": 0.25}))
+    # A writer killed between its temporary file and the rename: os.replace never returns.
+    crash = textwrap.dedent(f"""
+        import os, sys
+        sys.path.insert(0, {str(Path(__file__).parents[1])!r})
+        from tests.test_store import record
+        from tune_lowmem import store
+        store.os.replace = lambda src, dst: os._exit(9)
+        store.write_trial({str(tmp_path)!r}, record(metrics={{"val_accuracy": 0.75}}))
+    """)
+    assert subprocess.run([sys.executable, "-c", crash], check=False).returncode == 9
+    folder = tmp_path / "trials" / "sweep=wrn"
+    (leftover,) = folder.glob(".t_00001.parquet.tmp-*")
+    half = leftover.read_bytes()[: leftover.stat().st_size // 2]
+    (folder / ".t_00002.parquet.tmp-torn").write_bytes(half)  # and a torn one
+
+    assert read_trials(tmp_path)["metric.val_accuracy"].tolist() == [0.25]
+    assert pd.read_parquet(tmp_path / "trials")["metric.val_accuracy"].tolist() == [0.25]
+    assert ds.dataset(tmp_path / "trials", partitioning="hive").to_table().num_rows == 1
+    assert [r["metric.val_accuracy"] for r in duckdb_rows(f"{tmp_path}/trials/*/*.parquet")] == [
+        0.25
+    ]
+    assert trial_ids(tmp_path, "wrn") == ["t_00001"]
+
+    write_trial(tmp_path, record(metrics={"val_accuracy": 0.75}))  # the retry lands once
+    assert read_trials(tmp_path)["metric.val_accuracy"].tolist() == [0.75]
+
+
+def test_trials_with_different_columns_read_together(tmp_path):
+    dct = TrialConfig.from_dict({"task": "dct-iwslt14", "seed": 3})
+    write_trial(tmp_path, record())
+    write_trial(
+        tmp_path,
+        record("t_00002", status="failed", failure_reason="NaN loss at update 7", metrics={}),
+    )
+    write_trial(
+        tmp_path, record("d_1", sweep="dct", point=dct, metrics={"test_bleu": 33.5}, memory={})
+    )
+
+    trials = read_trials(tmp_path).set_index("trial_id")
+    assert list_sweeps(tmp_path) == ["dct", "wrn"]
+    assert trials.loc["d_1", "metric.test_bleu"] == 33.5 and pd.isna(
+        trials.loc["d_1", "metric.val_accuracy"]
+    )
+    assert trials.loc["d_1", "config.model.encoder_kernels"] == "[3, 7, 15, 31, 31, 31, 31]"
+    assert (
+        pd.isna(trials.loc["t_00001", "config.model.embed_dim"])
+        and trials.loc["t_00001", "config.model.depth"] == 28
+    )
+    assert trials.loc["t_00002", "failure_reason"] == "NaN loss at update 7"
+    assert pd.isna(trials.loc["t_00002", "metric.val_accuracy"])
+    assert trial_config(trials.loc["d_1"]) == dct
+    assert read_trials(tmp_path, sweep="wrn").index.size == 2
+
+    rows = {r["trial_id"]: r for r in duckdb_rows(f"{tmp_path}/trials/*/*.parquet", union=True)}
+    assert rows["d_1"]["metric.test_bleu"] == 33.5 and rows["t_00001"]["metric.test_bleu"] is None
+
+
+def test_seed_group_is_the_point_without_its_seed(tmp_path):
+    write_trial(tmp_path, record("a"))
+    write_trial(tmp_path, record("b", point=CONFIG.replace(seed=7)))
+    write_trial(tmp_path, record("c", point=CONFIG.replace(**{"sparsity.density": 0.2})))
+    groups = read_trials(tmp_path).set_index("trial_id")["seed_group"]
+    assert groups["a"] == groups["b"] != groups["c"]
+
+
+def test_newer_schema_is_refused_and_older_files_read_with_nulls(tmp_path):
+    write_trial(tmp_path, record())
+    table = pq.read_table(tmp_path / "trials" / "sweep=wrn" / "t_00001.parquet")
+    older = table.drop_columns(["seed_group", "memory.flops_per_step"]).set_column(
+        1, "trial_id", pa.array(["old"])
+    )
+    pq.write_table(older, tmp_path / "trials" / "sweep=wrn" / "old.parquet")
+    trials = read_trials(tmp_path).set_index("trial_id")
+    assert pd.isna(trials.loc["old", "seed_group"]) and pd.isna(
+        trials.loc["old", "memory.flops_per_step"]
+    )
+    assert trials.loc["t_00001", "memory.flops_per_step"] == 123456789
+
+    newer = table.set_column(0, "schema_version", pa.array([2], pa.int64()))
+    pq.write_table(newer, tmp_path / "trials" / "sweep=wrn" / "new.parquet")
+    with pytest.raises(
+        StoreError,
+        match=r"new\.parquet: schema_version 2 is newer than this tune-lowmem reads \(1\)",
+    ):
+        read_trials(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "name", ["", "../up", "a/b", ".hidden", "_meta", "sweep=x", "a b", "x" * 201, None]
+)
+def test_bad_names_are_refused_and_nothing_is_written(tmp_path, name):
+    for field in ("sweep", "trial_id"):
+        with pytest.raises(ConfigError, match=f"^{field}: .* allowed: letters, digits"):
+            write_trial(tmp_path, record(**{field: name}), EPOCHS)
+    if name is not None:  # None asks the readers for every sweep
+        with pytest.raises(ConfigError, match="^sweep: "):
+            read_trials(tmp_path, sweep=name)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("changes", "epochs", "field"),
+    [
+        ({"status": "done"}, None, "status"),
+        ({"status": "failed"}, None, "failure_reason"),
+        ({"started_at": datetime(2024, 1, 1)}, None, "started_at"),
+        ({"memory": {"total_mb": 1.0}}, None, "memory.total_mb"),
+        ({"metrics": {"val_accuracy": "high"}}, None, "metrics.val_accuracy"),
+        ({"config": {**CONFIG.to_flat(), "model.depth": "deep"}}, EPOCHS, "config.model.depth"),
+        ({"config": {**CONFIG.to_flat(), "model.height": 3}}, EPOCHS, "config.model.height"),
+        ({"config": {**CONFIG.to_flat(), "model.depth": 28.5}}, None, "config.model.depth"),
+        ({"config": {**CONFIG.to_flat(), "data.augment": 1}}, None, "config.data.augment"),
+        (
+            {"config": {**CONFIG.to_flat(), "schedule.milestones": "0.3"}},
+            None,
+            "config.schedule.milestones",
+        ),
+        ({"config": {"task": "mnist"}}, None, "config.task"),
+        ({"memory": {"flops_per_step": 1.5}}, None, "memory.flops_per_step"),
+        ({}, [{"epoch": 1}, {"epoch": 1}], "epochs.epoch"),
+        ({}, [{"epoch": 1, "val_accuracy": [0.5]}], "epochs.val_accuracy"),
+    ],
+)
+def test_bad_values_name_their_field_and_write_nothing(tmp_path, changes, epochs, field):
+    with pytest.raises(ConfigError, match=f"^{field}: "):
+        write_trial(tmp_path, record(**changes), epochs)
+    assert list(tmp_path.iterdir()) == []
