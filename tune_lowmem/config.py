@@ -123,7 +123,7 @@ class DynamicConvConfig:
     attention_dropout: float = 0.1
     relu_dropout: float = 0.0
     input_dropout: float = 0.0
-    share_decoder_input_output_embed: bool = True
+    share_decoder_input_output_embed: bool = False  # fairseq's recipe leaves them untied
 
     def validate(self, prefix: str) -> None:
         for name in ("embed_dim", "ffn_dim", "heads", "encoder_layers", "decoder_layers"):
@@ -233,7 +233,9 @@ class DataConfig:
 
     root: str | None = None  # None: $TUNE_LOWMEM_DATA, else ../shared/data beside the project
     train_subset: int | None = None  # use only this many training examples (quick runs)
-    val_size: int = 5000  # held out from the training images for search (the paper: 5,000)
+    # held out from training for search: CIFAR-10 images (the paper: 5,000); IWSLT'14 sentence
+    # pairs, only when the folder has no valid split of its own (the shipped iwslt14-small)
+    val_size: int = 5000
     test_subset: int | None = None
     split: str = "search"  # search: train 45k / validate 5k; final: train on all 50k
     augment: bool = True  # 4-pixel pad, random crop, horizontal flip
