@@ -1,0 +1,301 @@
+"""`tune-lowmem pareto` over a store written with `store.write_trial`.
+
+The rows are synthetic but realistic: real tiny-WRN configs whose memory is the profiler's own
+prediction, with hand-chosen accuracies so that the front, the seed intervals and the best
+configuration under each budget can be worked out by hand.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from datetime import datetime, timedelta, timezone
+
+import pandas as pd
+import pytest
+
+from tests.conftest import tiny_wrn_config
+from tune_lowmem.cli import main
+from tune_lowmem.config import TrialConfig
+from tune_lowmem.memory import predict
+from tune_lowmem.store import TrialRecord, write_trial
+
+START = datetime(2024, 5, 1, tzinfo=timezone.utc)
+# name -> (config changes, validation accuracy per seed)
+POINTS = {
+    "A": ({}, [0.81, 0.83]),  # the fp32 dense baseline: most accurate, most memory
+    "B": ({"precision": "fp16"}, [0.805, 0.815]),
+    "C": ({"precision": "fp16", "microbatch.size": 5, "schedule.milestones": [0.5, 0.75]}, [0.79]),
+    "D": (
+        {
+            "precision": "fp16",
+            "microbatch.size": 5,
+            "sparsity.density": 0.3,
+            "checkpoint": "residual-2*",
+        },
+        [0.75, 0.76, 0.74],
+    ),
+    "E": ({"microbatch.size": 5}, [0.70]),  # dominated by C: more memory, less accurate
+}
+FRONT = ["D", "C", "B", "A"]  # by memory, smallest first
+
+
+def predicted_memory(config: TrialConfig) -> dict:
+    """The memory columns of a trial of ``config``, as the profiler predicts them."""
+    report = predict(config).to_dict()
+    parts = {
+        f"predicted_{p}_mb": report[f"{p}_mb"]
+        for p in ("model", "optimizer", "activation", "total")
+    }
+    return {**parts, "flops_per_step": report["flops_per_step"]}
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    root = tmp_path_factory.mktemp("store")
+    memory, configs, n = {}, {}, 0
+    for name, (changes, accuracies) in POINTS.items():
+        configs[name] = tiny_wrn_config(**changes)
+        memory[name] = predicted_memory(configs[name])
+        for seed, accuracy in enumerate(accuracies):
+            n += 1
+            write_trial(
+                root,
+                TrialRecord(
+                    sweep="wrn-tpe",
+                    trial_id=f"t{n:03d}",
+                    status="completed",
+                    config=configs[name].replace(seed=seed).to_flat(),
+                    metrics={"val_accuracy": accuracy, "test_accuracy": accuracy - 0.01},
+                    memory=memory[name],
+                    started_at=START + timedelta(minutes=n),
+                    finished_at=START + timedelta(minutes=n + 1),
+                    epochs_completed=1,
+                ),
+            )
+    tiny = tiny_wrn_config(**{"sparsity.density": 0.01, "precision": "fp16", "microbatch.size": 1})
+    for status, reason in (("failed", "loss became NaN"), ("infeasible", "over the memory budget")):
+        n += 1  # the smallest and "most accurate" of all, but not completed: never an answer
+        write_trial(
+            root,
+            TrialRecord(
+                sweep="wrn-tpe",
+                trial_id=f"t{n:03d}",
+                status=status,
+                failure_reason=reason,
+                config=tiny.to_flat(),
+                metrics={"val_accuracy": 0.99},
+                memory=predicted_memory(tiny),
+            ),
+        )
+    write_trial(
+        root,
+        TrialRecord(
+            sweep="other",
+            trial_id="t999",
+            status="completed",
+            config=configs["A"].replace(seed=7).to_flat(),
+            metrics={"val_accuracy": 0.5},
+            memory=memory["A"],
+        ),
+    )
+    sizes = [memory[name]["predicted_total_mb"] for name in FRONT]
+    assert (
+        sizes == sorted(sizes)
+        and memory["C"]["predicted_total_mb"] < memory["E"]["predicted_total_mb"]
+    )
+    return root, configs, memory
+
+
+def pareto(capsys, *argv) -> tuple[int, str, str]:
+    code = main(["pareto", *map(str, argv)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_front_is_the_non_dominated_seed_groups_by_memory(store, capsys):
+    root, configs, memory = store
+    code, out, _ = pareto(capsys, "--store", root, "--sweep", "wrn-tpe", "--format", "json")
+    assert code == 0
+    front = json.loads(out)
+    assert [TrialConfig.from_dict(row["config"]) for row in front] == [
+        configs[name].replace(seed=0) for name in FRONT
+    ]
+    a = front[-1]
+    assert a["seeds"] == 2 and a["configuration"] == "fp32"
+    accuracy = a["objectives"]["metric.val_accuracy"]
+    assert accuracy["mean"] == pytest.approx(0.82)
+    assert accuracy["ci95"] == pytest.approx(1.96 * math.sqrt(0.0002) / math.sqrt(2))  # std 0.01414
+    assert front[0]["seeds"] == 3 and front[0]["objectives"]["metric.val_accuracy"][
+        "mean"
+    ] == pytest.approx(0.75)
+    assert front[1]["objectives"]["metric.val_accuracy"]["ci95"] is None  # one seed: no interval
+    assert [
+        row["objectives"]["memory.predicted_total_mb"]["mean"] for row in front
+    ] == pytest.approx([memory[name]["predicted_total_mb"] for name in FRONT])
+    assert front[0]["configuration"] == "fp16, 30% nonzeros, microbatch 5, checkpoint residual-2*"
+
+
+def test_table_and_csv_show_the_same_front(store, capsys):
+    root, _, _ = store
+    code, table, _ = pareto(capsys, "--store", root, "--sweep", "wrn-tpe")
+    assert code == 0
+    lines = table.strip().splitlines()
+    assert len(lines) == 1 + len(FRONT)
+    assert "0.82 ± 0.02" in lines[-1] and lines[-1].lstrip().startswith("fp32 ")
+    code, text, _ = pareto(capsys, "--store", root, "--sweep", "wrn-tpe", "--format", "csv")
+    frame = pd.read_csv(io.StringIO(text))
+    assert list(frame["seeds"]) == [3, 1, 2, 2]
+    assert list(frame["config.microbatch.size"].fillna(0).astype(int)) == [5, 5, 0, 0]
+    assert json.loads(frame["config.schedule.milestones"][1]) == [0.5, 0.75]
+
+
+def test_all_sweeps_merge_seed_groups_across_sweeps(store, capsys):
+    root, configs, _ = store
+    _, out, _ = pareto(capsys, "--store", root, "--format", "json")
+    front = [TrialConfig.from_dict(row["config"]) for row in json.loads(out)]
+    # A's third seed, in sweep "other", scored 0.5: A's mean (0.713) falls below B's 0.81
+    assert front == [configs[name].replace(seed=0) for name in ("D", "C", "B")]
+
+
+@pytest.mark.parametrize(
+    ("between", "expected"), [(("C", "B"), "C"), (("B", "A"), "B"), (("A", None), "A")]
+)
+def test_best_under_budget_is_yaml_that_profiles_under_the_budget(
+    store, capsys, tmp_path, between, expected
+):
+    root, configs, memory = store
+    low, high = between
+    top = memory[high]["predicted_total_mb"] if high else 1e6
+    budget = (memory[low]["predicted_total_mb"] + top) / 2
+    code, out, _ = pareto(capsys, "--store", root, "--sweep", "wrn-tpe", "--max-memory-mb", budget)
+    assert code == 0 and out.startswith("# The most accurate configuration within")
+    path = tmp_path / "best.yaml"
+    path.write_text(out)
+    chosen = TrialConfig.from_yaml(path)
+    assert chosen == configs[expected].replace(seed=0)  # list fields decoded from the store's JSON
+    assert main(["profile", str(path), "--json"]) == 0
+    profiled = json.loads(capsys.readouterr().out)
+    assert profiled["predicted"]["total_mb"] <= budget
+    assert profiled["predicted"]["total_mb"] == pytest.approx(
+        memory[expected]["predicted_total_mb"]
+    )
+
+
+def test_min_accuracy_and_budget_together(store, capsys):
+    root, configs, memory = store
+    budget = memory["A"]["predicted_total_mb"] + 1
+    _, out, _ = pareto(
+        capsys,
+        "--store",
+        root,
+        "--sweep",
+        "wrn-tpe",
+        "--max-memory-mb",
+        budget,
+        "--min-accuracy",
+        0.8,
+        "--format",
+        "json",
+    )
+    best = json.loads(out)
+    assert TrialConfig.from_dict(best["config"]) == configs["A"].replace(seed=0)
+    _, out, _ = pareto(
+        capsys, "--store", root, "--sweep", "wrn-tpe", "--min-accuracy", 0.785, "--format", "csv"
+    )
+    assert len(pd.read_csv(io.StringIO(out))) == 3  # D (0.75) is dropped
+
+
+def test_no_configuration_under_the_budget_says_the_smallest(store, capsys):
+    root, _, memory = store
+    smallest = memory["D"]["predicted_total_mb"]
+    code, out, err = pareto(
+        capsys, "--store", root, "--sweep", "wrn-tpe", "--max-memory-mb", smallest / 2
+    )
+    assert code == 1 and out == ""
+    assert f"the smallest found is {smallest:.4g} MB" in err
+    code, _, err = pareto(capsys, "--store", root, "--sweep", "wrn-tpe", "--min-accuracy", 0.95)
+    assert code == 1 and "the best found is 0.82" in err
+
+
+def test_custom_objectives_bare_names_resolve(store, capsys):
+    root, _, _ = store
+    _, out, _ = pareto(
+        capsys,
+        "--store",
+        root,
+        "--sweep",
+        "wrn-tpe",
+        "--format",
+        "json",
+        "--objectives",
+        "test_accuracy:max",
+        "--objectives",
+        "predicted_activation_mb:min",
+    )
+    front = json.loads(out)
+    assert set(front[0]["objectives"]) == {"metric.test_accuracy", "memory.predicted_activation_mb"}
+    assert front[-1]["objectives"]["metric.test_accuracy"]["mean"] == pytest.approx(0.81)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--sweep", "nope"], "--sweep: 'nope' is not in"),
+        (
+            ["--objectives", "metric.bleu:max,memory.predicted_total_mb:min"],
+            "; allowed: metric.test_accuracy, metric.val_accuracy, memory.",
+        ),
+        (["--objectives", "metric.val_accuracy:up"], "COLUMN:max or COLUMN:min is required"),
+        (["--objectives", "metric.val_accuracy:max"], "two or more objectives are required"),
+        (
+            [
+                "--objectives",
+                "memory.predicted_total_mb:min,memory.predicted_model_mb:min",
+                "--max-memory-mb",
+                "5",
+            ],
+            "--max-memory-mb: needs a maximized objective",
+        ),
+    ],
+)
+def test_bad_input_is_one_clear_line(store, capsys, argv, message):
+    root, _, _ = store
+    code, out, err = pareto(capsys, "--store", root, *argv)
+    assert code == 2 and out == ""
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_empty_store_and_unknown_sweep(store, capsys, tmp_path):
+    code, _, err = pareto(capsys, "--store", tmp_path / "empty")
+    assert code == 2 and "holds no trials" in err
+    root, _, _ = store
+    code, _, err = pareto(capsys, "--store", root, "--sweep", "missing")
+    assert code == 2 and "allowed: other, wrn-tpe" in err
+
+
+def test_only_failed_trials_is_exit_1(tmp_path, capsys):
+    write_trial(
+        tmp_path,
+        TrialRecord(
+            sweep="s",
+            trial_id="t1",
+            status="failed",
+            failure_reason="boom",
+            config=tiny_wrn_config().to_flat(),
+        ),
+    )
+    code, _, err = pareto(capsys, "--store", tmp_path)
+    assert code == 1 and "no completed trial in the store (1 failed)" in err
+
+
+def test_objective_no_trial_reports_is_exit_1(store, capsys):
+    root, _, _ = store
+    code, _, err = pareto(
+        capsys, "--store", root, "--objectives", "val_accuracy:max,measured_total_mb:min"
+    )
+    assert (
+        code == 1
+        and "no completed trial reports all of metric.val_accuracy, memory.measured_total_mb" in err
+    )

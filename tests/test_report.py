@@ -1,0 +1,220 @@
+"""`tune-lowmem report` (and the scripts in analysis/) over stores written with `store.write_trial`:
+every file is there, the PNGs are real images, Table 3 says what the store holds, and a store
+without the variation a figure needs gets a note instead of an empty plot."""
+
+from __future__ import annotations
+
+import re
+import runpy
+import sys
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from PIL import Image
+
+from tests.conftest import tiny_wrn_config
+from tests.test_pareto_cli import predicted_memory
+from tune_lowmem.cli import main
+from tune_lowmem.memory import MB, baseline_config, predict
+from tune_lowmem.pareto import non_dominated_mask
+from tune_lowmem.store import TrialRecord, read_trials, write_trial
+
+ROOT = Path(__file__).resolve().parents[1]
+START = datetime(2024, 5, 1, tzinfo=timezone.utc)
+FIGURES = [
+    "memory_parts",
+    "accuracy_vs_density",
+    "accuracy_vs_microbatch",
+    "accuracy_vs_memory",
+    "hypervolume",
+]
+
+
+def write_sweep(root: Path, sweep: str, points: list[dict], seeds: int, offset: int = 0) -> None:
+    """One completed trial per point and seed, accuracy falling with sparsity and microbatch size
+    as the paper's figures show; plus one failed and one infeasible trial."""
+    rng = np.random.default_rng(offset)
+    n = offset
+    for changes in points:
+        config = tiny_wrn_config(**changes)
+        memory = predicted_memory(config)
+        density, micro = config.sparsity.density, config.microbatch.size or 20
+        for seed in range(seeds):
+            n += 1
+            accuracy = 0.55 + 0.1 * density - 0.04 * (micro < 5) + rng.normal(0, 0.01)
+            write_trial(
+                root,
+                TrialRecord(
+                    sweep=sweep,
+                    trial_id=f"t{n:03d}",
+                    status="completed",
+                    config=config.replace(seed=seed).to_flat(),
+                    metrics={"val_accuracy": accuracy + 0.01, "test_accuracy": accuracy},
+                    memory={**memory, "measured_total_mb": memory["predicted_total_mb"] * 1.04},
+                    started_at=START + timedelta(minutes=n),
+                    finished_at=START + timedelta(minutes=n + 1),
+                    epochs_completed=1,
+                ),
+            )
+    for status in ("failed", "infeasible"):
+        n += 1
+        write_trial(
+            root,
+            TrialRecord(
+                sweep=sweep,
+                trial_id=f"t{n:03d}",
+                status=status,
+                failure_reason="boom",
+                config=tiny_wrn_config().to_flat(),
+                started_at=START + timedelta(minutes=n),
+            ),
+        )
+
+
+JOINT = [
+    {},  # the baseline
+    {"precision": "fp16"},
+    {"sparsity.density": 0.3},
+    {"precision": "fp16", "sparsity.density": 0.3, "checkpoint": "residual-2*"},
+    {"microbatch.size": 5},
+    {"precision": "fp16", "microbatch.size": 2, "microbatch.mode": "simulated"},
+    {
+        "precision": "fp16",
+        "sparsity.density": 0.1,
+        "microbatch.size": 4,
+        "checkpoint": "residual-2*",
+    },
+]
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    root = tmp_path_factory.mktemp("store")
+    write_sweep(root, "joint-tpe", JOINT, seeds=2)
+    write_sweep(root, "joint-random", JOINT[::-1], seeds=1, offset=100)
+    out = tmp_path_factory.mktemp("report")
+    assert main(["report", "--store", str(root), "--out", str(out)]) == 0
+    return root, out
+
+
+def test_every_file_is_written_and_every_png_is_a_real_image(report):
+    _, out = report
+    expected = {f"{name}.png" for name in FIGURES} | {"table3.md", "table3.csv", "index.html"}
+    assert {p.name for p in out.iterdir()} == expected
+    for name in FIGURES:
+        with Image.open(out / f"{name}.png") as image:
+            assert image.format == "PNG"
+            width, height = image.size
+            assert 600 <= width <= 2500 and 400 <= height <= 2500
+            low, high = image.convert("L").getextrema()
+            assert high - low > 100  # something is drawn on the white
+
+
+def test_html_references_every_png_and_the_tables(report):
+    _, out = report
+    page = (out / "index.html").read_text()
+    assert sorted(re.findall(r'<img src="([^"]+)"', page)) == sorted(
+        f"{name}.png" for name in FIGURES
+    )
+    assert 'href="table3.md"' in page and 'href="table3.csv"' in page
+    assert 'class="skipped"' not in page
+    assert "samplers are read from the sweep names" in page  # no sampler column in this store
+    assert "Trials: 25 (21 completed, 2 failed, 2 infeasible)" in page
+
+
+def test_table3_rows_are_the_store_s_front_against_the_baseline(report):
+    root, out = report
+    table = pd.read_csv(out / "table3.csv")
+    trials = read_trials(root)
+    done = trials[trials["status"] == "completed"]
+    means = done.groupby("seed_group")[["metric.test_accuracy", "memory.predicted_total_mb"]].mean()
+    base = done[
+        (done["config.precision"] == "fp32")
+        & (done["config.sparsity.density"] == 1)
+        & done["config.microbatch.size"].isna()
+        & (done["config.checkpoint"] == "none")
+    ]
+    base_accuracy = base["metric.test_accuracy"].mean() * 100
+    base_memory = base["memory.predicted_total_mb"].iloc[0]
+    first = table.iloc[0]
+    assert first["configuration"] == "fp32 (baseline)" and first["seeds"] == 3
+    assert first["memory (MB)"] == pytest.approx(base_memory)
+    assert first["test accuracy (%)"] == pytest.approx(base_accuracy)
+    assert first["reduction (x)"] == 1 and first["change (pp)"] == pytest.approx(0)
+    front = means[non_dominated_mask(means.to_numpy(), ["maximize", "minimize"])]
+    front = front.drop(index=base["seed_group"].iloc[0], errors="ignore")
+    rows = table.iloc[1:].set_index("seed_group")
+    assert set(rows.index) == set(front.index)
+    assert list(rows["memory (MB)"]) == sorted(rows["memory (MB)"], reverse=True)
+    for group, row in rows.iterrows():
+        accuracy = front.loc[group, "metric.test_accuracy"] * 100
+        memory = front.loc[group, "memory.predicted_total_mb"]
+        assert row["memory (MB)"] == pytest.approx(memory)
+        assert row["reduction (x)"] == pytest.approx(base_memory / memory)
+        assert row["test accuracy (%)"] == pytest.approx(accuracy)
+        assert row["change (pp)"] == pytest.approx(accuracy - base_accuracy)
+    markdown = (out / "table3.md").read_text()
+    assert markdown.count("\n| ") == len(table) + 2  # the header, the rule, one line per row
+    assert f"| {base_memory:.4g} | 1.0× | {base_accuracy:.2f} |" in markdown
+
+
+def test_a_store_without_variation_skips_figures_and_predicts_the_baseline(tmp_path):
+    root, out = tmp_path / "store", tmp_path / "out"
+    point = {"precision": "fp16", "sparsity.density": 0.3, "checkpoint": "residual-2*"}
+    write_sweep(root, "one-point", [point], seeds=3)
+    assert main(["report", "--store", str(root), "--out", str(out)]) == 0
+    assert {p.name for p in out.glob("*.png")} == {"memory_parts.png", "hypervolume.png"}
+    page = (out / "index.html").read_text()
+    for why in (
+        "the same fraction of nonzeros",
+        "the same microbatch size",
+        "two configurations or more",
+    ):
+        assert why in page
+    table = pd.read_csv(out / "table3.csv")
+    expected = predict(baseline_config(tiny_wrn_config(**point))).total_bytes / MB
+    assert table["configuration"][0].endswith("(baseline; predicted, not trained)")
+    assert table["memory (MB)"][0] == pytest.approx(expected)
+    assert table["reduction (x)"][1] == pytest.approx(
+        expected / predicted_memory(tiny_wrn_config(**point))["predicted_total_mb"]
+    )
+    assert table["test accuracy (%)"].isna()[0] and table["seeds"][1] == 3
+
+
+def test_scripts_write_one_kind_each(report, tmp_path, monkeypatch):
+    root, _ = report
+    scripts = sorted(p.stem for p in (ROOT / "analysis").glob("*.py"))
+    assert scripts == sorted([*FIGURES, "table3", "report"])
+    monkeypatch.setattr(
+        sys, "argv", ["hypervolume.py", "--store", str(root), "--out", str(tmp_path)]
+    )
+    with pytest.raises(SystemExit) as exit_:
+        runpy.run_path(str(ROOT / "analysis" / "hypervolume.py"), run_name="__main__")
+    assert exit_.value.code == 0
+    assert [p.name for p in tmp_path.iterdir()] == ["hypervolume.png"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "message"),
+    [
+        (["--only", "pie"], 2, "--only: 'pie' is not allowed; allowed: memory_parts"),
+        (["--metric", "metric.bleu"], 2, "--metric: 'metric.bleu' is not a numeric column"),
+        (["--sweep", "nope"], 2, "allowed: joint-random, joint-tpe"),
+    ],
+)
+def test_bad_input(report, tmp_path, capsys, argv, code, message):
+    root, _ = report
+    assert main(["report", "--store", str(root), "--out", str(tmp_path), *argv]) == code
+    assert message in capsys.readouterr().err
+
+
+def test_help_names_every_kind(capsys):
+    from tune_lowmem.analysis.report import KINDS
+
+    with pytest.raises(SystemExit):
+        main(["report", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert all(kind in text for kind in KINDS)

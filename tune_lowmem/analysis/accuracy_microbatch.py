@@ -1,0 +1,39 @@
+"""Score against the microbatch size, true and simulated microbatching apart (the paper's Fig 4)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .plotting import ERRORBAR_NOTE, Drawn, new_figure, save, series, value_axis
+from .points import Points, microbatch_size, microbatched
+
+NAME = "accuracy_vs_microbatch"
+TITLE = "Accuracy against microbatch size (paper Figure 4)"
+
+
+def draw(points: Points, out: Path) -> Drawn:
+    frame = points.scored().copy()
+    frame["microbatch"] = [microbatch_size(row) for _, row in frame.iterrows()]
+    if frame["microbatch"].nunique() < 2:
+        return Drawn(
+            NAME,
+            TITLE,
+            "",
+            note="skipped: every configuration in the store uses the same "
+            "microbatch size; it needs trials at two sizes or more",
+        )
+    # One microbatch per minibatch is plain training, which true microbatching reduces to exactly.
+    split = [microbatched(row) for _, row in frame.iterrows()]
+    frame["mode"] = frame["config.microbatch.mode"].where(split, "true")
+    figure, ax = new_figure()
+    series(ax, frame, points, "microbatch", "mode", "microbatching")
+    value_axis(ax, frame["microbatch"], log=True)
+    unit = "images" if points.groups["config.task"].iloc[0] == "wrn-cifar10" else "tokens"
+    ax.set_xlabel(f"microbatch size ({unit}; the largest is the whole minibatch)")
+    ax.set_title(f"{points.score_name} against microbatch size")
+    caption = (
+        "true: microbatches run one after another, gradients accumulated; simulated: batch-norm "
+        "statistics over microbatch-sized groups of the full batch. Lines join the best "
+        f"configuration at each size. {ERRORBAR_NOTE}."
+    )
+    return Drawn(NAME, TITLE, caption, path=save(figure, out, NAME))

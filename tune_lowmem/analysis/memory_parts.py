@@ -1,0 +1,55 @@
+"""Training memory split into the paper's three parts, one stacked bar per configuration (Fig 1)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .plotting import Drawn, new_figure, save
+from .points import MEMORY_PARTS, Points
+
+NAME = "memory_parts"
+TITLE = "Training memory by part: model, optimizer, activation (paper Figure 1)"
+MOST_BARS = 16
+PART_COLORS = {"model": "#4c72b0", "optimizer": "#dd8452", "activation": "#55a868"}
+
+
+def draw(points: Points, out: Path) -> Drawn:
+    parts = [f"memory.predicted_{part}_mb.mean" for part in MEMORY_PARTS]
+    frame = points.groups.dropna(subset=parts)
+    if frame.empty:
+        return Drawn(
+            NAME, TITLE, "", note="skipped: no completed trial has the predicted memory parts"
+        )
+    # The memory of a configuration does not depend on its learning rate: one bar per label.
+    frame = frame.sort_values(f"{points.memory}.mean").drop_duplicates("configuration")
+    shown = frame
+    if len(frame) > MOST_BARS:  # evenly spread over memory, smallest and largest kept
+        shown = frame.iloc[np.unique(np.linspace(0, len(frame) - 1, MOST_BARS).round().astype(int))]
+    figure, ax = new_figure(9.5, 1.2 + 0.42 * len(shown))
+    left = np.zeros(len(shown))
+    rows = np.arange(len(shown))
+    for part, col in zip(MEMORY_PARTS, parts):
+        values = shown[col].to_numpy(float)
+        ax.barh(rows, values, left=left, color=PART_COLORS[part], label=part, height=0.7)
+        left += values
+    measured = shown["memory.measured_total_mb.mean"].to_numpy(float)
+    if np.isfinite(measured).any():
+        ax.plot(measured, rows, "k|", markersize=16, markeredgewidth=2, label="measured total")
+    ends = np.fmax(left, measured)  # the label starts past the measured mark
+    for row, total, end in zip(rows, left, ends):
+        ax.text(end, row, f"  {total:.3g} MB", va="center", fontsize="small")
+    ax.set_yticks(rows, shown["configuration"])
+    ax.set_xlim(0, ends.max() * 1.2)
+    ax.set_xlabel("predicted training memory (MB)")
+    ax.set_title("Training memory by part")
+    ax.legend(fontsize="small", loc="lower right")
+    ax.grid(True, axis="x", alpha=0.3)
+    caption = (
+        "Predicted from shapes by the profiler: model = parameters, optimizer = gradient buffer "
+        "plus optimizer state, activation = the peak of stored activations and their gradients."
+    )
+    if len(shown) < len(frame):
+        caption += f" {len(shown)} of {len(frame)} configurations shown, spread evenly over memory."
+    return Drawn(NAME, TITLE, caption, path=save(figure, out, NAME))
