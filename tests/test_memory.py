@@ -1,0 +1,223 @@
+"""The memory profiler: prediction from fake tensors against a real step's measurement, the
+effect of each technique, the paper's baseline, and speed."""
+
+import random
+import resource
+import sys
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from tests.conftest import tiny_wrn_config
+from tune_lowmem.config import ConfigError, TrialConfig
+from tune_lowmem.memory import MB, MemoryReport, baseline_config, measure, predict
+from tune_lowmem.memory.measure import allocator_probe
+from tune_lowmem.memory.tracker import StorageTracker
+from tune_lowmem.models.wideresnet import WideResNet
+from tune_lowmem.techniques.sparsity import sparse_parameter_names, sparse_storage_bytes
+
+TINY = {"schedule.batch_size": 32}  # big enough that the graph's own heap is under 5%
+COMBINATIONS = [  # fp16 kernels are slow on the CPU: benchmarks/profiler_accuracy.py covers fp16
+    {},
+    {"precision": "bf16", "checkpoint": "residual-1", "microbatch.size": 16},
+    {
+        "precision": "amp-bf16",
+        "checkpoint": "residual-2*",
+        "sparsity.density": 0.3,
+        "microbatch.size": 8,
+        "microbatch.mode": "simulated",
+    },
+]
+
+
+def tiny(**flat) -> TrialConfig:
+    return tiny_wrn_config(**{**TINY, **flat})
+
+
+@pytest.mark.parametrize(
+    "flat", COMBINATIONS, ids=lambda flat: ",".join(f"{k}={v}" for k, v in flat.items())
+)
+def test_prediction_matches_a_real_step(flat):
+    config = tiny(**flat)
+    predicted, measured = predict(config), measure(config)
+    assert (predicted.source, measured.source) == ("predicted", "measured")
+    assert predicted.model_bytes == measured.model_bytes
+    assert predicted.optimizer_bytes == measured.optimizer_bytes
+    assert predicted.activation_bytes == pytest.approx(measured.activation_bytes, rel=0.05)
+    assert predicted.total_bytes == pytest.approx(measured.total_bytes, rel=0.05)
+    assert predicted.flops_per_step == measured.flops_per_step
+    assert measured.peak_bytes > measured.activation_bytes
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="glibc's mallinfo2")
+def test_cpu_measurement_reads_the_heap_not_the_tracker():
+    probe = allocator_probe(torch.device("cpu"))
+    assert probe is not None
+    before = probe()
+    tensor = torch.ones(2**20)  # 4 MiB
+    assert probe() - before >= tensor.nbytes
+    del tensor
+    assert probe() - before < 2**20
+
+
+def test_checkpointing_lowers_activations_and_costs_flops():
+    reports = {
+        s: predict(tiny(checkpoint=s, **{"model.depth": 16}))  # 6 blocks: 3 pairs
+        for s in ("none", "residual-1", "residual-2", "residual-2*")
+    }
+    none = reports.pop("none")
+    for strategy, report in reports.items():
+        assert report.activation_bytes < 0.8 * none.activation_bytes, strategy
+        assert report.flops_per_step > none.flops_per_step, strategy
+        assert (report.model_bytes, report.optimizer_bytes) == (
+            none.model_bytes,
+            none.optimizer_bytes,
+        )
+    assert (
+        reports["residual-2*"].flops_per_step > reports["residual-2"].flops_per_step
+    )  # stem, head
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_half_precision_halves_every_part(precision):
+    full, half = predict(tiny()), predict(tiny(precision=precision))
+    assert half.activation_bytes / full.activation_bytes == pytest.approx(0.5, abs=0.01)
+    model = WideResNet(depth=10, width=1)
+    bn = sum(
+        p.numel() for m in model.modules() if isinstance(m, nn.BatchNorm2d) for p in m.parameters()
+    )
+    assert half.model_bytes == full.model_bytes // 2 + 2 * bn  # batch-norm parameters stay fp32
+    assert half.optimizer_bytes == 2 * half.model_bytes  # gradient + momentum, in the same dtypes
+    assert half.flops_per_step == full.flops_per_step
+
+
+def test_mixed_precision_keeps_fp32_state_and_counts_autocast_copies():
+    full, amp = predict(tiny()), predict(tiny(precision="amp-bf16"))
+    assert (amp.model_bytes, amp.optimizer_bytes) == (full.model_bytes, full.optimizer_bytes)
+    half = predict(tiny(precision="bf16"))
+    assert half.activation_bytes < amp.activation_bytes < full.activation_bytes
+
+
+def test_true_microbatching_divides_activations_simulated_does_not():
+    whole = predict(tiny())
+    micro = {size: predict(tiny(**{"microbatch.size": size})) for size in (16, 8)}
+    assert micro[16].activation_bytes / whole.activation_bytes == pytest.approx(1 / 2, rel=0.03)
+    assert micro[8].activation_bytes / whole.activation_bytes == pytest.approx(1 / 4, rel=0.03)
+    assert micro[8].flops_per_step == whole.flops_per_step
+    simulated = predict(tiny(**{"microbatch.size": 8, "microbatch.mode": "simulated"}))
+    assert simulated.activation_bytes >= whole.activation_bytes  # the whole batch is in memory
+
+
+def test_sparsity_shrinks_model_and_optimizer_only():
+    dense, sparse = predict(tiny()), predict(tiny(**{"sparsity.density": 0.3}))
+    assert sparse.activation_bytes == dense.activation_bytes
+    assert sparse.flops_per_step == dense.flops_per_step
+    model = WideResNet(depth=10, width=1)
+    names = set(sparse_parameter_names(model, "wrn-cifar10"))
+    params = dict(model.named_parameters())
+    kept = {n: max(1, round(0.3 * params[n].numel())) for n in names}
+    dense_rest = sum(p.numel() * 4 for n, p in params.items() if n not in names)
+    assert sparse.model_bytes == dense_rest + sum(
+        sparse_storage_bytes(kept[n], params[n].shape, 4) for n in names
+    )
+    assert sparse.optimizer_bytes == 2 * (dense_rest + 4 * sum(kept.values()))
+
+
+def test_tracker_flops_equal_flop_counter_mode():
+    model, x = WideResNet(depth=10, width=1), torch.randn(2, 3, 32, 32)
+    model.set_grad_checkpointing("residual-2*")
+    with FlopCounterMode(display=False) as counter:
+        F.cross_entropy(model(x), torch.tensor([0, 1])).backward()
+    with StorageTracker() as tracker:
+        F.cross_entropy(model(x), torch.tensor([0, 1])).backward()
+    assert tracker.flops == counter.get_total_flops() > 0
+
+
+def test_tracker_follows_storage_lifetimes():
+    with StorageTracker() as tracker:
+        a = torch.ones(1000)  # 4,000 bytes
+        b = a * 2  # 8,000 alive
+        view = b[:10]  # a view: no new storage
+        del a
+        c = b + 1  # 8,000 alive again (a is gone)
+        del b, c
+    assert [life.nbytes for life in tracker.lives] == [4000, 4000, 4000]
+    assert tracker.peak() == 8000
+    assert (
+        tracker.peak(exclude=[view]) == 4000
+    )  # without b (alive through its view) a, c never meet
+    assert tracker.curve([view], of=True)[-1] == 4000
+
+
+def test_wrn28_batch100_is_the_papers_baseline_predicted_in_seconds():
+    config = TrialConfig.from_dict({"device": "cpu"})
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    started = time.perf_counter()
+    report = predict(config)
+    seconds = time.perf_counter() - started
+    assert seconds < 10
+    params = sum(p.numel() for p in WideResNet(28, 2).parameters())
+    assert report.model_bytes == 4 * params and report.optimizer_bytes == 8 * params
+    assert report.total_bytes / MB == pytest.approx(404.8, rel=0.05)  # the paper's MB: 10^6 bytes
+    # no real activation memory was allocated for the ~387 MB predicted
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before < 100 * 1024
+    started = time.perf_counter()
+    assert predict(config.replace(schedule__lr_multiplier=2.0, seed=3)) == report  # the cached pass
+    assert time.perf_counter() - started < 0.5
+
+
+def test_report_units_ratio_and_baseline():
+    report = MemoryReport(2 * MB, 4 * MB, 10 * MB, 123, "predicted")
+    assert report.to_dict() == {
+        "model_mb": 2.0,
+        "optimizer_mb": 4.0,
+        "activation_mb": 10.0,
+        "total_mb": 16.0,
+        "flops_per_step": 123,
+        "source": "predicted",
+    }
+    assert report.ratio_to(MemoryReport(8 * MB, 16 * MB, 40 * MB, 1, "measured")) == 4.0
+    with pytest.raises(ValueError, match="source: 'guessed'"):
+        MemoryReport(1, 1, 1, 1, "guessed")
+    config = tiny(
+        precision="fp16", checkpoint="residual-1", **{"microbatch.size": 8, "sparsity.density": 0.5}
+    )
+    base = baseline_config(config)
+    assert (base.precision, base.checkpoint, base.microbatch.size, base.sparsity.density) == (
+        "fp32",
+        "none",
+        None,
+        1.0,
+    )
+    assert base.model == config.model and base.schedule == config.schedule
+
+
+def test_prediction_leaves_global_generators_alone():
+    random.seed(5)
+    torch.manual_seed(5)
+    expected = (random.random(), torch.rand(1))
+    random.seed(5)
+    torch.manual_seed(5)
+    predict(tiny(seed=9, checkpoint="residual-1"))
+    assert (random.random(), torch.rand(1)) == expected
+
+
+def test_unprofiled_task_is_refused_naming_the_field():
+    with pytest.raises(ConfigError, match="^task: 'dct-iwslt14' is not allowed for profiling"):
+        predict(TrialConfig.from_dict({"task": "dct-iwslt14", "device": "cpu"}))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "flat", [*COMBINATIONS, {"precision": "fp16", "checkpoint": "residual-2"}], ids=str
+)
+def test_prediction_matches_a_real_step_on_the_gpu(flat):
+    config = tiny(device="cuda", **flat)
+    predicted, measured = predict(config), measure(config)
+    assert predicted.activation_bytes == pytest.approx(measured.activation_bytes, rel=0.05)
+    assert predicted.total_bytes == pytest.approx(measured.total_bytes, rel=0.05)
+    assert measured.peak_bytes >= measured.activation_bytes

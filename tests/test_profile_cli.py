@@ -1,0 +1,86 @@
+"""`tune-lowmem profile`: the table, the JSON, the measured column, and bad input."""
+
+import json
+
+import pytest
+
+from tune_lowmem.cli import main
+
+TINY = ["--set", "model.depth=10", "--set", "model.width=1", "--set", "schedule.batch_size=16"]
+TINY += ["--set", "device=cpu"]
+
+
+def test_prints_a_table_with_the_ratio_to_the_baseline(capsys):
+    assert main(["profile", *TINY, "--set", "precision=bf16", "--set", "microbatch.size=8"]) == 0
+    out = capsys.readouterr().out
+    assert "WRN-10-1, batch 16, bf16, checkpoint none, microbatch 8 (true)" in out
+    rows = {line[:22].strip(): line[22:].split() for line in out.splitlines()[2:]}
+    assert list(rows) == [
+        "model MB",
+        "optimizer MB",
+        "activation MB",
+        "total MB",
+        "GFLOPs per step",
+        "baseline total MB",
+        "baseline / this",
+        "peak MB, all held",
+    ]
+    total, baseline, ratio = (
+        float(rows[k][0]) for k in ("total MB", "baseline total MB", "baseline / this")
+    )
+    assert (
+        ratio == pytest.approx(baseline / total, rel=1e-2) and ratio > 2.5
+    )  # half, and 2 microbatches
+
+
+def test_json_gives_both_parts_and_the_baseline(capsys, tmp_path):
+    config = tmp_path / "trial.yaml"
+    config.write_text("model: {depth: 10, width: 1}\nschedule: {batch_size: 16}\ndevice: cpu\n")
+    assert main(["profile", str(config), "--set", "checkpoint=residual-1", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    predicted = result["predicted"]
+    assert predicted["source"] == "predicted" and "measured" not in result
+    parts = predicted["model_mb"] + predicted["optimizer_mb"] + predicted["activation_mb"]
+    assert predicted["total_mb"] == pytest.approx(parts)
+    baseline = result["baseline"]["predicted"]
+    assert predicted["ratio_to_baseline"] == pytest.approx(
+        baseline["total_mb"] / predicted["total_mb"]
+    )
+    assert predicted["flops_per_step"] > baseline["flops_per_step"]  # the recomputation
+
+
+def test_measure_adds_the_measured_column(capsys):
+    assert main(["profile", *TINY, "--measure", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    predicted, measured = result["predicted"], result["measured"]
+    assert measured["source"] == "measured" and measured["peak_mb"] > 0
+    assert predicted["total_mb"] == pytest.approx(measured["total_mb"], rel=0.05)
+    assert set(result["baseline"]) == {"predicted", "measured"}
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            [*TINY, "--set", "checkpoint=every-3"],
+            "checkpoint: 'every-3' is not allowed; allowed: none",
+        ),
+        (
+            [*TINY, "--set", "sparsity.density=1.5"],
+            "sparsity.density: 1.5 is not allowed; 0 < value",
+        ),
+        ([*TINY, "--set", "microbatch.size=7"], "microbatch.size: 7 is not allowed; a divisor of"),
+        ([*TINY, "--set", "precision"], "--set: 'precision' is not allowed; KEY=VALUE is required"),
+        (["--set", "task=dct-iwslt14"], "task: 'dct-iwslt14' is not allowed for profiling yet"),
+    ],
+)
+def test_bad_input_exits_2_naming_the_field(capsys, argv, message):
+    assert main(["profile", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tune-lowmem profile: error: ") and message in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_missing_config_file_exits_2(capsys, tmp_path):
+    assert main(["profile", str(tmp_path / "missing.yaml")]) == 2
+    assert "missing.yaml" in capsys.readouterr().err

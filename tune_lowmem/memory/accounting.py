@@ -1,0 +1,63 @@
+"""How the paper counts model and optimizer memory, shared by the prediction and the measurement.
+
+A dense parameter takes numel x element size. A sparse weight takes its nonzero values plus CSR
+index storage (`techniques.sparsity.sparse_storage_bytes`: int32 column indices and row
+pointers); its gradient and each optimizer-state buffer share the weight's pattern and take the
+nonzero values only. Everything is counted in the dtype it is stored in: half for the pure fp16
+and bf16 modes (norm layers fp32), fp32 for fp32 and the amp modes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+from torch import nn
+
+from ..techniques.sparsity import sparse_storage_bytes
+
+
+def value_bytes(tensor: torch.Tensor, nonzeros: int | None) -> int:
+    """A buffer shaped like a parameter: all its elements, or the `nonzeros` of a sparse one."""
+    return (tensor.numel() if nonzeros is None else nonzeros) * tensor.element_size()
+
+
+def model_bytes(model: nn.Module, nonzeros: Mapping[str, int]) -> int:
+    """The parameters; `nonzeros` maps each sparse weight's name to its nonzero count."""
+    total = 0
+    for name, param in model.named_parameters():
+        if name in nonzeros:
+            total += sparse_storage_bytes(nonzeros[name], param.shape, param.element_size())
+        else:
+            total += value_bytes(param, None)
+    return total
+
+
+def gradient_bytes(model: nn.Module, nonzeros: Mapping[str, int]) -> int:
+    """The gradient buffer: one value buffer per parameter."""
+    return sum(value_bytes(p, nonzeros.get(name)) for name, p in model.named_parameters())
+
+
+def state_copies(optimizer: torch.optim.Optimizer) -> int:
+    """Buffers shaped like each parameter that the optimizer keeps: SGD with momentum 1, Adam 2."""
+    if isinstance(optimizer, torch.optim.SGD):
+        return int(any(group["momentum"] for group in optimizer.param_groups))
+    if isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW)):
+        return 2 + int(any(group["amsgrad"] for group in optimizer.param_groups))
+    raise NotImplementedError(f"the profiler does not know the state of {type(optimizer).__name__}")
+
+
+def state_bytes(
+    model: nn.Module, optimizer: torch.optim.Optimizer, nonzeros: Mapping[str, int]
+) -> int:
+    """The optimizer state a real optimizer holds now: buffers shaped like their parameter count
+    as value buffers (nonzeros only for a sparse weight), anything else (Adam's step) as stored."""
+    total = 0
+    for name, param in model.named_parameters():
+        for tensor in optimizer.state.get(param, {}).values():
+            if torch.is_tensor(tensor):
+                shaped = tensor.shape == param.shape
+                total += (
+                    value_bytes(tensor, nonzeros.get(name)) if shaped else value_bytes(tensor, None)
+                )
+    return total

@@ -1,0 +1,143 @@
+"""Measured training memory: one real `Trainer.train_step` on a random minibatch of real shape.
+
+The trial's trainer is built as a real trial builds it, takes a warm-up step (so the optimizer
+state exists, as at every step but the first), and then one measured step, with the allocator's
+count of bytes in use sampled after every operator by a `StorageTracker`:
+- on a GPU, `torch.cuda.memory_allocated()`; `peak_bytes` is `torch.cuda.max_memory_allocated()`;
+- on the CPU, the bytes glibc's malloc has handed out (`mallinfo2`), which is where PyTorch's CPU
+  tensors live; where glibc is missing, the sizes of the storages the tracker saw instead.
+The activation part is the most bytes in use at once, less what was in use before the step and
+the gradients and optimizer state the step allocated so far (the tracker knows which storages
+those are). Sampling at operator boundaries leaves a kernel's internal workspace out, as the
+paper's accounting does; on a GPU `peak_bytes` includes it. Model and optimizer parts count the
+trainer's real parameters, gradients and optimizer state with the paper's rules (`accounting`;
+sparse weights from the real masks). The minibatch exists before the step and is not counted in
+the activation part, as in the prediction.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import itertools
+from collections.abc import Callable, Iterable, Iterator
+
+import torch
+
+from ..config import TrialConfig
+from ..train import Trainer, resolve_device
+from . import accounting
+from .report import MemoryReport
+from .synthetic import synthetic_task
+from .tracker import StorageTracker
+
+WARM_UP_TRIES = 8  # fp16 loss scaling may skip the first steps; one of these must update
+
+
+def measure(config: TrialConfig) -> MemoryReport:
+    """The memory and FLOPs of one real training step of `config` on its device."""
+    device = resolve_device(config.device)
+    trainer = Trainer(config, task=synthetic_task(config, device))
+    batches = itertools.chain.from_iterable(map(trainer.task.train_batches, itertools.count()))
+    _warm_up(trainer, batches)
+    batch = next(batches)
+    trainer.optimizer.zero_grad(set_to_none=True)  # the step allocates its gradients itself
+    existing = [*_held(trainer), *batch]
+    probe = allocator_probe(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+    with StorageTracker(existing, probe) as tracker:
+        trainer.train_step(batch)
+    held = _held(trainer)
+    if probe is None:
+        activation = tracker.peak(exclude=held)
+        peak = _storage_bytes(existing) + tracker.peak()
+    else:
+        before = tracker.samples[0]
+        held_new = tracker.curve(held, of=True)  # gradients (and any new state) alive so far
+        activation = max(s - before - h for s, h in zip(tracker.samples, held_new, strict=True))
+        if device.type == "cuda":
+            peak = torch.cuda.max_memory_allocated(device)
+        else:
+            peak = _storage_bytes(existing) + max(tracker.samples) - before
+    model, optimizer = trainer.model, trainer.optimizer
+    nonzeros = (
+        {s.name: s.nonzeros for s in trainer.sparsity.layer_stats()} if trainer.sparsity else {}
+    )
+    return MemoryReport(
+        model_bytes=accounting.model_bytes(model, nonzeros),
+        optimizer_bytes=accounting.gradient_bytes(model, nonzeros)
+        + accounting.state_bytes(model, optimizer, nonzeros),
+        activation_bytes=activation,
+        flops_per_step=tracker.flops,
+        source="measured",
+        peak_bytes=peak,
+    )
+
+
+def allocator_probe(device: torch.device) -> Callable[[], int] | None:
+    """A function returning the bytes the device's allocator has in use now, if there is one."""
+    if device.type == "cuda":
+        return functools.partial(torch.cuda.memory_allocated, device)
+    return _malloc_in_use()
+
+
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()
+        )
+    ]
+
+
+@functools.cache
+def _malloc_in_use() -> Callable[[], int] | None:
+    """glibc's bytes in use, small chunks (uordblks) plus directly mapped ones (hblkhd); None
+    without glibc >= 2.33, or when another allocator serves PyTorch (an 8 MB tensor must show)."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    mallinfo2 = getattr(libc, "mallinfo2", None)
+    if mallinfo2 is None:
+        return None
+    mallinfo2.restype = _Mallinfo2
+
+    def in_use() -> int:
+        info = mallinfo2()
+        return info.uordblks + info.hblkhd
+
+    before = in_use()
+    probe = torch.empty(2**21)  # 8 MiB
+    seen = in_use() - before >= probe.nbytes
+    del probe
+    return in_use if seen else None
+
+
+def _warm_up(trainer: Trainer, batches: Iterator) -> None:
+    for _ in range(WARM_UP_TRIES):
+        if trainer.train_step(next(batches))["stepped"]:
+            return
+    raise RuntimeError(f"no optimizer step in {WARM_UP_TRIES} warm-up steps (loss scale overflow)")
+
+
+def _held(trainer: Trainer) -> list[torch.Tensor]:
+    """The tensors a trainer keeps between steps: parameters, gradients, buffers, optimizer state
+    and sparsity masks."""
+    model = trainer.model
+    held = [*model.parameters(), *model.buffers()]
+    held += [p.grad for p in model.parameters() if p.grad is not None]
+    held += [
+        t
+        for state in trainer.optimizer.state.values()
+        for t in state.values()
+        if torch.is_tensor(t)
+    ]
+    if trainer.sparsity is not None:
+        held += list(trainer.sparsity.masks.values())
+    return held
+
+
+def _storage_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    """Bytes of the distinct storages behind `tensors`."""
+    return sum({id(t.untyped_storage()): t.untyped_storage().nbytes() for t in tensors}.values())

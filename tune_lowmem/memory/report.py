@@ -1,0 +1,73 @@
+"""The profiler's answer for one configuration: the paper's three parts of training memory.
+
+Megabytes are decimal, 1 MB = 10**6 bytes: that is the unit in which the paper's WRN-28-2
+baseline (batch 100, fp32) comes to 404.8 MB (in MiB it would be 386.0).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..config import TrialConfig
+
+MB = 10**6
+SOURCES = ("predicted", "measured")
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    """Training memory in bytes, counted as the paper counts it (see DESIGN.md, memory accounting).
+
+    - model: the parameters (a sparse weight: nonzero values plus CSR index storage);
+    - optimizer: the gradient buffer plus the optimizer state, in the parameters' dtypes;
+    - activation: the peak over the training step of tensors that are none of those (stored
+      forward activations, gradients w.r.t. activations, recomputed segments), workspace excluded.
+    """
+
+    model_bytes: int
+    optimizer_bytes: int
+    activation_bytes: int
+    flops_per_step: int  # forward + backward + recomputation, all microbatches of one minibatch
+    source: str  # predicted | measured
+    # measured only: the most bytes PyTorch held at once during the step, everything included and
+    # dense as stored (masked sparse weights take their full size), the allocator's own view
+    peak_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.source not in SOURCES:
+            raise ValueError(
+                f"source: {self.source!r} is not allowed; allowed: {', '.join(SOURCES)}"
+            )
+
+    @property
+    def total_bytes(self) -> int:
+        return self.model_bytes + self.optimizer_bytes + self.activation_bytes
+
+    def ratio_to(self, baseline: MemoryReport) -> float:
+        """How many times less memory than `baseline` (the paper's "60.7x")."""
+        return baseline.total_bytes / self.total_bytes
+
+    def to_dict(self) -> dict[str, float | int | str | None]:
+        values: dict[str, float | int | str | None] = {
+            "model_mb": self.model_bytes / MB,
+            "optimizer_mb": self.optimizer_bytes / MB,
+            "activation_mb": self.activation_bytes / MB,
+            "total_mb": self.total_bytes / MB,
+            "flops_per_step": self.flops_per_step,
+            "source": self.source,
+        }
+        if self.peak_bytes is not None:
+            values["peak_mb"] = self.peak_bytes / MB
+        return values
+
+
+def baseline_config(config: TrialConfig) -> TrialConfig:
+    """The same model, task and batch trained without any technique: fp32, dense, no
+    checkpointing, no microbatching (the paper's baseline, 404.8 MB for WRN-28-2)."""
+    return config.replace(
+        precision="fp32",
+        checkpoint="none",
+        microbatch__size=None,
+        microbatch__mode="true",
+        sparsity__density=1.0,
+    )
