@@ -12,7 +12,7 @@ import sys
 
 from .config import ConfigError
 
-COMMANDS = ("train",)
+COMMANDS = ("train", "pareto", "report", "profile", "launch", "resume", "status")
 
 
 def build_parser() -> argparse.ArgumentParser:

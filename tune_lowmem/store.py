@@ -105,6 +105,7 @@ class TrialRecord:
     started_at: datetime | None = None  # timezone-aware
     finished_at: datetime | None = None
     epochs_completed: int = 0
+    node_id: str | None = None  # the Ray node that ran it last (None: never placed on one)
 
     def __post_init__(self) -> None:
         check_name(self.sweep, "sweep")
@@ -175,6 +176,7 @@ def _trial_table(record: TrialRecord) -> pa.Table:
         "finished_at": pa.array([finished], pa.timestamp("us", tz="UTC")),
         "wall_seconds": pa.array([wall], pa.float64()),
         "epochs_completed": pa.array([record.epochs_completed], pa.int64()),
+        "node_id": pa.array([record.node_id], pa.string()),
     }
     columns.update((f"config.{key}", array) for key, array in config.items())
     for name in sorted(record.metrics):

@@ -29,3 +29,24 @@ def config_from_arguments(args: argparse.Namespace) -> TrialConfig:
             raise ConfigError("--set", f"{item!r} is not allowed; KEY=VALUE is required")
         values[key.strip()] = yaml.safe_load(raw)
     return TrialConfig.from_dict(values)
+
+
+def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where a sweep's results go and which Ray cluster runs it."""
+    parser.add_argument("--store", default="runs", help="the store's folder (default: ./runs)")
+    parser.add_argument(
+        "--address", help="a Ray cluster: auto, HOST:PORT or ray://HOST:10001 (default: start one here)"
+    )
+
+
+def print_outcome(outcome) -> None:
+    """The end of launch and resume: the Pareto front and where everything is."""
+    from ..progress import front_table
+    from ..search import status_counts
+
+    counts = status_counts(outcome.trials)
+    print(f"\nsweep {outcome.sweep} done: " + ", ".join(f"{n} {status}" for status, n in counts.items()))
+    objectives = ", ".join(f"{m} {d}" for m, d in outcome.space.objectives.items())
+    print(f"Pareto front ({objectives}):")
+    print(front_table(outcome.front))
+    print(f"store: {outcome.root} (trials/, epochs/; Tune and Optuna state in ray/{outcome.sweep}/)")

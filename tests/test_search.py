@@ -1,0 +1,262 @@
+"""Whole sweeps on a local 2-CPU Ray: the store against Tune and Optuna, budgets, failures, a killed driver."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import optuna
+import pandas as pd
+import pytest
+import ray
+import yaml
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+from optuna.trial import TrialState
+
+from tune_lowmem import pareto, store
+from tune_lowmem.search import JOURNAL, ScreenedOptunaSearch, launch, resume, sweep_folder
+from tune_lowmem.space import SearchSpace
+
+TINY_BASE = {
+    "device": "cpu",
+    "model": {"depth": 10, "width": 1},
+    "schedule": {"epochs": 1, "batch_size": 20},
+    "data": {"train_subset": 200, "val_size": 100, "test_subset": 100},
+}
+OBJECTIVES = {"val_accuracy": "maximize", "memory_total_mb": "minimize"}
+CLI = str(Path(sys.executable).with_name("tune-lowmem"))
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray.get_runtime_context().gcs_address
+    ray.shutdown()
+
+
+def write_space(folder: Path, **fields) -> Path:
+    space = {"base": TINY_BASE, "objectives": OBJECTIVES, "max_concurrent": 2, **fields}
+    path = folder / f"{fields['name']}.yaml"
+    path.write_text(yaml.safe_dump(space, sort_keys=False))
+    return path
+
+
+def study(root: Path, sweep: str) -> optuna.Study:
+    storage = JournalStorage(JournalFileBackend(str(sweep_folder(root, sweep) / JOURNAL)))
+    return optuna.load_study(study_name=sweep, storage=storage)
+
+
+def test_searcher_screens_points_runs_seeds_and_survives_pickling(tmp_path):
+    """The searcher alone (no Tune): over-budget and invalid points are stored and told, never handed out."""
+    space = SearchSpace.from_dict({
+        "name": "unit", "base": TINY_BASE, "objectives": OBJECTIVES, "sampler": "grid",
+        "seeds_per_point": 2, "memory_budget_mb": 10.0,
+        "params": {"microbatch.size": {"type": "choice", "values": [None, 4]},  # none: over budget
+                   "schedule.batch_size": {"type": "choice", "values": [20, 25]}},  # 4 does not divide 25
+    })
+    root = tmp_path / "store"
+    sweep_folder(root, "unit").mkdir(parents=True)
+    journal = str(sweep_folder(root, "unit") / JOURNAL)
+    searcher = ScreenedOptunaSearch(space, "unit", str(root), journal)
+    handed = [searcher.suggest(f"t{i}") for i in range(3)]
+    assert handed[2] == "FINISHED"
+    point = {"microbatch.size": 4, "schedule.batch_size": 20}
+    assert handed[0]["params"] == {**point, "seed": 0} and handed[1]["params"] == {**point, "seed": 1}
+    rows = store.read_trials(root, "unit").set_index("trial_id")
+    assert sorted(rows["status"]) == ["failed", "infeasible", "infeasible"]
+    (invalid,) = [i for i in rows.index if i.startswith("invalid-")]
+    assert rows.loc[invalid, "failure_reason"] == (
+        "invalid config: microbatch.size: 4 is not allowed; a divisor of schedule.batch_size 25 is required")
+
+    checkpoint = tmp_path / "searcher.pkl"
+    searcher.save(str(checkpoint))  # what Tune does every snapshot; the study stays in the journal
+    restored = ScreenedOptunaSearch(space, "unit", str(root), journal)
+    restored.restore(str(checkpoint))
+    assert restored.suggest("t1") == handed[1]
+    restored.on_trial_complete("t0", {"trial_status": "completed", "val_accuracy": 0.2, "memory_total_mb": 4.0})
+    restored.on_trial_complete("t0", {"trial_status": "completed", "val_accuracy": 0.9, "memory_total_mb": 4.0})
+    restored.on_trial_complete("t1", {"trial_status": "completed", "val_accuracy": 0.4, "memory_total_mb": 4.0})
+    trials = study(root, "unit").trials
+    (told,) = [t for t in trials if t.params == point]
+    assert told.state == TrialState.COMPLETE and told.values == pytest.approx([0.3, 4.0])
+    assert told.constraints["memory_over_budget_mb"] < 0
+    assert [t.state for t in trials if t.params["microbatch.size"] == 4 and t is not told] == [TrialState.FAIL]
+
+
+def test_sweep_store_matches_tune_and_optuna(local_ray, tmp_path):
+    path = write_space(
+        tmp_path, name="multi", sampler="nsga2", sampler_options={"population_size": 2}, num_samples=4,
+        params={"precision": {"type": "choice", "values": ["fp32", "bf16"]},
+                "microbatch.size": {"type": "choice", "values": [None, 5, 10]},
+                "schedule.lr_multiplier": {"type": "loguniform", "low": 0.5, "high": 2.0}},
+    )
+    root = tmp_path / "store"
+    outcome = launch(path, store_root=root)
+    rows = outcome.trials.set_index("trial_id")
+    assert len(outcome.results) == 4 and not outcome.results.errors
+    assert sorted(rows.index) == sorted(r.metrics["trial_id"] for r in outcome.results)
+    for result in outcome.results:
+        row, metrics = rows.loc[result.metrics["trial_id"]], result.metrics
+        assert row["status"] == "completed" == metrics["trial_status"]
+        assert row["metric.val_accuracy"] == pytest.approx(metrics["val_accuracy"])
+        assert row["metric.test_accuracy"] == pytest.approx(metrics["test_accuracy"])
+        assert row["memory.predicted_total_mb"] == pytest.approx(metrics["memory_total_mb"])
+        assert row["memory.measured_total_mb"] == pytest.approx(metrics["measured_total_mb"])
+        for name, value in result.config["params"].items():
+            stored = row[f"config.{name}"]
+            assert pd.isna(stored) if value is None else stored == value
+        assert len(store.read_epochs(root, "multi", result.metrics["trial_id"])) == 1
+    told = sorted(t.values for t in study(root, "multi").trials if t.state == TrialState.COMPLETE)
+    stored = sorted([r["metric.val_accuracy"], r["memory.predicted_total_mb"]] for _, r in rows.iterrows())
+    assert np.allclose(told, stored)
+    points = rows.groupby("seed_group")[["metric.val_accuracy", "memory.predicted_total_mb"]].mean()
+    on_front = pareto.non_dominated_mask(points.to_numpy(float), list(OBJECTIVES.values()))
+    assert sorted(outcome.front["val_accuracy"]) == pytest.approx(sorted(points["metric.val_accuracy"][on_front]))
+
+
+def test_budget_screens_points_and_failures_do_not_stop_the_sweep(local_ray, tmp_path):
+    path = write_space(
+        tmp_path, name="budget", sampler="grid", seeds_per_point=2, memory_budget_mb=10.0,
+        params={"microbatch.size": {"type": "choice", "values": [None, 5]},  # none: ~13 MB, 5: ~4 MB
+                "schedule.lr_multiplier": {"type": "choice", "values": [1.0, 1.0e6]}},  # 1e6: NaN loss
+    )
+    root = tmp_path / "store"
+    outcome = launch(path, store_root=root)
+    rows = outcome.trials
+    assert sorted(rows["status"]) == ["completed"] * 2 + ["failed"] * 2 + ["infeasible"] * 2
+
+    infeasible = rows[rows["status"] == "infeasible"]
+    assert infeasible["trial_id"].str.startswith("infeasible-").all()
+    assert infeasible["config.microbatch.size"].isna().all()
+    assert (infeasible["memory.predicted_total_mb"] > 10.0).all()
+    assert infeasible["failure_reason"].str.contains("over memory_budget_mb 10").all()
+    assert (infeasible["epochs_completed"] == 0).all()
+    tune_ids = {r.metrics["trial_id"] for r in outcome.results}
+    assert len(tune_ids) == 4 and not tune_ids & set(infeasible["trial_id"])  # never reached a worker
+    assert all(r.config["params"]["microbatch.size"] == 5 for r in outcome.results)
+    trial_folders = {p.name for p in sweep_folder(root, "budget").iterdir() if p.is_dir()}
+    assert trial_folders == tune_ids
+    for trial_id in infeasible["trial_id"]:
+        assert store.read_epochs(root, "budget", trial_id).empty
+
+    failed = rows[rows["status"] == "failed"]
+    assert (failed["config.schedule.lr_multiplier"] == 1e6).all()
+    assert failed["failure_reason"].str.startswith("TrainingDiverged: ").all()
+    completed = rows[rows["status"] == "completed"]
+    assert sorted(completed["config.seed"]) == [0, 1] and completed["seed_group"].nunique() == 1
+
+    trials = study(root, "budget").trials
+    assert len(trials) == 4
+    by_state = {state: [t for t in trials if t.state == state] for state in TrialState}
+    assert len(by_state[TrialState.FAIL]) == 1  # the diverging point, both seeds failed
+    assert by_state[TrialState.FAIL][0].params["schedule.lr_multiplier"] == 1e6
+    screened = [t for t in by_state[TrialState.COMPLETE] if t.params["microbatch.size"] is None]
+    assert len(screened) == 2 and all(t.constraints["memory_over_budget_mb"] > 0 for t in screened)
+    (good,) = [t for t in by_state[TrialState.COMPLETE] if t.params["microbatch.size"] == 5]
+    assert good.constraints["memory_over_budget_mb"] <= 0
+    assert good.values[0] == pytest.approx(completed["metric.val_accuracy"].mean())
+    assert good.values[1] == pytest.approx(completed["memory.predicted_total_mb"].mean())
+    assert len(outcome.front) == 1 and outcome.front["seeds"].iloc[0] == 2
+
+
+def wait_for_rows(root: Path, sweep: str, count: int, process: subprocess.Popen, log: Path, timeout=240):
+    deadline = time.monotonic() + timeout
+    while len(store.trial_ids(root, sweep)) < count:
+        assert process.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.25)
+
+
+def test_killed_driver_then_resume_stores_every_trial_once(local_ray, tmp_path):
+    path = write_space(
+        tmp_path, name="killed", sampler="random", num_samples=6,
+        base={**TINY_BASE, "schedule": {"epochs": 2, "batch_size": 20}},
+        params={"precision": {"type": "choice", "values": ["fp32", "bf16"]},
+                "schedule.lr_multiplier": {"type": "loguniform", "low": 0.5, "high": 2.0}},
+    )
+    root = tmp_path / "store"
+    log = tmp_path / "launch.log"
+    with open(log, "w") as handle:
+        driver = subprocess.Popen([CLI, "launch", str(path), "--store", str(root), "--address", local_ray],
+                                  stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_for_rows(root, "killed", 2, driver, log)
+    finally:
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait()
+    before = store.read_trials(root, "killed").set_index("trial_id")
+    assert 2 <= len(before) < 6, "the driver was to be killed mid-sweep"
+    epoch_files = {i: (root / "epochs" / "sweep=killed" / f"{i}.parquet").stat().st_mtime_ns for i in before.index}
+
+    outcome = resume("killed", store_root=root)
+    rows = outcome.trials.set_index("trial_id")
+    assert len(rows) == 6 and rows.index.is_unique and (rows["status"] == "completed").all()
+    assert set(rows.index) == {r.metrics["trial_id"] for r in outcome.results}  # none lost, none extra
+    for trial_id, row in before.iterrows():  # a trial done before the kill was not trained again
+        assert rows.loc[trial_id, "finished_at"] == row["finished_at"]
+        assert (root / "epochs" / "sweep=killed" / f"{trial_id}.parquet").stat().st_mtime_ns == epoch_files[trial_id]
+    for trial_id in rows.index:
+        assert len(store.read_epochs(root, "killed", trial_id)) == 2
+    told = [t for t in study(root, "killed").trials if t.state == TrialState.COMPLETE]
+    assert len(told) == 6
+
+
+def trial_workers() -> list[int]:
+    """Pids of this test process's Tune trial workers (``ray::ImplicitFunc``), from /proc."""
+    parents, found = {}, []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text, command = stat.read_text(), (stat.parent / "cmdline").read_bytes()
+        except OSError:
+            continue
+        parents[int(stat.parent.name)] = int(text[text.rindex(")") + 2:].split()[1])
+        if command.startswith(b"ray::ImplicitFunc"):
+            found.append(int(stat.parent.name))
+
+    def ours(pid: int) -> bool:
+        while pid > 1:
+            pid = parents.get(pid, 0)
+            if pid == os.getpid():
+                return True
+        return False
+
+    return [pid for pid in found if ours(pid)]
+
+
+def test_a_trial_whose_worker_dies_is_stored_failed_and_the_sweep_goes_on(local_ray, tmp_path):
+    """What the OS's out-of-memory killer does to a trial: its process vanishes mid-epoch."""
+    path = write_space(
+        tmp_path, name="died", sampler="random", num_samples=2, max_concurrent=1, max_failures=0,
+        base={**TINY_BASE, "schedule": {"epochs": 6, "batch_size": 20}},
+        params={"schedule.lr_multiplier": {"type": "loguniform", "low": 0.5, "high": 2.0}},
+    )
+    root = tmp_path / "store"
+    killed: list[str] = []
+
+    def kill_the_first_trial_after_its_first_epoch() -> None:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and not killed:
+            for result in sweep_folder(root, "died").glob("*/result.json"):
+                workers = trial_workers()
+                if result.stat().st_size > 0 and workers:
+                    os.kill(workers[0], signal.SIGKILL)
+                    killed.append(result.parent.name)
+                    return
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_the_first_trial_after_its_first_epoch)
+    killer.start()
+    outcome = launch(path, store_root=root)
+    killer.join()
+    rows = outcome.trials.set_index("trial_id")
+    assert len(killed) == 1 and sorted(rows["status"]) == ["completed", "failed"]
+    assert rows.loc[killed[0], "status"] == "failed"
+    assert rows.loc[killed[0], "failure_reason"].startswith("worker failed 1 times: ")
+    assert sorted(t.state.name for t in study(root, "died").trials) == ["COMPLETE", "FAIL"]

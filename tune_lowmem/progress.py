@@ -1,0 +1,110 @@
+"""What a person watching a sweep reads: one line per event instead of Ray's tables.
+
+    [12:01:07] 1f2e3_00003 started: precision=bf16 microbatch.size=10 checkpoint=none ...
+    [12:01:31] 1f2e3_00003 epoch 2: val_accuracy=0.3120 train_loss=1.7311
+    [12:01:44] 1f2e3_00003 completed: val_accuracy=0.3460 memory_total_mb=7.2 (3 epochs, 36 s)
+    [12:01:44] trials: 4 completed, 1 failed, 0 infeasible, 2 running, 0 pending | best: ...
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from ray.tune import Callback
+from ray.tune.experiment import Trial
+
+from . import pareto, store
+from .space import SearchSpace
+
+BEST_SHOWN = 3  # points of the running Pareto front printed after each finished trial
+
+
+def say(text: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+
+def _number(value: Any) -> str:
+    if value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)):
+        return "none"
+    if isinstance(value, (float, np.floating)):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def describe(values: Mapping[str, Any]) -> str:
+    return " ".join(f"{k}={_number(v)}" for k, v in values.items())
+
+
+class ProgressPrinter(Callback):
+    """Prints trial starts, epochs, outcomes, and after each outcome the counts and the best."""
+
+    def __init__(self, space: SearchSpace, sweep: str, root: str):
+        self.space, self.sweep, self.root = space, sweep, root
+
+    def on_trial_start(self, iteration: int, trials: list[Trial], trial: Trial, **info) -> None:
+        say(f"{trial.trial_id} started: {describe(trial.config['params'])}")
+
+    def on_trial_result(self, iteration: int, trials: list[Trial], trial: Trial, result: dict, **info) -> None:
+        if result.get("trial_status") == "running":
+            shown = {k: result[k] for k in (*self.space.objectives, "train_loss") if result.get(k) is not None}
+            say(f"{trial.trial_id} epoch {int(result.get('epoch') or 0)}: {describe(shown)}")
+
+    def on_trial_complete(self, iteration: int, trials: list[Trial], trial: Trial, **info) -> None:
+        result = trial.last_result or {}
+        status = result.get("trial_status", "completed")
+        if status == "completed":
+            shown = {k: result.get(k) for k in self.space.objectives}
+            seconds = result.get("train_seconds") or 0.0
+            epochs = int(result.get("epoch") or 0)
+            say(f"{trial.trial_id} completed: {describe(shown)} ({epochs} epochs, {seconds:.0f} s)")
+        else:
+            say(f"{trial.trial_id} {status}: {result.get('failure_reason')}")
+        say(self.summary(trials, ending=trial))
+
+    def on_trial_error(self, iteration: int, trials: list[Trial], trial: Trial, **info) -> None:
+        tries = self.space.max_failures + 1
+        say(f"{trial.trial_id} failed: its worker died {tries} time(s), max_failures {self.space.max_failures}")
+        say(self.summary(trials, ending=trial))
+
+    def summary(self, trials: list[Trial], ending: Trial | None = None) -> str:
+        """Counts by outcome (`ending`: the trial being reported, whose status Tune sets after)."""
+        counts = dict.fromkeys(("completed", "failed", "infeasible", "running", "pending"), 0)
+        finished = []
+        for trial in trials:
+            if trial.status == Trial.ERROR:
+                counts["failed"] += 1
+            elif trial.status == Trial.TERMINATED or trial is ending:
+                status = (trial.last_result or {}).get("trial_status", "completed")
+                counts[status if status in counts else "failed"] += 1
+                if status == "completed":
+                    finished.append(trial.last_result)
+            elif trial.status == Trial.RUNNING:
+                counts["running"] += 1
+            else:
+                counts["pending"] += 1
+        screened = store.trial_ids(self.root, self.sweep)
+        counts["infeasible"] += sum(1 for i in screened if i.startswith("infeasible-"))
+        counts["failed"] += sum(1 for i in screened if i.startswith("invalid-"))
+        text = "trials: " + ", ".join(f"{n} {name}" for name, n in counts.items())
+        best = self.best(finished)
+        return f"{text} | best: {best}" if best else text
+
+    def best(self, results: list[dict]) -> str:
+        objectives = self.space.objectives
+        if not results:
+            return ""
+        values = pd.DataFrame([{k: r.get(k, np.nan) for k in objectives} for r in results], dtype=float)
+        front = pareto.pareto_front(values.drop_duplicates(), dict(objectives)).head(BEST_SHOWN)
+        return "; ".join(describe(row) for row in front.to_dict("records"))
+
+
+def front_table(front: pd.DataFrame) -> str:
+    """The Pareto front as aligned text, one point a line."""
+    if front.empty:
+        return "  (no completed trial yet)"
+    shown = front.astype(object).map(_number)
+    return shown.to_string(index=False)

@@ -1,0 +1,296 @@
+"""The Ray Tune function trainable: the only place where Ray meets training.
+
+One Tune trial trains one `TrialConfig` (a point of the search space with one seed):
+
+1. if the store already holds this trial (its worker died after writing it, or the driver was
+   killed before it heard), the stored result is reported again and nothing trains;
+2. the profiler predicts the config's memory; over the sweep's budget (or not a valid config)
+   it is answered at once, stored as infeasible (or failed), and nothing trains; the searcher
+   screens every point the same way before a worker sees it, so this is the last line only;
+3. otherwise the `Trainer` runs, resumed from `tune.get_checkpoint()` when Tune restarts the
+   trial, and every epoch is reported with `tune.report`, with a checkpoint of the trainer's
+   state once `resume_checkpoint_s` seconds have passed since the last one (never with the final
+   epoch, whose durable record is the store row); the measured memory of one real step is
+   reported beside the prediction;
+4. the trial's row (and its epochs) lands in the store when it ends: completed, failed with
+   the reason (an exception, a diverged loss), or infeasible when it ran out of memory (the
+   point needs more than the device has: retrying it would fail the same way). A failure is the
+   trial's result, not a crash: it is not retried, and the sweep goes on.
+
+Every result carries ``trial_status`` (running, completed, failed, infeasible) and every
+objective key (None when unknown), so the searcher can tell a failure from a result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+
+from . import store
+from .config import ConfigError, TrialConfig
+from .memory import MemoryReport, measure, predict
+from .space import MEASURED_METRICS, MEMORY_PARTS, PREDICTED_METRICS, SearchSpace, store_column
+from .train import Trainer
+
+CHECKPOINT_FILE = "trainer.pt"
+REASON_LIMIT = 500  # characters of an error message kept as the failure reason
+
+
+@dataclass(frozen=True)
+class Screening:
+    """A point's verdict before training: feasible (with its config and predicted memory) or not."""
+
+    status: str  # feasible | infeasible | failed
+    config: TrialConfig | None = None
+    predicted: MemoryReport | None = None
+    reason: str | None = None
+
+    @property
+    def feasible(self) -> bool:
+        return self.status == "feasible"
+
+
+def screen(space: SearchSpace, params: Mapping[str, Any]) -> Screening:
+    """Build the point's config and predict its memory; over the budget (or a model whose
+    parameters alone do not fit in memory) means infeasible."""
+    try:
+        config = space.trial_config(params)
+    except ConfigError as error:
+        return Screening("failed", reason=f"invalid config: {error}")
+    try:
+        predicted = predict(config)
+    except Exception as error:  # the profiler builds the real model: its parameters did not fit
+        if not out_of_memory(error):
+            raise
+        return Screening("infeasible", config, None, f"too big to build: {failure_reason(error)}")
+    budget = space.memory_budget_mb
+    total = predicted.to_dict()["total_mb"]
+    if budget is not None and total > budget:
+        reason = f"predicted memory {total:.1f} MB is over memory_budget_mb {budget:g}"
+        return Screening("infeasible", config, predicted, reason)
+    return Screening("feasible", config, predicted)
+
+
+def memory_metrics(predicted: MemoryReport | None, measured: MemoryReport | None) -> dict[str, float | None]:
+    """The memory a trial reports: predicted parts as memory_*_mb, measured ones as measured_*_mb."""
+    values: dict[str, float | None] = dict.fromkeys((*PREDICTED_METRICS, *MEASURED_METRICS))
+    if predicted is not None:
+        report = predicted.to_dict()
+        values.update({f"memory_{part}_mb": report[f"{part}_mb"] for part in MEMORY_PARTS})
+        values["flops_per_step"] = report["flops_per_step"]
+    if measured is not None:
+        report = measured.to_dict()
+        values.update({f"measured_{part}_mb": report[f"{part}_mb"] for part in MEMORY_PARTS})
+    return values
+
+
+def store_record(
+    sweep: str, trial_id: str, status: str, config: Mapping[str, Any], metrics: Mapping[str, Any],
+    memory: Mapping[str, Any], **times: Any,
+) -> store.TrialRecord:
+    """A store row: reported metric names mapped to the store's memory columns."""
+    memory_columns = {store_column(k).removeprefix("memory."): v for k, v in memory.items()}
+    numbers = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return store.TrialRecord(sweep=sweep, trial_id=trial_id, status=status, config=config,
+                             metrics=numbers, memory=memory_columns, **times)
+
+
+def write_screened(root: str, sweep: str, trial_id: str, space: SearchSpace,
+                   params: Mapping[str, Any], screening: Screening) -> store.TrialRecord:
+    """Store a point that was never trained (infeasible, or not a valid config)."""
+    now = datetime.now(UTC)
+    memory = memory_metrics(screening.predicted, None)
+    config = screening.config.to_flat() if screening.config is not None else {**space.base, **params}
+    reason = screening.reason
+    try:
+        record = store_record(sweep, trial_id, screening.status, config, {}, memory,
+                              failure_reason=reason, started_at=now, finished_at=now)
+    except ConfigError:  # an invalid point may not even fit the config columns' types
+        record = store_record(sweep, trial_id, screening.status, space.base, {}, memory,
+                              failure_reason=f"{reason} (params: {dict(params)})", started_at=now, finished_at=now)
+    store.write_trial(root, record, epochs=[])
+    return record
+
+
+def final_result(space: SearchSpace, status: str, metrics: Mapping[str, Any], memory: Mapping[str, Any],
+                 reason: str | None = None) -> dict[str, Any]:
+    """What a trial reports when it ends: every objective key present (None when unknown)."""
+    result = {**dict.fromkeys(space.objectives), **metrics, **memory, "trial_status": status}
+    return result if reason is None else {**result, "failure_reason": reason}
+
+
+def out_of_memory(error: BaseException) -> bool:
+    """The allocator refused: torch's CUDA OOM, a CPU allocation that failed, a MemoryError."""
+    text = str(error).lower()
+    return isinstance(error, (MemoryError, torch.OutOfMemoryError)) or any(
+        phrase in text for phrase in ("out of memory", "can't allocate memory")
+    )
+
+
+def failure_reason(error: BaseException) -> str:
+    """One line naming what went wrong; running out of memory is said so plainly."""
+    text = " ".join(str(error).split()) or type(error).__name__
+    prefix = "out of memory: " if out_of_memory(error) else ""
+    return f"{prefix}{type(error).__name__}: {text}"[:REASON_LIMIT]
+
+
+# ---- the trainable --------------------------------------------------------------------------
+
+
+def train_trial(tune_config: dict[str, Any], space: SearchSpace, root: str, sweep: str) -> None:
+    """Train one point with one seed under Ray Tune (see the module docstring)."""
+    from ray import tune
+
+    trial_id = tune.get_context().get_trial_id()
+    torch.set_num_threads(space.resources.cpu)
+    params = tune_config["params"]
+    stored = _stored_row(root, sweep, trial_id)
+    if stored is not None:
+        tune.report(_result_from_row(space, stored))
+        return
+    screening = screen(space, params)
+    if not screening.feasible:
+        write_screened(root, sweep, trial_id, space, params, screening)
+        memory = memory_metrics(screening.predicted, None)
+        tune.report(final_result(space, screening.status, {}, memory, screening.reason))
+        return
+    _Run(space, root, sweep, trial_id, screening).train()
+
+
+class _ReportFailed(Exception):
+    """Tune itself failed while a result was being reported: not the trial's failure."""
+
+
+class _Run:
+    """One trial's training: resume, train, report each epoch, store the outcome."""
+
+    def __init__(self, space: SearchSpace, root: str, sweep: str, trial_id: str, screening: Screening):
+        self.space, self.root, self.sweep, self.trial_id = space, root, sweep, trial_id
+        self.config: TrialConfig = screening.config
+        self.predicted = screening.predicted
+        self.measured: MemoryReport | None = None
+        self.started_at = datetime.now(UTC)
+        self.trainer: Trainer | None = None
+        self.last_checkpoint = time.monotonic()
+        self.node_id = _node_id()
+
+    def train(self) -> None:
+        from ray import tune
+
+        try:
+            self.trainer = Trainer(self.config)
+            self._resume(tune.get_checkpoint())
+            if self.measured is None:
+                self.measured = measure(self.config)
+            if self.trainer.device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(self.trainer.device)
+            self.trainer.run(self._on_epoch)
+        except _ReportFailed as error:
+            raise error.__cause__ from None
+        except Exception as error:  # noqa: BLE001 - the trial's own failure: stored, reported, not retried
+            if out_of_memory(error):  # infeasible at this memory on this device, told as such
+                total = self._memory()["memory_total_mb"]
+                self._fail(f"predicted {total:.1f} MB; {failure_reason(error)}", "infeasible")
+            else:
+                self._fail(failure_reason(error))
+
+    def _resume(self, checkpoint) -> None:
+        if checkpoint is None:
+            return
+        with checkpoint.as_directory() as folder:
+            state = torch.load(Path(folder, CHECKPOINT_FILE), weights_only=True)
+        self.trainer.load_state_dict(state["trainer"])
+        self.started_at = datetime.fromisoformat(state["started_at"])
+        self.measured = MemoryReport(**state["measured"])
+
+    def _memory(self) -> dict[str, float | None]:
+        return memory_metrics(self.predicted, self.measured)
+
+    def _on_epoch(self, metrics: dict[str, float], trainer: Trainer) -> None:
+        from ray import tune
+
+        final = trainer.task.finished(trainer.epoch, trainer.updates)
+        extra = {"train_seconds": sum(row["epoch_seconds"] for row in trainer.history),
+                 "node_id": self.node_id}
+        if trainer.device.type == "cuda":
+            extra["cuda_peak_mb"] = torch.cuda.max_memory_allocated(trainer.device) / 1e6
+        if final:
+            self._write("completed", {**metrics, **extra})
+        result = final_result(self.space, "completed" if final else "running", {**metrics, **extra}, self._memory())
+        due = time.monotonic() - self.last_checkpoint >= self.space.resume_checkpoint_s
+        with tempfile.TemporaryDirectory() as folder:
+            checkpoint = None
+            if due and not final:
+                torch.save(self._state(trainer), Path(folder, CHECKPOINT_FILE))
+                checkpoint = tune.Checkpoint.from_directory(folder)
+                self.last_checkpoint = time.monotonic()
+            try:
+                tune.report(result, checkpoint=checkpoint)
+            except Exception as error:
+                raise _ReportFailed() from error
+
+    def _state(self, trainer: Trainer) -> dict[str, Any]:
+        return {
+            "trainer": trainer.state_dict(),
+            "started_at": self.started_at.isoformat(),
+            "measured": dataclasses.asdict(self.measured),
+        }
+
+    def _write(self, status: str, metrics: Mapping[str, Any], reason: str | None = None) -> None:
+        history = self.trainer.history if self.trainer is not None else []
+        record = store_record(
+            self.sweep, self.trial_id, status, self.config.to_flat(), metrics, self._memory(),
+            failure_reason=reason, started_at=self.started_at, finished_at=datetime.now(UTC),
+            epochs_completed=self.trainer.epoch if self.trainer is not None else 0,
+            node_id=self.node_id,
+        )
+        store.write_trial(self.root, record, epochs=history)
+
+    def _fail(self, reason: str, status: str = "failed") -> None:
+        from ray import tune
+
+        history = self.trainer.history if self.trainer is not None else []
+        last = {k: v for k, v in (history[-1] if history else {}).items() if _finite(v)}
+        self._write(status, last, reason)
+        tune.report(final_result(self.space, status, {}, self._memory(), reason))
+
+
+def _node_id() -> str:
+    """The Ray node this trial runs on: stored with its row, reported with every epoch."""
+    import ray
+
+    return ray.get_runtime_context().get_node_id()
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def _stored_row(root: str, sweep: str, trial_id: str) -> Mapping[str, Any] | None:
+    if trial_id not in store.trial_ids(root, sweep):
+        return None
+    rows = store.read_trials(root, sweep)
+    return rows[rows["trial_id"] == trial_id].iloc[0].to_dict()
+
+
+def _result_from_row(space: SearchSpace, row: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored trial's final result, as it reported it."""
+    def value(column: str) -> Any:
+        item = row.get(column)
+        return None if pd.isna(item) else item
+
+    metrics = {k.removeprefix("metric."): value(k) for k in row if k.startswith("metric.")}
+    memory = {name: value(store_column(name)) for name in (*PREDICTED_METRICS, *MEASURED_METRICS)}
+    reason = value("failure_reason")
+    return final_result(space, row["status"], {k: v for k, v in metrics.items() if v is not None}, memory, reason)
+
