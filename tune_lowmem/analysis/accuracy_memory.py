@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
-from .plotting import ERRORBAR_NOTE, Drawn, memory_axis, new_figure, save, style
+from .plotting import ERRORBAR_NOTE, Drawn, errorbars, memory_axis, new_figure, save
 from .points import Points
 
 NAME = "accuracy_vs_memory"
@@ -27,22 +25,10 @@ def draw(points: Points, out: Path) -> Drawn:
             note="skipped: it needs two configurations or more with both a "
             f"score and {points.memory}",
         )
-    x, y, ci = f"{points.memory}.mean", f"{points.score}.mean", f"{points.score}.ci95"
+    x, y = f"{points.memory}.mean", f"{points.score}.mean"
     figure, ax = new_figure(8.5, 5.2)
     for i, (name, part) in enumerate(frame.groupby("techniques", sort=True)):
-        color, marker = style(i)
-        ax.errorbar(
-            part[x],
-            part[y] * points.scale,
-            yerr=np.nan_to_num(part[ci].to_numpy(float)) * points.scale,
-            fmt=marker,
-            color=color,
-            alpha=0.8,
-            capsize=3,
-            markersize=7,
-            linestyle="none",
-            label=name,
-        )
+        errorbars(ax, part, points, x, i, name, alpha=0.8, markersize=7, linestyle="none")
     front = points.front()
     ax.step(
         front[x],

@@ -64,23 +64,29 @@ def save(figure: Figure, out: Path, name: str) -> Path:
     return path
 
 
+def errorbars(ax, part: pd.DataFrame, points: Points, x: str, i: int, label: str, **kwargs) -> str:
+    """Each configuration's mean score against ``x`` with its 95% CI, in the i-th style; returns
+    the colour used."""
+    color, marker = style(i)
+    ax.errorbar(
+        part[x],
+        part[f"{points.score}.mean"] * points.scale,
+        yerr=np.nan_to_num(part[f"{points.score}.ci95"].to_numpy(float)) * points.scale,
+        fmt=marker,
+        color=color,
+        capsize=3,
+        label=label,
+        **kwargs,
+    )
+    return color
+
+
 def series(ax, frame: pd.DataFrame, points: Points, x: str, by: str, legend_title: str) -> None:
     """One colour per value of ``by``: each configuration's mean score with its CI, and a line
     through the best configuration at each ``x`` (a joint sweep varies other knobs as well)."""
-    y, ci = f"{points.score}.mean", f"{points.score}.ci95"
+    y = f"{points.score}.mean"
     for i, (name, part) in enumerate(frame.groupby(by, sort=True)):
-        color, marker = style(i)
-        ax.errorbar(
-            part[x],
-            part[y] * points.scale,
-            yerr=np.nan_to_num(part[ci].to_numpy(float)) * points.scale,
-            fmt=marker,
-            color=color,
-            alpha=0.75,
-            capsize=3,
-            markersize=6,
-            label=str(name),
-        )
+        color = errorbars(ax, part, points, x, i, str(name), alpha=0.75, markersize=6)
         best = part.groupby(x)[y].max().sort_index()
         ax.plot(best.index, best.to_numpy() * points.scale, color=color, linewidth=1.5)
     ax.set_ylabel(points.score_label)
