@@ -1,3 +1,5 @@
+import dataclasses
+
 import pytest
 
 from tune_lowmem.config import ConfigError, TrialConfig
@@ -24,8 +26,8 @@ def test_replace_changes_one_field():
 
 
 def test_frozen():
-    with pytest.raises(Exception):
-        TrialConfig().precision = "fp16"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        TrialConfig().precision = "fp16"  # type: ignore[misc]
 
 
 @pytest.mark.parametrize(

@@ -60,7 +60,7 @@ def test_in_train_mode_batch_norm_statistics_are_per_microbatch():
 def test_simulated_microbatching_matches_true_microbatching_forward():
     torch.manual_seed(0)
     model = WideResNet(depth=10, width=1)
-    x, y = data()
+    x, _ = data()
     true_out = torch.cat([model(xb) for xb, in microbatch.split((x,), 4)])
     running_true = model.blocks[0].bn1.running_mean.clone()
     torch.manual_seed(0)

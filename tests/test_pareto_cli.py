@@ -10,7 +10,7 @@ from __future__ import annotations
 import io
 import json
 import math
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pandas as pd
 import pytest
@@ -21,7 +21,7 @@ from tune_lowmem.config import TrialConfig
 from tune_lowmem.memory import predict
 from tune_lowmem.store import TrialRecord, write_trial
 
-START = datetime(2024, 5, 1, tzinfo=timezone.utc)
+START = datetime(2024, 5, 1, tzinfo=UTC)
 # name -> (config changes, validation accuracy per seed)
 POINTS = {
     "A": ({}, [0.81, 0.83]),  # the fp32 dense baseline: most accurate, most memory

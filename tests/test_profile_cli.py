@@ -58,6 +58,23 @@ def test_measure_adds_the_measured_column(capsys):
     assert set(result["baseline"]) == {"predicted", "measured"}
 
 
+def test_profiles_the_transformer_on_synthetic_batches_without_its_data(capsys):
+    model = {"embed_dim": 32, "ffn_dim": 64, "encoder_layers": 1, "decoder_layers": 1}
+    model |= {"encoder_kernels": "[3]", "decoder_kernels": "[7]"}
+    argv = ["profile", "--set", "task=dct-iwslt14", "--set", "device=cpu"]
+    argv += ["--set", "data.root=/nonexistent", "--set", "schedule.max_tokens=600"]
+    argv += [f"--set=model.{key}={value}" for key, value in model.items()]
+    argv += ["--set", "checkpoint=residual-1", "--set", "microbatch.size=240"]
+    assert main([*argv, "--lengths", "25", "40"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "dct-iwslt14 DC-Transformer 1+1 layers, embed 32, 600 tokens (15 pairs of 25/40), fp32, "
+        "checkpoint residual-1, microbatch 240 (true)" in out
+    )
+    rows = {line[:22].strip(): line[22:].split() for line in out.splitlines()[2:]}
+    assert float(rows["baseline / this"][0]) > 1.5  # 6 of 15 pairs at a time, layers recomputed
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -71,7 +88,11 @@ def test_measure_adds_the_measured_column(capsys):
         ),
         ([*TINY, "--set", "microbatch.size=7"], "microbatch.size: 7 is not allowed; a divisor of"),
         ([*TINY, "--set", "precision"], "--set: 'precision' is not allowed; KEY=VALUE is required"),
-        (["--set", "task=dct-iwslt14"], "task: 'dct-iwslt14' is not allowed for profiling yet"),
+        (
+            ["--set", "task=dct-iwslt14", "--lengths", "30", "5000"],
+            "schedule.max_tokens: 4000 is not allowed; the synthetic sentence pairs",
+        ),
+        ([*TINY, "--lengths", "30", "30"], "lengths: (30, 30) is not allowed for wrn-cifar10"),
     ],
 )
 def test_bad_input_exits_2_naming_the_field(capsys, argv, message):

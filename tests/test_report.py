@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 import runpy
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +23,7 @@ from tune_lowmem.pareto import non_dominated_mask
 from tune_lowmem.store import TrialRecord, read_trials, write_trial
 
 ROOT = Path(__file__).resolve().parents[1]
-START = datetime(2024, 5, 1, tzinfo=timezone.utc)
+START = datetime(2024, 5, 1, tzinfo=UTC)
 FIGURES = [
     "memory_parts",
     "accuracy_vs_density",

@@ -221,9 +221,13 @@ def test_dct_halves_the_period():
     assert DynamicSparsity.from_config(model, config, 10).period == 50
 
 
-def test_sparse_storage_counts_values_int32_columns_and_row_pointers():
-    # a 64x32x3x3 conv with 1000 nonzeros in fp16: 1000 * (2 + 4) values+columns, 65 * 4 row pointers
-    assert sparse_storage_bytes(1000, (64, 32, 3, 3), 2) == 6000 + 260
+def test_sparse_storage_counts_values_smallest_column_indices_and_int32_row_pointers():
+    # a 64x32x3x3 conv (288 columns) with 1000 nonzeros in fp16: 1000 * (2 + 2) values and uint16
+    # columns, 65 * 4 row pointers
+    assert sparse_storage_bytes(1000, (64, 32, 3, 3), 2) == 4000 + 260
+    assert sparse_storage_bytes(10, (3, 2**16), 4) == 10 * (4 + 2) + 4 * 4  # the most for uint16
+    assert sparse_storage_bytes(10, (3, 2**16 + 1), 4) == 10 * (4 + 4) + 4 * 4  # int32 beyond
+    assert sparse_storage_bytes(10, (3, 256, 257), 4) == 10 * (4 + 4) + 4 * 4  # columns: 256 x 257
 
 
 # ---- inside training ---------------------------------------------------------------------------

@@ -11,7 +11,8 @@ import copy
 import math
 import random
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch

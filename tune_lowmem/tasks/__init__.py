@@ -6,7 +6,8 @@ the training loop in `tune_lowmem.train` knows the rest (techniques, stepping, c
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Protocol
+from collections.abc import Iterable
+from typing import Any, Protocol
 
 import torch
 from torch import nn

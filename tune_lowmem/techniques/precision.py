@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import torch
 from torch import nn
