@@ -60,6 +60,13 @@ def cast_input(tensor: torch.Tensor, precision: str) -> torch.Tensor:
     return tensor
 
 
+def all_finite(tensors: list[torch.Tensor]) -> bool:
+    """Whether no element is inf or NaN, with one device-to-host sync for all the tensors."""
+    if not tensors:
+        return True
+    return bool(torch.stack([torch.isfinite(t).all() for t in tensors]).all())
+
+
 class DynamicLossScaler:
     """Dynamic loss scaling that works on half gradients (torch's GradScaler refuses them).
 
@@ -90,8 +97,7 @@ class DynamicLossScaler:
     def unscale_(self, parameters: Iterable[nn.Parameter]) -> bool:
         """Unscale gradients in place; False (and the scale lowered) if any overflowed."""
         grads = [p.grad for p in parameters if p.grad is not None]
-        finite = all(bool(torch.isfinite(g).all()) for g in grads)
-        if not finite:
+        if not all_finite(grads):
             self.scale = max(self.scale * self.backoff_factor, self.min_scale)
             self.good_steps = 0
             self.skipped_steps += 1
@@ -138,7 +144,8 @@ class Precision:
         """True when the step may be taken (always, without a scaler, unless a gradient is not finite)."""
         if self.scaler:
             return self.scaler.unscale_(parameters)
-        return all(bool(torch.isfinite(p.grad).all()) for p in parameters if p.grad is not None)
+        grads = [p.grad for p in parameters if p.grad is not None]
+        return all_finite(grads)
 
     @property
     def skipped_steps(self) -> int:
