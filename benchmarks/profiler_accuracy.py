@@ -1,13 +1,20 @@
-"""Predicted against measured training memory over a grid of the techniques, for the WRN.
+"""Predicted against measured training memory over a grid of the techniques, per task.
 
 Every point is one `TrialConfig`: precision x microbatch x checkpointing x density. `predict`
 runs on fake tensors; `measure` runs one real training step on the configured device (the CPU
-here, where fp16 convolutions are slow, hence the small default model). Per point it prints the
-activation and total figures of both and their ratio (predicted / measured), the FLOPs of both
-and the measured peak of everything PyTorch held; at the end, the worst point of each ratio.
+here, where half-precision kernels are slow, hence the small default models). Per point it prints
+the activation and total figures of both and their ratio (predicted / measured), the FLOPs of
+both and the measured peak of everything PyTorch held; at the end, the worst point of each ratio.
 
     .venv/bin/python benchmarks/profiler_accuracy.py [--depth 16 --width 2 --batch 20
                                                       --microbatch 10 --precisions fp32 bf16]
+    .venv/bin/python benchmarks/profiler_accuracy.py --task dct-iwslt14 [--embed 128 --layers 3
+                                                      --max-tokens 1000 --microbatch 250]
+
+The WRN grid crosses all four checkpointing strategies with densities 1.0 and 0.3; the
+DC-Transformer grid (synthetic minibatches of IWSLT'14 shape, `memory.synthetic`) crosses none
+and residual-1 with densities 1.0 and 0.4, on a model of `--layers` encoder and decoder layers
+(the paper's kernel sizes, from the first) with FFN 2 x `--embed`.
 """
 
 from __future__ import annotations
@@ -18,30 +25,62 @@ import time
 
 import torch
 
-from tune_lowmem.config import TrialConfig
+from tune_lowmem.config import CHECKPOINT_STRATEGIES, DynamicConvConfig, TrialConfig
 from tune_lowmem.memory import MB, MemoryReport, measure, predict
 
 PRECISIONS = ("fp32", "fp16", "bf16")
-CHECKPOINTS = ("none", "residual-1", "residual-2", "residual-2*")
-DENSITIES = (1.0, 0.3)
+SPARSE_DENSITY = {"wrn-cifar10": 0.3, "dct-iwslt14": 0.4}
+MICROBATCH = {"wrn-cifar10": 10, "dct-iwslt14": 250}  # images or tokens
 HEADER = (
     "precision micro checkpoint   density |  act pred  act meas  ratio |  tot pred  tot meas  ratio"
     " |  GFLOPs pred/meas |  peak MB |     s"
 )
 
 
-def grid(args: argparse.Namespace) -> list[TrialConfig]:
-    base = {
-        "model.depth": args.depth,
-        "model.width": args.width,
-        "schedule.batch_size": args.batch,
+def base(args: argparse.Namespace) -> dict:
+    """The fixed part of every point: the task, its model and its minibatch."""
+    if args.task == "wrn-cifar10":
+        model = {"model.depth": args.depth, "model.width": args.width}
+        return {**model, "schedule.batch_size": args.batch, "device": args.device}
+    paper = DynamicConvConfig()
+    model = {
+        "embed_dim": args.embed,
+        "ffn_dim": 2 * args.embed,
+        "encoder_layers": args.layers,
+        "decoder_layers": args.layers,
+        "encoder_kernels": list(paper.encoder_kernels[: args.layers]),
+        "decoder_kernels": list(paper.decoder_kernels[: args.layers]),
+    }
+    return {
+        "task": args.task,
+        "model": model,
+        "schedule.max_tokens": args.max_tokens,
         "device": args.device,
     }
-    points = itertools.product(args.precisions, (None, args.microbatch), CHECKPOINTS, DENSITIES)
+
+
+def describe(args: argparse.Namespace) -> str:
+    if args.task == "wrn-cifar10":
+        return f"WRN-{args.depth}-{args.width}, batch {args.batch}"
+    source, target = args.lengths
+    return (
+        f"DC-Transformer {args.layers}+{args.layers} layers, embed {args.embed}, "
+        f"{args.max_tokens}-token minibatches of {source}/{target}-token pairs"
+    )
+
+
+def grid(args: argparse.Namespace) -> list[TrialConfig]:
+    microbatch = args.microbatch or MICROBATCH[args.task]
+    points = itertools.product(
+        args.precisions,
+        (None, microbatch),
+        CHECKPOINT_STRATEGIES[args.task],
+        (1.0, SPARSE_DENSITY[args.task]),
+    )
     return [
         TrialConfig.from_dict(
             {
-                **base,
+                **base(args),
                 "precision": precision,
                 "microbatch.size": micro,
                 "checkpoint": checkpoint,
@@ -68,25 +107,37 @@ def row(predicted: MemoryReport, measured: MemoryReport) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--depth", type=int, default=16)
-    parser.add_argument("--width", type=int, default=2)
-    parser.add_argument("--batch", type=int, default=20)
-    parser.add_argument("--microbatch", type=int, default=10)
+    parser.add_argument("--task", default="wrn-cifar10", choices=tuple(MICROBATCH))
+    parser.add_argument("--depth", type=int, default=16, help="WRN depth")
+    parser.add_argument("--width", type=int, default=2, help="WRN width")
+    parser.add_argument("--batch", type=int, default=20, help="WRN images per minibatch")
+    parser.add_argument("--embed", type=int, default=128, help="DC-Transformer embedding dim")
+    parser.add_argument("--layers", type=int, default=3, help="DC-Transformer layers per side")
+    parser.add_argument("--max-tokens", type=int, default=1000, help="DC-Transformer budget")
+    parser.add_argument(
+        "--lengths",
+        type=int,
+        nargs=2,
+        default=(30, 30),
+        metavar=("SOURCE", "TARGET"),
+        help="DC-Transformer synthetic sentence lengths",
+    )
+    parser.add_argument(
+        "--microbatch", type=int, help="images (WRN, default 10) or tokens (DCT, default 250)"
+    )
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--precisions", nargs="+", default=list(PRECISIONS), choices=PRECISIONS)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    lengths = tuple(args.lengths) if args.task == "dct-iwslt14" else None
 
-    print(
-        f"WRN-{args.depth}-{args.width}, batch {args.batch}, on {args.device}; "
-        "MB = 10^6 bytes; ratio = predicted / measured"
-    )
+    print(f"{describe(args)}, on {args.device}; MB = 10^6 bytes; ratio = predicted / measured")
     print(HEADER)
     worst = {"activation": (1.0, ""), "total": (1.0, "")}
     for config in grid(args):
         started = time.perf_counter()
-        predicted, measured = predict(config), measure(config)
+        predicted, measured = predict(config, lengths), measure(config, lengths)
         seconds = time.perf_counter() - started
         print(f"{label(config)} | {row(predicted, measured)} | {seconds:5.1f}", flush=True)
         ratios = {

@@ -18,16 +18,29 @@ def add_parser(subparsers) -> None:
     parser.add_argument(
         "--measure", action="store_true", help="also run one real training step and measure it"
     )
+    parser.add_argument(
+        "--lengths",
+        type=int,
+        nargs=2,
+        metavar=("SOURCE", "TARGET"),
+        help="dct-iwslt14: tokens of each sentence pair in the synthetic minibatch "
+        "(default 30 30, a typical IWSLT'14 batch)",
+    )
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    import torch
+
     from ..memory import baseline_config, measure, predict
+    from ..memory.synthetic import synthetic_task
 
     config = config_from_arguments(args)
+    lengths = None if args.lengths is None else tuple(args.lengths)
+    task = synthetic_task(config, torch.device("cpu"), lengths)  # refuses what it cannot profile
     ways = {"predicted": predict} | ({"measured": measure} if args.measure else {})
-    reports = {name: way(config) for name, way in ways.items()}
-    baselines = {name: way(baseline_config(config)) for name, way in ways.items()}
+    reports = {name: way(config, lengths) for name, way in ways.items()}
+    baselines = {name: way(baseline_config(config), lengths) for name, way in ways.items()}
     if args.json:
         result = {
             name: {**report.to_dict(), "ratio_to_baseline": report.ratio_to(baselines[name])}
@@ -36,20 +49,26 @@ def run(args: argparse.Namespace) -> int:
         result["baseline"] = {name: report.to_dict() for name, report in baselines.items()}
         print(json.dumps(result))
         return 0
-    print(describe(config))
+    print(describe(config, task))
     print(table(reports, baselines))
     return 0
 
 
-def describe(config) -> str:
-    """One line naming what was profiled."""
+def describe(config, task) -> str:
+    """One line naming what was profiled; `task` is the synthetic task it was profiled on."""
     model, micro = config.model, config.microbatch
-    name = (
-        f"WRN-{model.depth}-{model.width}" if config.task == "wrn-cifar10" else type(model).__name__
-    )
+    if config.task == "wrn-cifar10":
+        name = f"WRN-{model.depth}-{model.width}, batch {config.schedule.batch_size}"
+    else:
+        source, target = task.lengths
+        name = (
+            f"DC-Transformer {model.encoder_layers}+{model.decoder_layers} layers, embed "
+            f"{model.embed_dim}, {config.schedule.max_tokens} tokens "
+            f"({task.sentences_per_batch()} pairs of {source}/{target})"
+        )
     micro_text = "none" if micro.size is None else f"{micro.size} ({micro.mode})"
     return (
-        f"{config.task} {name}, batch {config.schedule.batch_size}, {config.precision}, "
+        f"{config.task} {name}, {config.precision}, "
         f"checkpoint {config.checkpoint}, microbatch {micro_text}, "
         f"density {config.sparsity.density:g}"
         " (MB = 10^6 bytes)"

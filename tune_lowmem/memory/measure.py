@@ -29,21 +29,22 @@ from ..config import TrialConfig
 from ..train import Trainer, resolve_device
 from . import accounting
 from .report import MemoryReport
-from .synthetic import synthetic_task
+from .synthetic import batch_tensors, synthetic_task
 from .tracker import StorageTracker
 
 WARM_UP_TRIES = 8  # fp16 loss scaling may skip the first steps; one of these must update
 
 
-def measure(config: TrialConfig) -> MemoryReport:
-    """The memory and FLOPs of one real training step of `config` on its device."""
+def measure(config: TrialConfig, lengths: tuple[int, int] | None = None) -> MemoryReport:
+    """The memory and FLOPs of one real training step of `config` on its device. `lengths`: the
+    translation task's synthetic (source, target) sentence lengths."""
     device = resolve_device(config.device)
-    trainer = Trainer(config, task=synthetic_task(config, device))
+    trainer = Trainer(config, task=synthetic_task(config, device, lengths))
     batches = itertools.chain.from_iterable(map(trainer.task.train_batches, itertools.count()))
     _warm_up(trainer, batches)
     batch = next(batches)
     trainer.optimizer.zero_grad(set_to_none=True)  # the step allocates its gradients itself
-    existing = [*_held(trainer), *batch]
+    existing = [*_held(trainer), *batch_tensors(batch)]
     probe = allocator_probe(device)
     if device.type == "cuda":
         torch.cuda.synchronize(device)

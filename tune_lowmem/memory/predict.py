@@ -2,16 +2,21 @@
 
 The trial's own `Trainer` is built (the same model, techniques and casts a real trial gets), its
 parameters and buffers are swapped for fake tensors (`FakeTensorMode`: shapes and dtypes, no
-data), and one microbatch's forward and backward pass runs on fake data under a
-`StorageTracker`. The activation part is the most bytes the pass's own tensors hold at once: the
-autograd graph's saved tensors, the gradients w.r.t. activations, the recomputed segments of a
-checkpointed model, the autocast copies of the weights in the amp modes; gradients of the
-parameters are left to the optimizer part. The input minibatch is the data pipeline's and is not
-counted (a copy the model makes, such as the cast to half, is). Model and optimizer parts follow
-`accounting`; the optimizer state is the paper's rule (`accounting.state_copies`).
+data), and the minibatch's microbatches run forward and backward on fake copies of a synthetic
+minibatch under a `StorageTracker`: the first one, before any gradient exists, and one of each
+later shape, whose gradients accumulate into existing ones as in a real step (a token-budget
+minibatch may end in a smaller microbatch). The activation part is the most bytes these passes'
+own tensors hold at once: the autograd graph's saved tensors, the gradients w.r.t. activations,
+the recomputed segments of a checkpointed model, the autocast copies of the weights in the amp
+modes, a later microbatch's parameter gradient before it is added to the accumulated one;
+gradients of the parameters are left to the optimizer part. The input minibatch is the data
+pipeline's and is not counted (a copy the model makes, such as the cast to half, is). Model and
+optimizer parts follow `accounting`; the optimizer state is the paper's rule
+(`accounting.state_copies`).
 
-A dry run is cached per shape key (task, model, precision, checkpointing, batch and microbatch,
-device type), so a search that varies learning rates or sparsity pays for it once.
+A dry run is cached per shape key (task, model, precision, checkpointing, batch or token budget
+and microbatch, device type, and the synthetic sentence lengths), so a search that varies
+learning rates or sparsity pays for it once.
 """
 
 from __future__ import annotations
@@ -31,30 +36,33 @@ from ..techniques.sparsity import sparse_parameter_names
 from ..train import Trainer
 from . import accounting
 from .report import MemoryReport
-from .synthetic import synthetic_task
+from .synthetic import batch_tensors, map_tensors, synthetic_task
 from .tracker import StorageTracker
 
 # The schedule fields that decide tensor shapes, per task.
-SHAPE_FIELDS = {"wrn-cifar10": ("batch_size",)}
+SHAPE_FIELDS = {"wrn-cifar10": ("batch_size",), "dct-iwslt14": ("max_tokens",)}
 
 
 @dataclasses.dataclass(frozen=True)
 class DryRun:
-    """What one fake forward and backward pass leaves: the fake model (with its fake gradients),
-    the activation peak of one pass and the FLOPs of a whole step."""
+    """What the fake forward and backward passes leave: the fake model (with its fake gradients),
+    the activation peak of the largest pass and the FLOPs of a whole step."""
 
     model: nn.Module
     activation_bytes: int
     flops_per_step: int
 
 
-def predict(config: TrialConfig) -> MemoryReport:
-    """The config's training memory and FLOPs per step, without allocating any activation."""
-    key = shape_key(config)
-    run = dry_run(key)
+def predict(config: TrialConfig, lengths: tuple[int, int] | None = None) -> MemoryReport:
+    """The config's training memory and FLOPs per step, without allocating any activation.
+    `lengths`: the translation task's synthetic (source, target) sentence lengths."""
+    lengths = None if lengths is None else tuple(lengths)
+    key = shape_key(config, lengths)
+    run = dry_run(key, lengths)
     nonzeros = planned_nonzeros(run.model, config)
     gradients = accounting.gradient_bytes(run.model, nonzeros)
-    optimizer = synthetic_task(config, torch.device(key.device)).build_optimizer(run.model)
+    task = synthetic_task(config, torch.device(key.device), lengths)
+    optimizer = task.build_optimizer(run.model)
     return MemoryReport(
         model_bytes=accounting.model_bytes(run.model, nonzeros),
         optimizer_bytes=gradients * (1 + accounting.state_copies(optimizer)),
@@ -64,10 +72,10 @@ def predict(config: TrialConfig) -> MemoryReport:
     )
 
 
-def shape_key(config: TrialConfig) -> TrialConfig:
+def shape_key(config: TrialConfig, lengths: tuple[int, int] | None = None) -> TrialConfig:
     """The config reduced to what decides the activations and FLOPs: dense, default data, seed 0,
     and a schedule with only its shape fields; the device is the type a trial would run on."""
-    synthetic_task(config, torch.device("cpu"))  # refuses a task the profiler cannot run
+    synthetic_task(config, torch.device("cpu"), lengths)  # refuses what the profiler cannot run
     schedule = config.schedule
     shapes = {name: getattr(schedule, name) for name in SHAPE_FIELDS[config.task]}
     device = "cuda" if config.device != "cpu" and torch.cuda.is_available() else "cpu"
@@ -83,24 +91,35 @@ def shape_key(config: TrialConfig) -> TrialConfig:
 
 
 @functools.lru_cache(maxsize=512)
-def dry_run(key: TrialConfig) -> DryRun:
-    """One microbatch's forward and backward pass of `key`'s trainer on fake tensors."""
+def dry_run(key: TrialConfig, lengths: tuple[int, int] | None = None) -> DryRun:
+    """One minibatch of `key`'s trainer on fake tensors: the first microbatch's pass and one
+    pass of each later microbatch shape (see the module docstring)."""
+    device = torch.device(key.device)
     with _global_rng_kept():
-        trainer = Trainer(key, task=synthetic_task(key, torch.device(key.device)))
+        trainer = Trainer(key, task=synthetic_task(key, device, lengths))
     task, model, precision = trainer.task, trainer.model.train(), trainer.precision
+    batch = next(iter(task.train_batches(0)))  # real and small: splitting it reads its lengths
+    microbatches, normaliser = task.microbatches(batch), task.normaliser(batch)
+    shapes = [tuple(tuple(t.shape) for t in batch_tensors(m)) for m in microbatches]
+    later = {}  # each later shape's first microbatch
+    for index in range(1, len(shapes)):
+        later.setdefault(shapes[index], index)
     fake_mode = FakeTensorMode()
     _fake_state(model, fake_mode)
+    peaks, flops = [], {}
     with fake_mode:
-        batch = next(iter(task.train_batches(0)))
-        microbatches = task.microbatches(batch)
-        with StorageTracker() as tracker:
-            with precision.forward_context():
-                loss, _ = task.loss(model, microbatches[0])
-            precision.backward(loss / task.normaliser(batch))
-            del loss
-        held = [*model.parameters(), *model.buffers()]
-        held += [p.grad for p in model.parameters() if p.grad is not None]
-        return DryRun(model, tracker.peak(exclude=held), tracker.flops * len(microbatches))
+        for index in (0, *later.values()):
+            microbatch = map_tensors(fake_mode.from_tensor, microbatches[index])
+            with StorageTracker(batch_tensors(microbatch)) as tracker:
+                with precision.forward_context():
+                    loss, _ = task.loss(model, microbatch)
+                precision.backward(loss / normaliser)
+                del loss
+            held = [*model.parameters(), *model.buffers()]
+            held += [p.grad for p in model.parameters() if p.grad is not None]
+            peaks.append(tracker.peak(exclude=held))
+            flops[shapes[index]] = tracker.flops
+    return DryRun(model, max(peaks), sum(flops[shape] for shape in shapes))
 
 
 def _fake_state(model: nn.Module, fake_mode: FakeTensorMode) -> None:

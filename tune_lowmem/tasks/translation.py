@@ -57,10 +57,12 @@ class Iwslt14Translation:
 
     # ---- model and optimizer ------------------------------------------------------------------
 
+    def vocab_sizes(self) -> tuple[int, int]:
+        """Source and target vocabulary sizes: all the model needs of the data."""
+        return len(self.corpus.src_dict), len(self.corpus.tgt_dict)
+
     def build_model(self) -> nn.Module:
-        return DynamicConvTransformer.from_config(
-            self.config.model, len(self.corpus.src_dict), len(self.corpus.tgt_dict), iwslt14.PAD
-        )
+        return DynamicConvTransformer.from_config(self.config.model, *self.vocab_sizes(), iwslt14.PAD)
 
     def build_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
         s = self.config.schedule
@@ -130,9 +132,12 @@ class Iwslt14Translation:
 
     # ---- length of training -------------------------------------------------------------------
 
+    def updates_per_epoch(self) -> int:
+        return len(self.batches)
+
     def epochs(self) -> int:
         s = self.config.schedule
-        epochs = math.ceil(s.max_updates / len(self.batches))
+        epochs = math.ceil(s.max_updates / self.updates_per_epoch())
         return min(epochs, s.max_epochs) if s.max_epochs else epochs
 
     def finished(self, epoch: int, updates: int) -> bool:

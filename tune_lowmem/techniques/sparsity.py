@@ -20,6 +20,11 @@ paper leaves them open:
 
 Masks are bool tensors kept here, not buffers of the model, so `model.state_dict()` keeps the
 dense model's keys; they follow the parameters to whatever device they are moved to.
+
+The memory profiler counts a sparse weight as it would be stored: CSR over the weight's 2-D view
+(shape[0] rows by prod(shape[1:]) columns), with column indices in the smallest unsigned type
+that holds a row's column count (uint16 up to 65,536 columns, which covers every sparse layer of
+both tasks, else int32) and int32 row pointers (`sparse_storage_bytes`).
 """
 
 from __future__ import annotations
@@ -45,17 +50,25 @@ PERIOD_SCALE = {"wrn-cifar10": 1.0, "dct-iwslt14": 0.5}
 # The mask positions come from their own stream, apart from the one that initialised the weights.
 MASK_SEED_OFFSET = 1_000_003
 
-# Index storage the profiler assumes for a sparse weight: CSR over its 2-D view, int32 indices.
-INDEX_BYTES = 4
+# Index storage the profiler assumes for a sparse weight: CSR over its 2-D view.
+UINT16_COLUMNS = 2**16  # the most columns whose indices 0 .. columns - 1 fit in a uint16
+ROW_POINTER_BYTES = 4  # int32
+
+
+def column_index_bytes(columns: int) -> int:
+    """Bytes of one column index: the smallest unsigned type holding 0 .. columns - 1 (uint16 up
+    to 65,536 columns, else int32, as index arrays rarely come in 3-byte types)."""
+    return 2 if columns <= UINT16_COLUMNS else 4
 
 
 def sparse_storage_bytes(numel_nonzero: int, shape: Sequence[int], value_bytes: int) -> int:
     """Bytes of one sparse weight: CSR over the weight viewed as shape[0] rows by prod(shape[1:])
-    columns; the nonzero values, one int32 column index per nonzero, shape[0] + 1 int32 row
-    pointers. Its gradient and optimizer state share this pattern, so they need values only
-    (numel_nonzero * value_bytes each)."""
+    columns; the nonzero values, one column index per nonzero (`column_index_bytes`: uint16 for
+    up to 65,536 columns, else int32), shape[0] + 1 int32 row pointers. Its gradient and optimizer
+    state share this pattern, so they need values only (numel_nonzero * value_bytes each)."""
     rows = shape[0] if len(shape) else 1
-    return numel_nonzero * (value_bytes + INDEX_BYTES) + (rows + 1) * INDEX_BYTES
+    column_bytes = column_index_bytes(math.prod(shape[1:]))
+    return numel_nonzero * (value_bytes + column_bytes) + (rows + 1) * ROW_POINTER_BYTES
 
 
 @dataclass(frozen=True)
