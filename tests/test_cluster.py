@@ -215,17 +215,18 @@ def trial_processes(node: Node, sweep: str) -> dict[tuple[int, int], str]:
 
 def test_a_killed_driver_resumes_from_the_storage_root(cluster, tmp_path):
     root, sweep = tmp_path / "storage", "driverloss"
-    space = space_yaml(tmp_path, sweep, points=4, epochs=3)
+    space = space_yaml(tmp_path, sweep, points=4, epochs=3, resume_checkpoint_s=0)  # every epoch
     with open(tmp_path / "launch.log", "w") as log:
         driver = subprocess.Popen(sweep_command(cluster, "launch", space, root), env=cluster.env,
                                   cwd=PROJECT, stdout=log, stderr=subprocess.STDOUT)
     try:
-        # Kill it with a trial stored and another one training, which is held where it is
-        # (SIGSTOP) so that it cannot finish in the moment before the cluster ends it.
+        # Kill it with a trial stored and another one training past its first epoch (so Tune's
+        # experiment state knows it), which is held where it is (SIGSTOP) so that it cannot
+        # finish in the moment before the cluster ends it.
         def stored_and_training() -> dict[tuple[int, int], str]:
-            done = set(store.trial_ids(root, sweep))
+            done, known = set(store.trial_ids(root, sweep)), past_first_epoch(root, sweep)
             training = {proc: trial for node in cluster.nodes.values()
-                        for proc, trial in trial_processes(node, sweep).items() if trial not in done}
+                        for proc, trial in trial_processes(node, sweep).items() if trial in known}
             return training if done else {}
 
         held = wait_for(stored_and_training, "a stored trial and one training", driver)
