@@ -105,6 +105,7 @@ def test_sweep_store_matches_tune_and_optuna(local_ray, tmp_path):
     for result in outcome.results:
         row, metrics = rows.loc[result.metrics["trial_id"]], result.metrics
         assert row["status"] == "completed" == metrics["trial_status"]
+        assert row["sampler"] == "nsga2"
         assert row["metric.val_accuracy"] == pytest.approx(metrics["val_accuracy"])
         assert row["metric.test_accuracy"] == pytest.approx(metrics["test_accuracy"])
         assert row["memory.predicted_total_mb"] == pytest.approx(metrics["memory_total_mb"])
@@ -131,6 +132,7 @@ def test_budget_screens_points_and_failures_do_not_stop_the_sweep(local_ray, tmp
     outcome = launch(path, store_root=root)
     rows = outcome.trials
     assert sorted(rows["status"]) == ["completed"] * 2 + ["failed"] * 2 + ["infeasible"] * 2
+    assert set(rows["sampler"]) == {"grid"}  # screened and failed rows name their sampler too
 
     infeasible = rows[rows["status"] == "infeasible"]
     assert infeasible["trial_id"].str.startswith("infeasible-").all()

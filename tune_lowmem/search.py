@@ -247,7 +247,7 @@ class RecordWorkerDeaths(Callback):
         reason = f"worker failed {self.space.max_failures + 1} times: {' '.join(str(error).split())}"[:500]
         now = datetime.now(UTC)
         config = self.space.trial_config(trial.config["params"]).to_flat()
-        record = store_record(self.sweep, trial.trial_id, "failed", config, {}, {},
+        record = store_record(self.space, self.sweep, trial.trial_id, "failed", config, {}, {},
                               failure_reason=reason, started_at=now, finished_at=now)
         store.write_trial(self.root, record)
 

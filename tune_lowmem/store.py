@@ -106,6 +106,7 @@ class TrialRecord:
     finished_at: datetime | None = None
     epochs_completed: int = 0
     node_id: str | None = None  # the Ray node that ran it last (None: never placed on one)
+    sampler: str | None = None  # the sweep's Optuna sampler (nsga2, tpe, gp, random, grid)
 
     def __post_init__(self) -> None:
         check_name(self.sweep, "sweep")
@@ -177,6 +178,7 @@ def _trial_table(record: TrialRecord) -> pa.Table:
         "wall_seconds": pa.array([wall], pa.float64()),
         "epochs_completed": pa.array([record.epochs_completed], pa.int64()),
         "node_id": pa.array([record.node_id], pa.string()),
+        "sampler": pa.array([record.sampler], pa.string()),
     }
     columns.update((f"config.{key}", array) for key, array in config.items())
     for name in sorted(record.metrics):

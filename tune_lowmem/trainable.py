@@ -95,14 +95,15 @@ def memory_metrics(predicted: MemoryReport | None, measured: MemoryReport | None
 
 
 def store_record(
-    sweep: str, trial_id: str, status: str, config: Mapping[str, Any], metrics: Mapping[str, Any],
-    memory: Mapping[str, Any], **times: Any,
+    space: SearchSpace, sweep: str, trial_id: str, status: str, config: Mapping[str, Any],
+    metrics: Mapping[str, Any], memory: Mapping[str, Any], **times: Any,
 ) -> store.TrialRecord:
-    """A store row: reported metric names mapped to the store's memory columns."""
+    """A store row of a trial of `space`: reported metric names mapped to the store's memory
+    columns, and the sweep's sampler beside them."""
     memory_columns = {store_column(k).removeprefix("memory."): v for k, v in memory.items()}
     numbers = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     return store.TrialRecord(sweep=sweep, trial_id=trial_id, status=status, config=config,
-                             metrics=numbers, memory=memory_columns, **times)
+                             metrics=numbers, memory=memory_columns, sampler=space.sampler, **times)
 
 
 def write_screened(root: str, sweep: str, trial_id: str, space: SearchSpace,
@@ -113,10 +114,10 @@ def write_screened(root: str, sweep: str, trial_id: str, space: SearchSpace,
     config = screening.config.to_flat() if screening.config is not None else {**space.base, **params}
     reason = screening.reason
     try:
-        record = store_record(sweep, trial_id, screening.status, config, {}, memory,
+        record = store_record(space, sweep, trial_id, screening.status, config, {}, memory,
                               failure_reason=reason, started_at=now, finished_at=now)
     except ConfigError:  # an invalid point may not even fit the config columns' types
-        record = store_record(sweep, trial_id, screening.status, space.base, {}, memory,
+        record = store_record(space, sweep, trial_id, screening.status, space.base, {}, memory,
                               failure_reason=f"{reason} (params: {dict(params)})", started_at=now, finished_at=now)
     store.write_trial(root, record, epochs=[])
     return record
@@ -249,7 +250,7 @@ class _Run:
     def _write(self, status: str, metrics: Mapping[str, Any], reason: str | None = None) -> None:
         history = self.trainer.history if self.trainer is not None else []
         record = store_record(
-            self.sweep, self.trial_id, status, self.config.to_flat(), metrics, self._memory(),
+            self.space, self.sweep, self.trial_id, status, self.config.to_flat(), metrics, self._memory(),
             failure_reason=reason, started_at=self.started_at, finished_at=datetime.now(UTC),
             epochs_completed=self.trainer.epoch if self.trainer is not None else 0,
             node_id=self.node_id,
