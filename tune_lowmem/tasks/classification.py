@@ -11,7 +11,7 @@ from torch import nn
 
 from ..config import TrialConfig
 from ..data import cifar10
-from ..models.wideresnet import WideResNet
+from ..models import build_model
 from ..techniques import microbatch
 
 
@@ -27,7 +27,7 @@ class Cifar10Classification:
         return cifar10.Cifar10.from_config(self.config.data, self.config.seed, self.device)
 
     def build_model(self) -> nn.Module:
-        return WideResNet.from_config(self.config.model)
+        return build_model(self.config)
 
     def build_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
         schedule = self.config.schedule

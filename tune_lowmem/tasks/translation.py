@@ -18,7 +18,7 @@ from torch import nn
 from ..config import TrialConfig
 from ..data import data_root, iwslt14
 from ..decode import bleu, references, translate
-from ..models.dynamicconv import DynamicConvTransformer
+from ..models import build_model
 
 
 class Iwslt14Translation:
@@ -62,7 +62,7 @@ class Iwslt14Translation:
         return len(self.corpus.src_dict), len(self.corpus.tgt_dict)
 
     def build_model(self) -> nn.Module:
-        return DynamicConvTransformer.from_config(self.config.model, *self.vocab_sizes(), iwslt14.PAD)
+        return build_model(self.config, self.vocab_sizes())
 
     def build_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
         s = self.config.schedule
