@@ -196,13 +196,15 @@ class LocalCluster:
         script = (
             "import json, ray\n"
             f"ray.init(address={self.address!r}, logging_level='ERROR', log_to_driver=False)\n"
-            "print(json.dumps([[n['NodeID'], sorted(n['Resources'])] for n in ray.nodes() if n['Alive']]))\n"
+            "print('NODES', json.dumps([[n['NodeID'], sorted(n['Resources'])] for n in ray.nodes() if n['Alive']]))\n"
         )
         out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                              env=self.env, timeout=60, check=False)
         if out.returncode != 0:
             raise RuntimeError(f"cannot read the cluster's nodes: {out.stderr[-2000:]}")
-        alive = json.loads(out.stdout.strip().splitlines()[-1])
+        # Ray may print its own warnings (e.g. lagging heartbeats) to stdout around ours.
+        line = next(line for line in out.stdout.splitlines() if line.startswith("NODES "))
+        alive = json.loads(line.removeprefix("NODES "))
         return {name: node_id for node_id, resources in alive for name in self.nodes if name in resources}
 
     def wait_for_nodes(self, timeout: float = 60.0) -> dict[str, str]:
