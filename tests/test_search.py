@@ -20,9 +20,10 @@ from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
-from tune_lowmem import pareto, store
+from tune_lowmem import pareto, search, store
 from tune_lowmem.search import JOURNAL, ScreenedOptunaSearch, launch, resume, sweep_folder
 from tune_lowmem.space import SearchSpace
+from tune_lowmem.trainable import store_record
 
 TINY_BASE = {
     "device": "cpu",
@@ -88,6 +89,70 @@ def test_searcher_screens_points_runs_seeds_and_survives_pickling(tmp_path):
     assert told.state == TrialState.COMPLETE and told.values == pytest.approx([0.3, 4.0])
     assert told.constraints["memory_over_budget_mb"] < 0
     assert [t.state for t in trials if t.params["microbatch.size"] == 4 and t is not told] == [TrialState.FAIL]
+
+
+LR_SPACE = SearchSpace.from_dict({
+    "name": "unit", "base": TINY_BASE, "objectives": OBJECTIVES, "sampler": "random", "num_samples": 3,
+    "params": {"schedule.lr_multiplier": {"type": "loguniform", "low": 0.5, "high": 2.0}},
+})
+
+
+def lr_searcher(root: Path) -> ScreenedOptunaSearch:
+    sweep_folder(root, "unit").mkdir(parents=True, exist_ok=True)
+    return ScreenedOptunaSearch(LR_SPACE, "unit", str(root), str(sweep_folder(root, "unit") / JOURNAL))
+
+
+def snapshot_after_first_point(root: Path, snapshot: Path) -> tuple[ScreenedOptunaSearch, dict]:
+    """A searcher that handed out one point and was snapshotted, as Tune does every second."""
+    searcher = lr_searcher(root)
+    first = searcher.suggest("t0")
+    searcher.save(str(snapshot))
+    return searcher, first
+
+
+def store_completed(root: Path, trial_id: str, handed: dict, val_accuracy: float) -> None:
+    config = LR_SPACE.trial_config(handed["params"]).to_flat()
+    store.write_trial(root, store_record(LR_SPACE, "unit", trial_id, "completed", config, {"val_accuracy": val_accuracy},
+                                         {"memory_total_mb": 3.0}, point=handed["point"]))
+
+
+def test_a_searcher_snapshot_older_than_tunes_trials_is_rejoined(tmp_path):
+    """A driver killed between Tune's two files: its trials name points its searcher snapshot lacks."""
+    root, snapshot = tmp_path / "store", tmp_path / "searcher.pkl"
+    searcher, first = snapshot_after_first_point(root, snapshot)
+    second = searcher.suggest("t1")
+    store_completed(root, "t0", first, 0.5)
+
+    restored = lr_searcher(root)
+    restored.restore(str(snapshot))
+    restored.rejoin({"t0": first, "t1": second})
+    third = restored.suggest("t2")
+    assert third["point"] == 2 and restored.suggest("t3") == "FINISHED"  # three points, not four
+    lrs = [c["params"]["schedule.lr_multiplier"] for c in (first, second, third)]
+    assert len(set(lrs)) == 3  # the rebuilt sampler did not start its draws over
+    restored.on_trial_complete("t1", {"trial_status": "completed", "val_accuracy": 0.7, "memory_total_mb": 3.0})
+    told = {t.number: t for t in study(root, "unit").trials}
+    assert told[0].state == TrialState.COMPLETE and told[0].values == pytest.approx([0.5, 3.0])  # from the store
+    assert told[1].state == TrialState.COMPLETE and told[1].values == pytest.approx([0.7, 3.0])
+    assert told[2].state == TrialState.RUNNING
+
+
+def test_points_tune_never_saved_run_after_the_restart_unless_stored(tmp_path):
+    """A driver killed after asking Optuna, before Tune saved the trials: a point whose trial
+    stored its row in the meantime is told from the store, the other runs again; none is lost."""
+    root, snapshot = tmp_path / "store", tmp_path / "searcher.pkl"
+    searcher, first = snapshot_after_first_point(root, snapshot)
+    lost, finished = searcher.suggest("t1"), searcher.suggest("t2")
+    store_completed(root, "t2", finished, 0.6)
+
+    restored = lr_searcher(root)
+    restored.restore(str(snapshot))
+    restored.rejoin({"t0": first})
+    assert restored.suggest("t3") == lost
+    assert restored.suggest("t4") == "FINISHED"
+    told = {t.number: t for t in study(root, "unit").trials}
+    assert len(told) == 3 and told[2].state == TrialState.COMPLETE and told[2].values == pytest.approx([0.6, 3.0])
+    assert told[1].state == TrialState.RUNNING
 
 
 def test_sweep_store_matches_tune_and_optuna(local_ray, tmp_path):
@@ -208,6 +273,32 @@ def test_killed_driver_then_resume_stores_every_trial_once(local_ray, tmp_path):
         assert len(store.read_epochs(root, "killed", trial_id)) == 2
     told = [t for t in study(root, "killed").trials if t.state == TrialState.COMPLETE]
     assert len(told) == 6
+
+
+class DriverKilled(Exception):
+    """Stands for the SIGKILL that ends a driver as its sweep starts."""
+
+
+def test_a_sweep_killed_before_tunes_first_snapshot_resumes(local_ray, tmp_path, monkeypatch):
+    """Killed as it started: Tune's tuner file is written, no snapshot of its trials yet."""
+    path = write_space(tmp_path, name="early", sampler="random", num_samples=2,
+                       params={"schedule.lr_multiplier": {"type": "loguniform", "low": 0.5, "high": 2.0}})
+    root = tmp_path / "store"
+    made = search._tuner
+
+    def killed_once_made(*args):
+        made(*args)
+        raise DriverKilled
+
+    monkeypatch.setattr(search, "_tuner", killed_once_made)
+    with pytest.raises(DriverKilled):
+        launch(path, store_root=root)
+    monkeypatch.undo()
+    assert ray.tune.Tuner.can_restore(str(sweep_folder(root, "early")))
+
+    outcome = resume("early", store_root=root)
+    assert len(outcome.trials) == 2 and (outcome.trials["status"] == "completed").all()
+    assert [t.state for t in study(root, "early").trials] == [TrialState.COMPLETE] * 2
 
 
 def trial_workers() -> list[int]:

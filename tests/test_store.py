@@ -33,12 +33,12 @@ CONFIG = TrialConfig.from_dict(
 )
 
 
-def record(trial_id: str = "t_00001", sweep: str = "wrn", point: TrialConfig = CONFIG, **changes):
+def record(trial_id: str = "t_00001", sweep: str = "wrn", trial_config: TrialConfig = CONFIG, **changes):
     values = {
         "sweep": sweep,
         "trial_id": trial_id,
         "status": "completed",
-        "config": point.to_flat(),
+        "config": trial_config.to_flat(),
         "metrics": {"val_accuracy": 0.9125, "test_accuracy": 0.9031, "val_loss": 0.3125},
         "memory": {
             "predicted_total_mb": 404.8,
@@ -48,6 +48,7 @@ def record(trial_id: str = "t_00001", sweep: str = "wrn", point: TrialConfig = C
         "started_at": START,
         "finished_at": START + timedelta(seconds=90.5),
         "epochs_completed": 2,
+        "point": 3,
     }
     return TrialRecord(**{**values, **changes})
 
@@ -75,6 +76,7 @@ EXPECTED = {
     "finished_at": START + timedelta(seconds=90.5),
     "wall_seconds": 90.5,
     "epochs_completed": 2,
+    "point": 3,
 }
 NULLS = [
     "failure_reason",
@@ -194,7 +196,7 @@ def test_trials_with_different_columns_read_together(tmp_path):
         record("t_00002", status="failed", failure_reason="NaN loss at update 7", metrics={}),
     )
     write_trial(
-        tmp_path, record("d_1", sweep="dct", point=dct, metrics={"test_bleu": 33.5}, memory={})
+        tmp_path, record("d_1", sweep="dct", trial_config=dct, metrics={"test_bleu": 33.5}, memory={})
     )
 
     trials = read_trials(tmp_path).set_index("trial_id")
@@ -218,8 +220,8 @@ def test_trials_with_different_columns_read_together(tmp_path):
 
 def test_seed_group_is_the_point_without_its_seed(tmp_path):
     write_trial(tmp_path, record("a"))
-    write_trial(tmp_path, record("b", point=CONFIG.replace(seed=7)))
-    write_trial(tmp_path, record("c", point=CONFIG.replace(**{"sparsity.density": 0.2})))
+    write_trial(tmp_path, record("b", trial_config=CONFIG.replace(seed=7)))
+    write_trial(tmp_path, record("c", trial_config=CONFIG.replace(**{"sparsity.density": 0.2})))
     groups = read_trials(tmp_path).set_index("trial_id")["seed_group"]
     assert groups["a"] == groups["b"] != groups["c"]
 
@@ -278,6 +280,7 @@ def test_bad_names_are_refused_and_nothing_is_written(tmp_path, name):
         ),
         ({"config": {"task": "mnist"}}, None, "config.task"),
         ({"memory": {"flops_per_step": 1.5}}, None, "memory.flops_per_step"),
+        ({"point": -1}, None, "point"),
         ({}, [{"epoch": 1}, {"epoch": 1}], "epochs.epoch"),
         ({}, [{"epoch": 1, "val_accuracy": [0.5]}], "epochs.val_accuracy"),
     ],

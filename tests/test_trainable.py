@@ -13,7 +13,7 @@ from tune_lowmem import store
 from tune_lowmem.memory import predict
 from tune_lowmem.space import SearchSpace
 from tune_lowmem.train import Trainer
-from tune_lowmem.trainable import CHECKPOINT_FILE, _result_from_row, final_result, train_trial
+from tune_lowmem.trainable import CHECKPOINT_FILE, final_result, result_from_row, train_trial
 
 TINY_BASE = {
     "device": "cpu",
@@ -111,7 +111,7 @@ def test_a_stored_trial_reports_its_row_again(tmp_path):
     store.write_trial(tmp_path, record, epochs=[])
     row = store.read_trials(tmp_path, space.name).iloc[0].to_dict()
     expected = final_result(space, "completed", {"val_accuracy": 0.25, "epoch": 2}, {})
-    reported = _result_from_row(space, row)
+    reported = result_from_row(space, row)
     assert reported["val_accuracy"] == 0.25 and reported["memory_total_mb"] == 12.5
     assert reported["flops_per_step"] == 7 and reported["trial_status"] == "completed"
     assert set(expected) <= set(reported) and reported["measured_total_mb"] is None

@@ -18,11 +18,14 @@ violation (``Trial.set_constraint``: predicted MB over the budget, which NSGA-II
 below every feasible point) with dominated values, and another point is asked for, so it never
 occupies a worker.
 
-Surviving the driver: Tune snapshots its trials and the searcher every second; the journal is
-written as points are asked and told; the store is written by the trials themselves. On resume
-Tune restarts unfinished trials from their last checkpoint, and a trial that had already stored
-its row reports that row again instead of training (see `trainable`), so every trial lands in
-the store exactly once.
+Surviving the driver: the journal is written as points are asked (with their params) and
+told; the store is written by the trials themselves; Tune snapshots its trials and then the
+searcher, every second. On resume Tune restarts unfinished trials from their last checkpoint, a
+trial that had already stored its row reports that row again instead of training (see
+`trainable`), and the searcher rebuilds its state from those three records
+(`ScreenedOptunaSearch.rejoin`), not from its own snapshot alone, which a driver killed between
+the two files leaves older than Tune's trials. So every point runs once per seed, a point asked
+but never given to a trial runs after the restart, and every trial lands in the store once.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import functools
 import logging
 import os
 import pickle
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -50,7 +53,15 @@ from . import pareto, store
 from .config import ConfigError
 from .progress import ProgressPrinter, say
 from .space import CONSTRAINT, SearchSpace, store_column, worst_value
-from .trainable import Screening, memory_metrics, screen, store_record, train_trial, write_screened
+from .trainable import (
+    Screening,
+    memory_metrics,
+    result_from_row,
+    screen,
+    store_record,
+    train_trial,
+    write_screened,
+)
 
 JOURNAL = "optuna.journal"
 SPACE_FILE = "space.yaml"
@@ -60,6 +71,7 @@ TUNE_ENVIRONMENT = {
     "RAY_AIR_NEW_OUTPUT": "0",  # with verbose=0 the classic reporter prints nothing; ours prints
 }
 SCREENED_PREFIXES = {"infeasible": "infeasible-", "failed": "invalid-"}
+PARAMS_ATTR = "tune_lowmem.params"  # an asked point's params, kept in the journal with it
 log = logging.getLogger(__name__)
 
 
@@ -84,7 +96,7 @@ class _Point:
     """A feasible point: its params, and what each of its seeds gave (None: did not complete)."""
 
     params: dict[str, Any]
-    handed: int = 0  # seeds given to Tune trials so far
+    given: set[int] = field(default_factory=set)  # seeds given to Tune trials (or found stored)
     outcomes: dict[int, list[float] | None] = field(default_factory=dict)
 
 
@@ -103,9 +115,12 @@ class ScreenedOptunaSearch(OptunaSearch):
         )
         self._search_space = space
         self._sweep, self._root, self._journal = sweep, root, journal
-        self._points: dict[int, _Point] = {}  # Optuna trial number -> point
+        self._points: dict[int, _Point] = {}  # Optuna trial number -> feasible point
         self._assigned: dict[str, tuple[int, int]] = {}  # Tune trial id -> (point, seed)
         self._open: list[int] = []  # points with seeds not yet handed out
+        self._unscreened: list[int] = []  # points asked before a restart, never handed out
+        self._asked = 0  # points asked of Optuna (with their params in the journal)
+        self.rejoin({})  # a resumed sweep that Tune cannot restore starts from the journal
 
     # The study lives in the journal and the sampler is rebuilt from the space: neither is pickled
     # (Optuna's GA samplers hold a thread lock, which OptunaSearch.save cannot pickle).
@@ -121,6 +136,7 @@ class ScreenedOptunaSearch(OptunaSearch):
         self._sampler = self._search_space.build_sampler()
         self._storage = _journal_storage(self._journal)
         self._setup_study(self._mode)
+        self.rejoin(_tune_trials(Path(self._journal).parent))  # Tune's tuner.pkl or its snapshot
 
     def save(self, checkpoint_path: str) -> None:
         with open(checkpoint_path, "wb") as handle:
@@ -129,6 +145,49 @@ class ScreenedOptunaSearch(OptunaSearch):
     def restore(self, checkpoint_path: str) -> None:
         with open(checkpoint_path, "rb") as handle:
             self.__setstate__(pickle.load(handle))
+
+    def rejoin(self, tune_trials: Mapping[str, Mapping[str, Any]]) -> None:
+        """Rebuild the points, their seeds and outcomes from what was written as it happened:
+        the journal (every point asked, with its params, and told), Tune's trials (trial id ->
+        the config this searcher gave it) with this searcher's own assignments, and the store's
+        rows (each names its point and seed). Points told neither way are told now; an asked
+        point that no trial holds or stored is screened again and handed out first; the sampler
+        is reseeded past the points asked."""
+        from optuna.trial import TrialState
+
+        trials = self._ot_study.get_trials(deepcopy=False)
+        self._ot_study.sampler = self._search_space.build_sampler(seed_offset=len(trials))
+        asked = {t.number: t.user_attrs[PARAMS_ATTR] for t in trials if PARAMS_ATTR in t.user_attrs}
+        running = {t.number for t in trials if t.state == TrialState.RUNNING}
+        for number in sorted(running - set(asked)):  # the driver died between asking and recording
+            self._tell(number, None)
+        self._asked = len(asked)
+        self._assigned.update((i, (c["point"], c["params"]["seed"])) for i, c in tune_trials.items())
+        stored = self._stored_outcomes()
+        self._points = {}
+        for number, seed in [*self._assigned.values(), *stored]:
+            self._points.setdefault(number, _Point(asked[number])).given.add(seed)
+        for (number, seed), values in stored.items():
+            self._points[number].outcomes[seed] = values
+        self._unscreened = sorted((running & set(asked)) - set(self._points))
+        live = sorted(running & set(self._points))
+        self._open = [number for number in live if self._free_seed(self._points[number]) is not None]
+        for number in live:
+            self._tell_if_done(number)
+
+    def _stored_outcomes(self) -> dict[tuple[int, int], list[float] | None]:
+        """(point, seed) -> the objective values of every trained trial's row in the store."""
+        rows = store.read_trials(self._root, self._sweep)
+        if rows.empty or "point" not in rows:
+            return {}
+        screened = rows["trial_id"].str.startswith(tuple(SCREENED_PREFIXES.values()))
+        trained = rows[rows["point"].notna() & ~screened].to_dict("records")
+        space = self._search_space
+        return {(int(row["point"]), int(row["config.seed"])): self._values(result_from_row(space, row), False)
+                for row in trained}
+
+    def _free_seed(self, point: _Point) -> int | None:
+        return min(set(range(self._search_space.seeds_per_point)) - point.given, default=None)
 
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
         if trial_id not in self._assigned:
@@ -139,19 +198,19 @@ class ScreenedOptunaSearch(OptunaSearch):
                 self._open.append(number)
             number = self._open[0]
             point = self._points[number]
-            self._assigned[trial_id] = (number, point.handed)
-            point.handed += 1
-            if point.handed == self._search_space.seeds_per_point:
+            seed = self._free_seed(point)
+            self._assigned[trial_id] = (number, seed)
+            point.given.add(seed)
+            if self._free_seed(point) is None:
                 self._open.pop(0)
         number, seed = self._assigned[trial_id]
         return {"point": number, "params": {**self._points[number].params, "seed": seed}}
 
     def _next_point(self) -> int | None:
-        """Ask Optuna until a point is feasible; store and tell the others on the way."""
+        """The next feasible point, asked before a restart or anew; store and tell the others."""
         space = self._search_space
-        while len(self._points) + self._screened_count() < space.num_samples:
-            trial = self._ot_study.ask()
-            params = self._suggest_from_define_by_run_func(self._space, trial)
+        while self._unscreened or self._asked < space.num_samples:
+            trial, params = self._unscreened_point() if self._unscreened else self._ask()
             screening = screen(space, params)
             if screening.predicted is not None and space.memory_budget_mb is not None:
                 excess = screening.predicted.to_dict()["total_mb"] - space.memory_budget_mb
@@ -162,14 +221,23 @@ class ScreenedOptunaSearch(OptunaSearch):
             self._answer_screened(trial, params, screening)
         return None
 
-    def _screened_count(self) -> int:
-        prefixes = tuple(SCREENED_PREFIXES.values())
-        return sum(1 for i in store.trial_ids(self._root, self._sweep) if i.startswith(prefixes))
+    def _ask(self) -> tuple[Any, dict[str, Any]]:
+        trial = self._ot_study.ask()
+        params = self._suggest_from_define_by_run_func(self._space, trial)
+        trial.set_user_attr(PARAMS_ATTR, params)
+        self._asked += 1
+        return trial, params
+
+    def _unscreened_point(self) -> tuple[Any, dict[str, Any]]:
+        from optuna.trial import Trial
+
+        frozen = self._ot_study.get_trials(deepcopy=False)[self._unscreened.pop(0)]
+        return Trial(self._ot_study, frozen._trial_id), frozen.user_attrs[PARAMS_ATTR]
 
     def _answer_screened(self, trial, params: dict[str, Any], screening: Screening) -> None:
         space = self._search_space
         trial_id = f"{SCREENED_PREFIXES[screening.status]}{trial.number:05d}"
-        write_screened(self._root, self._sweep, trial_id, space, params, screening)
+        write_screened(self._root, self._sweep, trial_id, space, trial.number, params, screening)
         say(f"{trial_id} {screening.status}, not trained: {screening.reason}")
         if screening.status == "failed":
             self._tell(trial.number, None)
@@ -196,8 +264,13 @@ class ScreenedOptunaSearch(OptunaSearch):
         if seed in point.outcomes:
             return
         point.outcomes[seed] = self._values(result, error)
-        if len(point.outcomes) == self._search_space.seeds_per_point:
-            done = [v for v in point.outcomes.values() if v is not None]
+        self._tell_if_done(number)
+
+    def _tell_if_done(self, number: int) -> None:
+        """Tell Optuna a point's mean over its seeds once every seed has an outcome."""
+        outcomes = self._points[number].outcomes
+        if len(outcomes) == self._search_space.seeds_per_point:
+            done = [v for v in outcomes.values() if v is not None]
             self._tell(number, np.mean(done, axis=0).tolist() if done else None)
 
     def _values(self, result: dict | None, error: bool) -> list[float] | None:
@@ -219,6 +292,26 @@ class ScreenedOptunaSearch(OptunaSearch):
             self._ot_study.tell(number, values, state=state)
         except (UpdateFinishedTrialError, RuntimeError, ValueError) as error:  # told before a resume
             log.debug("point %d already told: %s", number, error)
+
+
+def _tune_saved(folder: Path) -> bool:
+    """Tune's experiment can be restored: its tuner (written as the sweep starts) and a first
+    snapshot of its trials (written within a second of the start) are both there."""
+    return tune.Tuner.can_restore(str(folder)) and any(folder.glob("experiment_state-*.json"))
+
+
+def _tune_trials(folder: Path) -> dict[str, dict[str, Any]]:
+    """Tune's trials in its newest experiment state (what its restore runs): id -> config."""
+    if not _tune_saved(folder):
+        return {}
+    analysis_log = logging.getLogger("ray.tune.analysis.experiment_analysis")
+    level = analysis_log.level
+    analysis_log.setLevel(logging.ERROR)  # it warns of every trial that has no result yet
+    try:
+        trials = tune.ExperimentAnalysis(str(folder)).trials
+    finally:
+        analysis_log.setLevel(level)
+    return {trial.trial_id: trial.config for trial in trials}
 
 
 def _quiet_optuna() -> None:
@@ -248,7 +341,8 @@ class RecordWorkerDeaths(Callback):
         now = datetime.now(UTC)
         config = self.space.trial_config(trial.config["params"]).to_flat()
         record = store_record(self.space, self.sweep, trial.trial_id, "failed", config, {}, {},
-                              failure_reason=reason, started_at=now, finished_at=now)
+                              point=trial.config["point"], failure_reason=reason, started_at=now,
+                              finished_at=now)
         store.write_trial(self.root, record)
 
 
@@ -357,7 +451,7 @@ def resume(name: str, store_root: str | Path = "runs", address: str | None = Non
     space = saved_space(name, root)
     folder = sweep_folder(root, name)
     with _ray(address):
-        if tune.Tuner.can_restore(str(folder)):
+        if _tune_saved(folder):
             say(f"sweep {name}: resuming from {folder}")
             tuner = tune.Tuner.restore(str(folder), trainable=_trainable(space, name, root),
                                        resume_unfinished=True, restart_errored=False)

@@ -287,19 +287,22 @@ class SearchSpace:
         """The frozen config of one trial: the base with a point's values (and seed) over it."""
         return TrialConfig.from_dict({**self.base, **params})
 
-    def build_sampler(self):
+    def build_sampler(self, seed_offset: int = 0):
         """The Optuna sampler. With a budget, nsga2, tpe and gp read each trial's CONSTRAINT,
-        which the searcher sets when it screens the point (Optuna >= 5: `Trial.set_constraint`)."""
+        which the searcher sets when it screens the point (Optuna >= 5: `Trial.set_constraint`).
+        A resumed sweep passes the number of points already asked as `seed_offset`, so that its
+        rebuilt sampler does not draw the points of the sweep's start again."""
         import optuna
 
         options = dict(self.sampler_options)
+        seed = None if self.sampler_seed is None else self.sampler_seed + seed_offset
         makers = {
-            "nsga2": lambda: optuna.samplers.NSGAIISampler(seed=self.sampler_seed, **options),
-            "tpe": lambda: optuna.samplers.TPESampler(seed=self.sampler_seed, **options),
-            "gp": lambda: optuna.samplers.GPSampler(seed=self.sampler_seed, **options),
-            "random": lambda: optuna.samplers.RandomSampler(seed=self.sampler_seed, **options),
+            "nsga2": lambda: optuna.samplers.NSGAIISampler(seed=seed, **options),
+            "tpe": lambda: optuna.samplers.TPESampler(seed=seed, **options),
+            "gp": lambda: optuna.samplers.GPSampler(seed=seed, **options),
+            "random": lambda: optuna.samplers.RandomSampler(seed=seed, **options),
             "grid": lambda: optuna.samplers.GridSampler(
-                {p.name: list(p.values) for p in self.params}, seed=self.sampler_seed, **options
+                {p.name: list(p.values) for p in self.params}, seed=seed, **options
             ),
         }
         try:

@@ -107,6 +107,7 @@ class TrialRecord:
     epochs_completed: int = 0
     node_id: str | None = None  # the Ray node that ran it last (None: never placed on one)
     sampler: str | None = None  # the sweep's Optuna sampler (nsga2, tpe, gp, random, grid)
+    point: int | None = None  # the number of the Optuna trial that proposed it (None: no sweep)
 
     def __post_init__(self) -> None:
         check_name(self.sweep, "sweep")
@@ -128,11 +129,14 @@ class TrialRecord:
                 raise ConfigError(
                     name, f"{moment!r} is not allowed; a timezone-aware datetime is required"
                 )
-        count = self.epochs_completed
-        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-            raise ConfigError(
-                "epochs_completed", f"{count!r} is not allowed; an integer >= 0 is required"
-            )
+        _check_count("epochs_completed", self.epochs_completed)
+        if self.point is not None:
+            _check_count("point", self.point)
+
+
+def _check_count(field_name: str, count: Any) -> None:
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        raise ConfigError(field_name, f"{count!r} is not allowed; an integer >= 0 is required")
 
 
 def check_name(value: Any, field_name: str) -> str:
@@ -179,6 +183,7 @@ def _trial_table(record: TrialRecord) -> pa.Table:
         "epochs_completed": pa.array([record.epochs_completed], pa.int64()),
         "node_id": pa.array([record.node_id], pa.string()),
         "sampler": pa.array([record.sampler], pa.string()),
+        "point": pa.array([record.point], pa.int64()),
     }
     columns.update((f"config.{key}", array) for key, array in config.items())
     for name in sorted(record.metrics):

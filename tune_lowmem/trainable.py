@@ -96,17 +96,17 @@ def memory_metrics(predicted: MemoryReport | None, measured: MemoryReport | None
 
 def store_record(
     space: SearchSpace, sweep: str, trial_id: str, status: str, config: Mapping[str, Any],
-    metrics: Mapping[str, Any], memory: Mapping[str, Any], **times: Any,
+    metrics: Mapping[str, Any], memory: Mapping[str, Any], **fields: Any,
 ) -> store.TrialRecord:
     """A store row of a trial of `space`: reported metric names mapped to the store's memory
     columns, and the sweep's sampler beside them."""
     memory_columns = {store_column(k).removeprefix("memory."): v for k, v in memory.items()}
     numbers = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     return store.TrialRecord(sweep=sweep, trial_id=trial_id, status=status, config=config,
-                             metrics=numbers, memory=memory_columns, sampler=space.sampler, **times)
+                             metrics=numbers, memory=memory_columns, sampler=space.sampler, **fields)
 
 
-def write_screened(root: str, sweep: str, trial_id: str, space: SearchSpace,
+def write_screened(root: str, sweep: str, trial_id: str, space: SearchSpace, point: int,
                    params: Mapping[str, Any], screening: Screening) -> store.TrialRecord:
     """Store a point that was never trained (infeasible, or not a valid config)."""
     now = datetime.now(UTC)
@@ -114,10 +114,10 @@ def write_screened(root: str, sweep: str, trial_id: str, space: SearchSpace,
     config = screening.config.to_flat() if screening.config is not None else {**space.base, **params}
     reason = screening.reason
     try:
-        record = store_record(space, sweep, trial_id, screening.status, config, {}, memory,
+        record = store_record(space, sweep, trial_id, screening.status, config, {}, memory, point=point,
                               failure_reason=reason, started_at=now, finished_at=now)
     except ConfigError:  # an invalid point may not even fit the config columns' types
-        record = store_record(space, sweep, trial_id, screening.status, space.base, {}, memory,
+        record = store_record(space, sweep, trial_id, screening.status, space.base, {}, memory, point=point,
                               failure_reason=f"{reason} (params: {dict(params)})", started_at=now, finished_at=now)
     store.write_trial(root, record, epochs=[])
     return record
@@ -157,15 +157,15 @@ def train_trial(tune_config: dict[str, Any], space: SearchSpace, root: str, swee
     params = tune_config["params"]
     stored = _stored_row(root, sweep, trial_id)
     if stored is not None:
-        tune.report(_result_from_row(space, stored))
+        tune.report(result_from_row(space, stored))
         return
     screening = screen(space, params)
     if not screening.feasible:
-        write_screened(root, sweep, trial_id, space, params, screening)
+        write_screened(root, sweep, trial_id, space, tune_config["point"], params, screening)
         memory = memory_metrics(screening.predicted, None)
         tune.report(final_result(space, screening.status, {}, memory, screening.reason))
         return
-    _Run(space, root, sweep, trial_id, screening).train()
+    _Run(space, root, sweep, trial_id, tune_config["point"], screening).train()
 
 
 class _ReportFailed(Exception):
@@ -175,8 +175,9 @@ class _ReportFailed(Exception):
 class _Run:
     """One trial's training: resume, train, report each epoch, store the outcome."""
 
-    def __init__(self, space: SearchSpace, root: str, sweep: str, trial_id: str, screening: Screening):
-        self.space, self.root, self.sweep, self.trial_id = space, root, sweep, trial_id
+    def __init__(self, space: SearchSpace, root: str, sweep: str, trial_id: str, point: int,
+                 screening: Screening):
+        self.space, self.root, self.sweep, self.trial_id, self.point = space, root, sweep, trial_id, point
         self.config: TrialConfig = screening.config
         self.predicted = screening.predicted
         self.measured: MemoryReport | None = None
@@ -253,7 +254,7 @@ class _Run:
             self.space, self.sweep, self.trial_id, status, self.config.to_flat(), metrics, self._memory(),
             failure_reason=reason, started_at=self.started_at, finished_at=datetime.now(UTC),
             epochs_completed=self.trainer.epoch if self.trainer is not None else 0,
-            node_id=self.node_id,
+            node_id=self.node_id, point=self.point,
         )
         store.write_trial(self.root, record, epochs=history)
 
@@ -284,7 +285,7 @@ def _stored_row(root: str, sweep: str, trial_id: str) -> Mapping[str, Any] | Non
     return rows[rows["trial_id"] == trial_id].iloc[0].to_dict()
 
 
-def _result_from_row(space: SearchSpace, row: Mapping[str, Any]) -> dict[str, Any]:
+def result_from_row(space: SearchSpace, row: Mapping[str, Any]) -> dict[str, Any]:
     """A stored trial's final result, as it reported it."""
     def value(column: str) -> Any:
         item = row.get(column)
