@@ -15,13 +15,8 @@ def draw(points: Points, out: Path) -> Drawn:
     frame = points.scored().copy()
     frame["nonzero_pct"] = frame["config.sparsity.density"] * 100
     if frame["nonzero_pct"].nunique() < 2:
-        return Drawn(
-            NAME,
-            TITLE,
-            "",
-            note="skipped: every configuration in the store has the same "
-            "fraction of nonzeros; it needs trials at two densities or more",
-        )
+        return Drawn.skipped(NAME, TITLE, "every configuration in the store has the same fraction "
+                             "of nonzeros; it needs trials at two densities or more")
     figure, ax = new_figure()
     series(ax, frame, points, "nonzero_pct", "config.precision", "precision")
     value_axis(ax, frame["nonzero_pct"], log=True, percent=True)

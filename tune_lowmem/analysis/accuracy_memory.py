@@ -18,13 +18,8 @@ TITLE = (
 def draw(points: Points, out: Path) -> Drawn:
     frame = points.scored()
     if len(frame) < 2:
-        return Drawn(
-            NAME,
-            TITLE,
-            "",
-            note="skipped: it needs two configurations or more with both a "
-            f"score and {points.memory}",
-        )
+        return Drawn.skipped(NAME, TITLE, f"it needs two configurations or more with both a score "
+                             f"and {points.memory}")
     x, y = f"{points.memory}.mean", f"{points.score}.mean"
     figure, ax = new_figure(8.5, 5.2)
     for i, (name, part) in enumerate(frame.groupby("techniques", sort=True)):

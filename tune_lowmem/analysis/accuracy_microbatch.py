@@ -15,13 +15,8 @@ def draw(points: Points, out: Path) -> Drawn:
     frame = points.scored().copy()
     frame["microbatch"] = [microbatch_size(row) for _, row in frame.iterrows()]
     if frame["microbatch"].nunique() < 2:
-        return Drawn(
-            NAME,
-            TITLE,
-            "",
-            note="skipped: every configuration in the store uses the same "
-            "microbatch size; it needs trials at two sizes or more",
-        )
+        return Drawn.skipped(NAME, TITLE, "every configuration in the store uses the same "
+                             "microbatch size; it needs trials at two sizes or more")
     # One microbatch per minibatch is plain training, which true microbatching reduces to exactly.
     split = [microbatched(row) for _, row in frame.iterrows()]
     frame["mode"] = frame["config.microbatch.mode"].where(split, "true")

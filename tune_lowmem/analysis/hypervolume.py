@@ -27,12 +27,7 @@ def draw(points: Points, out: Path) -> Drawn:
     )  # failed, infeasible and pruned trials cost a trial, add nothing
     valid = ~np.isnan(values).any(axis=1)
     if not valid.any():
-        return Drawn(
-            NAME,
-            TITLE,
-            "",
-            note=f"skipped: no completed trial has both {points.score} and {points.memory}",
-        )
+        return Drawn.skipped(NAME, TITLE, f"no completed trial has both {points.score} and {points.memory}")
     reference = reference_point(values[valid])
     # Divided by the box from the ideal point (best score, least memory) to the reference: 1 would
     # be one trial best in both objectives, so sweeps of any units read alike.

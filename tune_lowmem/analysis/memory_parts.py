@@ -19,9 +19,7 @@ def draw(points: Points, out: Path) -> Drawn:
     parts = [f"memory.predicted_{part}_mb.mean" for part in MEMORY_PARTS]
     frame = points.groups.dropna(subset=parts)
     if frame.empty:
-        return Drawn(
-            NAME, TITLE, "", note="skipped: no completed trial has the predicted memory parts"
-        )
+        return Drawn.skipped(NAME, TITLE, "no completed trial has the predicted memory parts")
     # The memory of a configuration does not depend on its learning rate: one bar per label.
     frame = frame.sort_values(f"{points.memory}.mean").drop_duplicates("configuration")
     shown = frame

@@ -46,6 +46,11 @@ class Drawn:
     path: Path | None = None
     note: str | None = None
 
+    @classmethod
+    def skipped(cls, name: str, title: str, reason: str) -> Drawn:
+        """A figure the store cannot draw, with the reason the report shows in its place."""
+        return cls(name, title, "", note=f"skipped: {reason}")
+
 
 def style(i: int) -> tuple[str, str]:
     """The i-th series' colour and marker: no two of the first hundred series look alike."""
