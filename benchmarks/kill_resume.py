@@ -24,13 +24,12 @@ import tempfile
 import time
 from pathlib import Path
 
-import optuna
 import ray
 import yaml
 from optuna.trial import TrialState
 
 from tune_lowmem import store
-from tune_lowmem.search import JOURNAL, resume, sweep_folder
+from tune_lowmem.search import resume, sweep_folder, sweep_study
 
 POINTS = 6
 SPACE = {
@@ -72,9 +71,7 @@ def kill_mid_sweep(space: Path, root: Path, address: str, rows: int, delay: floa
 def problems(root: Path) -> list[str]:
     """What is wrong with the resumed sweep's store and study (nothing: an empty list)."""
     rows = store.read_trials(root, "killed")
-    journal = optuna.storages.JournalStorage(
-        optuna.storages.journal.JournalFileBackend(str(sweep_folder(root, "killed") / JOURNAL)))
-    trials = optuna.load_study(study_name="killed", storage=journal).trials
+    trials = sweep_study(root, "killed").trials
     found = []
     if len(rows) != POINTS or not rows["trial_id"].is_unique:
         found.append(f"{len(rows)} rows ({rows['trial_id'].nunique()} distinct) for {POINTS} points")

@@ -23,7 +23,7 @@ from ray.autoscaler._private.util import prepare_config, validate_config
 from tests.ray_cluster import LocalCluster, Node, signal_all
 from tune_lowmem import store
 from tune_lowmem.cli import main
-from tune_lowmem.search import JOURNAL, sweep_folder
+from tune_lowmem.search import sweep_folder, sweep_study
 
 PROJECT = Path(__file__).resolve().parents[1]
 CLUSTER_YAML = PROJECT / "cluster.yaml"
@@ -147,12 +147,7 @@ def tune_results(root: Path, sweep: str, trial_id: str) -> list[dict]:
 
 def optuna_trials(root: Path, sweep: str) -> list:
     """What the searcher was told: the sweep's Optuna study, read from its journal."""
-    import optuna
-    from optuna.storages import JournalStorage
-    from optuna.storages.journal import JournalFileBackend
-
-    backend = JournalFileBackend(str(sweep_folder(root, sweep) / JOURNAL))
-    return optuna.load_study(study_name=sweep, storage=JournalStorage(backend)).trials
+    return sweep_study(root, sweep).trials
 
 
 def stored(root: Path, sweep: str) -> pd.DataFrame:

@@ -11,17 +11,15 @@ import time
 from pathlib import Path
 
 import numpy as np
-import optuna
 import pandas as pd
 import pytest
 import ray
 import yaml
-from optuna.storages import JournalStorage
-from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
 from tune_lowmem import pareto, search, store
 from tune_lowmem.search import JOURNAL, ScreenedOptunaSearch, launch, resume, sweep_folder
+from tune_lowmem.search import sweep_study as study
 from tune_lowmem.space import SearchSpace
 from tune_lowmem.trainable import store_record
 
@@ -47,11 +45,6 @@ def write_space(folder: Path, **fields) -> Path:
     path = folder / f"{fields['name']}.yaml"
     path.write_text(yaml.safe_dump(space, sort_keys=False))
     return path
-
-
-def study(root: Path, sweep: str) -> optuna.Study:
-    storage = JournalStorage(JournalFileBackend(str(sweep_folder(root, sweep) / JOURNAL)))
-    return optuna.load_study(study_name=sweep, storage=storage)
 
 
 def test_searcher_screens_points_runs_seeds_and_survives_pickling(tmp_path):

@@ -91,6 +91,13 @@ def sweep_folder(root: str | Path, sweep: str) -> Path:
     return Path(root) / "ray" / store.check_name(sweep, "name")
 
 
+def sweep_study(root: str | Path, sweep: str):
+    """The sweep's Optuna study, read from its journal: every point asked, and what it was told."""
+    import optuna
+
+    return optuna.load_study(study_name=sweep, storage=_journal_storage(str(sweep_folder(root, sweep) / JOURNAL)))
+
+
 @dataclass
 class _Point:
     """A feasible point: its params, and what each of its seeds gave (None: did not complete)."""
