@@ -17,11 +17,11 @@ from tune_lowmem.config import ConfigError, TrialConfig
 from tune_lowmem.data import iwslt14
 from tune_lowmem.memory import MB, MemoryReport, baseline_config, measure, predict
 from tune_lowmem.memory.measure import allocator_probe
-from tune_lowmem.memory.synthetic import IWSLT14_VOCAB, synthetic_task
+from tune_lowmem.memory.synthetic import synthetic_task
+from tune_lowmem.tasks.translation import IWSLT14_VOCAB
 from tune_lowmem.memory.tracker import StorageTracker
 from tune_lowmem.models.wideresnet import WideResNet
-from tune_lowmem.tasks.translation import Iwslt14Translation
-from tune_lowmem.techniques.sparsity import sparse_parameter_names
+from tune_lowmem.tasks.translation import DynamicConvIwslt14
 from tune_lowmem.train import Trainer
 
 TINY = {"schedule.batch_size": 32}  # big enough that the graph's own heap is under 5%
@@ -121,7 +121,7 @@ def test_sparsity_shrinks_model_and_optimizer_only():
     assert sparse.activation_bytes == dense.activation_bytes
     assert sparse.flops_per_step == dense.flops_per_step
     model = WideResNet(depth=10, width=1)
-    names = set(sparse_parameter_names(model, "wrn-cifar10"))
+    names = set(synthetic_task(tiny(), torch.device("cpu")).sparse_parameter_names(model))
     params = dict(model.named_parameters())
     kept = {n: max(1, round(0.3 * params[n].numel())) for n in names}
     dense_rest = sum(p.numel() * 4 for n, p in params.items() if n not in names)
@@ -178,10 +178,10 @@ def test_wrn28_batch100_is_the_papers_baseline_predicted_in_seconds():
 def test_report_units_ratio_and_baseline():
     report = MemoryReport(2 * MB, 4 * MB, 10 * MB, 123, "predicted")
     assert report.to_dict() == {
-        "model_mb": 2.0,
-        "optimizer_mb": 4.0,
-        "activation_mb": 10.0,
-        "total_mb": 16.0,
+        "predicted_model_mb": 2.0,
+        "predicted_optimizer_mb": 4.0,
+        "predicted_activation_mb": 10.0,
+        "predicted_total_mb": 16.0,
         "flops_per_step": 123,
         "source": "predicted",
     }
@@ -259,7 +259,7 @@ def test_transformer_prediction_matches_a_real_step(flat):
 def test_synthetic_translation_batch_is_one_full_token_budget_without_the_data():
     config = tiny_dct()
     with pytest.raises(FileNotFoundError):
-        _ = Iwslt14Translation(config, torch.device("cpu")).corpus
+        _ = DynamicConvIwslt14(config, torch.device("cpu")).corpus
     task = synthetic_task(config, torch.device("cpu"))
     batch = next(iter(task.train_batches(0)))
     assert batch.src_tokens.shape == batch.target.shape == (20, 30)  # 600 tokens, 20 x 30

@@ -5,13 +5,13 @@ import torch
 from torch import nn
 
 from tune_lowmem.models.wideresnet import WideResNet
-from tune_lowmem.techniques.precision import DynamicLossScaler, Precision
+from tune_lowmem.techniques.precision import DynamicLossScaler, cast_model
 from tune_lowmem.train import Trainer
 
 
 @pytest.mark.parametrize(("precision", "dtype"), [("fp16", torch.float16), ("bf16", torch.bfloat16)])
 def test_half_storage_keeps_batch_norm_fp32(precision, dtype):
-    model = Precision(precision, "cpu").apply(WideResNet(depth=10, width=1))
+    model = cast_model(WideResNet(depth=10, width=1), precision)
     for module in model.modules():
         expected = torch.float32 if isinstance(module, nn.BatchNorm2d) else dtype
         for p in module.parameters(recurse=False):

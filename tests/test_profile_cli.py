@@ -40,11 +40,11 @@ def test_json_gives_both_parts_and_the_baseline(capsys, tmp_path):
     result = json.loads(capsys.readouterr().out)
     predicted = result["predicted"]
     assert predicted["source"] == "predicted" and "measured" not in result
-    parts = predicted["model_mb"] + predicted["optimizer_mb"] + predicted["activation_mb"]
-    assert predicted["total_mb"] == pytest.approx(parts)
+    parts = sum(predicted[f"predicted_{part}_mb"] for part in ("model", "optimizer", "activation"))
+    assert predicted["predicted_total_mb"] == pytest.approx(parts)
     baseline = result["baseline"]["predicted"]
     assert predicted["ratio_to_baseline"] == pytest.approx(
-        baseline["total_mb"] / predicted["total_mb"]
+        baseline["predicted_total_mb"] / predicted["predicted_total_mb"]
     )
     assert predicted["flops_per_step"] > baseline["flops_per_step"]  # the recomputation
 
@@ -53,8 +53,9 @@ def test_measure_adds_the_measured_column(capsys):
     assert main(["profile", *TINY, "--measure", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     predicted, measured = result["predicted"], result["measured"]
-    assert measured["source"] == "measured" and measured["peak_mb"] > 0
-    assert predicted["total_mb"] == pytest.approx(measured["total_mb"], rel=0.05)
+    assert measured["source"] == "measured" and measured["measured_peak_mb"] > 0
+    total = predicted["predicted_total_mb"]
+    assert total == pytest.approx(measured["measured_total_mb"], rel=0.05)
     assert set(result["baseline"]) == {"predicted", "measured"}
 
 

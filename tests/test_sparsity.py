@@ -10,10 +10,10 @@ from tests.conftest import tiny_wrn_config
 from tune_lowmem.config import ConfigError, SparsityConfig, TrialConfig
 from tune_lowmem.models.wideresnet import WideResNet
 from tune_lowmem.techniques.sparsity import (
+    Sparsity,
     DynamicSparsity,
     apportion,
     rewiring_period,
-    sparse_parameter_names,
     sparse_storage_bytes,
 )
 from tune_lowmem.train import Trainer
@@ -67,10 +67,10 @@ def set_active(model, sparsity, small_counts: list[int]) -> None:
 def test_wrn_sparsifies_block_convs_only_at_uniform_density():
     model = WideResNet(depth=16, width=2)
     dense_before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    sparsity = DynamicSparsity.from_config(
-        model, TrialConfig.from_dict({"sparsity.density": 0.3}), 1
-    )
-    names = set(sparsity.names)
+    config = TrialConfig.from_dict({"sparsity.density": 0.3, "schedule.epochs": 1})
+    technique = Sparsity(config, _task(config))
+    technique.apply(model)
+    names = set(technique.engine.names)
     assert names == {f"blocks.{i}.conv{j}.weight" for i in range(6) for j in (1, 2)}
     for name, param in model.named_parameters():
         if name in names:
@@ -91,13 +91,15 @@ def test_transformer_selection_skips_embeddings_tied_projection_and_norms():
             self.out = nn.Linear(8, 50, bias=False)
             self.out.weight = self.embed.weight
 
-    assert sparse_parameter_names(Toy(), "dct-iwslt14") == [
+    config = TrialConfig.from_dict({"task": "dct-iwslt14"})
+    assert _task(config).sparse_parameter_names(Toy()) == [
         "conv.weight",
         "ffn.0.weight",
         "ffn.2.weight",
     ]
-    with pytest.raises(ValueError, match="task: 'mnist' is not allowed"):
-        sparse_parameter_names(Toy(), "mnist")
+    # the generic rule of any other task also keeps the first and last layer dense
+    generic = TrialConfig.from_dict({"task": "tv-cifar10"})
+    assert _task(generic).sparse_parameter_names(Toy()) == ["ffn.0.weight"]
 
 
 def test_invalid_density_is_refused_by_the_config():
@@ -218,7 +220,14 @@ def test_rewiring_happens_every_period_and_never_when_static():
 def test_dct_halves_the_period():
     config = TrialConfig.from_dict({"task": "dct-iwslt14", "sparsity.density": 0.4})
     model = nn.Sequential(nn.Embedding(10, 4), nn.Linear(4, 4))
-    assert DynamicSparsity.from_config(model, config, 10).period == 50
+    technique = Sparsity(config, _task(config))
+    technique.apply(model)
+    assert technique.engine.period == 50
+
+
+def _task(config: TrialConfig):
+    """The config's task, synthetic: no data set is needed to ask it about weights or epochs."""
+    return config.task_type()(config, torch.device("cpu"), synthetic=True)
 
 
 def test_sparse_storage_counts_values_smallest_column_indices_and_int32_row_pointers():

@@ -10,7 +10,6 @@ dict (YAML), a flat dict with dotted keys (what Optuna and Ray hand over, e.g.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
@@ -18,73 +17,31 @@ from typing import Any
 
 import yaml
 
-TASKS = ("wrn-cifar10", "dct-iwslt14")
-PRECISIONS = ("fp32", "fp16", "bf16", "amp-fp16", "amp-bf16")
+from .tasks.registry import DEFAULT_TASK, get_task
+from .validation import (
+    ConfigError,
+    choice,
+    fraction,
+    is_int,
+    nonnegative_float,
+    nonnegative_int,
+    optional_positive_int,
+    positive_float,
+    positive_int,
+    probability,
+    require,
+)
+
+__all__ = ["ConfigError", "TrialConfig"]
+
 MICROBATCH_MODES = ("true", "simulated")
-CHECKPOINT_STRATEGIES = {
-    "wrn-cifar10": ("none", "residual-1", "residual-2", "residual-2*"),
-    # The paper calls per-layer checkpointing of the transformer "residual-1".
-    "dct-iwslt14": ("none", "residual-1"),
-}
 REWIRING_MODES = ("dynamic", "static")
 PERIOD_SCHEDULES = ("paper", "constant")
 SPLITS = ("search", "final")
 DEVICES = ("auto", "cpu", "cuda")
-
-
-class ConfigError(ValueError):
-    """A configuration value is not allowed; the message names the field."""
-
-    def __init__(self, field_name: str, message: str):
-        self.field = field_name
-        super().__init__(f"{field_name}: {message}")
-
-
-def _require(ok: bool, field_name: str, message: str) -> None:
-    if not ok:
-        raise ConfigError(field_name, message)
-
-
-def _positive_int(value: Any, field_name: str) -> None:
-    _require(
-        isinstance(value, int) and not isinstance(value, bool) and value > 0,
-        field_name,
-        f"{value!r} is not allowed; a positive integer is required",
-    )
-
-
-def _optional_positive_int(value: Any, field_name: str) -> None:
-    if value is not None:
-        _positive_int(value, field_name)
-
-
-def _positive_float(value: Any, field_name: str) -> None:
-    _require(
-        isinstance(value, (int, float)) and not isinstance(value, bool)
-        and math.isfinite(value) and value > 0,
-        field_name,
-        f"{value!r} is not allowed; a positive finite number is required",
-    )
-
-
-def _nonnegative_float(value: Any, field_name: str) -> None:
-    _require(
-        isinstance(value, (int, float)) and not isinstance(value, bool)
-        and math.isfinite(value) and value >= 0,
-        field_name,
-        f"{value!r} is not allowed; a finite number >= 0 is required",
-    )
-
-
-def _choice(value: Any, allowed: tuple[str, ...], field_name: str) -> None:
-    _require(value in allowed, field_name, f"{value!r} is not allowed; allowed: {', '.join(allowed)}")
-
-
-def _fraction(value: Any, field_name: str, *, open_low: bool = True) -> None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value <= 1
-    ok = ok and (value > 0 if open_low else value >= 0)
-    bound = "0 < value <= 1" if open_low else "0 <= value <= 1"
-    _require(ok, field_name, f"{value!r} is not allowed; {bound} is required")
+# The sections a task declares its own dataclass for; every other field is the trial's or a
+# technique's (see `tune_lowmem.tasks.Task` and `tune_lowmem.techniques`).
+TASK_SECTIONS = ("model", "schedule", "data")
 
 
 @dataclass(frozen=True)
@@ -96,14 +53,14 @@ class WideResNetConfig:
     num_classes: int = 10
 
     def validate(self, prefix: str) -> None:
-        _positive_int(self.depth, f"{prefix}.depth")
-        _require(
+        positive_int(self.depth, f"{prefix}.depth")
+        require(
             self.depth >= 10 and (self.depth - 4) % 6 == 0,
             f"{prefix}.depth",
             f"{self.depth!r} is not allowed; a depth 6n+4 with n >= 1 (10, 16, 22, 28, ...) is required",
         )
-        _positive_int(self.width, f"{prefix}.width")
-        _positive_int(self.num_classes, f"{prefix}.num_classes")
+        positive_int(self.width, f"{prefix}.width")
+        positive_int(self.num_classes, f"{prefix}.num_classes")
 
 
 @dataclass(frozen=True)
@@ -128,26 +85,21 @@ class DynamicConvConfig:
 
     def validate(self, prefix: str) -> None:
         for name in ("embed_dim", "ffn_dim", "heads", "encoder_layers", "decoder_layers"):
-            _positive_int(getattr(self, name), f"{prefix}.{name}")
-        _require(
+            positive_int(getattr(self, name), f"{prefix}.{name}")
+        require(
             self.embed_dim % self.heads == 0,
             f"{prefix}.heads",
             f"{self.heads!r} is not allowed; it must divide model.embed_dim {self.embed_dim}",
         )
         for name, layers in (("encoder_kernels", self.encoder_layers), ("decoder_kernels", self.decoder_layers)):
             kernels = getattr(self, name)
-            _require(
+            require(
                 len(kernels) == layers and all(isinstance(k, int) and k > 0 and k % 2 == 1 for k in kernels),
                 f"{prefix}.{name}",
                 f"{kernels!r} is not allowed; one odd positive kernel size per layer ({layers}) is required",
             )
         for name in ("dropout", "weight_dropout", "attention_dropout", "relu_dropout", "input_dropout"):
-            value = getattr(self, name)
-            _require(
-                isinstance(value, (int, float)) and 0 <= value < 1,
-                f"{prefix}.{name}",
-                f"{value!r} is not allowed; 0 <= p < 1 is required",
-            )
+            probability(getattr(self, name), f"{prefix}.{name}")
 
 
 @dataclass(frozen=True)
@@ -165,15 +117,15 @@ class StepScheduleConfig:
     eval_batch_size: int = 500
 
     def validate(self, prefix: str) -> None:
-        _positive_int(self.epochs, f"{prefix}.epochs")
-        _positive_int(self.batch_size, f"{prefix}.batch_size")
-        _positive_int(self.eval_batch_size, f"{prefix}.eval_batch_size")
-        _positive_float(self.lr, f"{prefix}.lr")
-        _positive_float(self.lr_multiplier, f"{prefix}.lr_multiplier")
-        _fraction(self.momentum, f"{prefix}.momentum", open_low=False)
-        _nonnegative_float(self.weight_decay, f"{prefix}.weight_decay")
-        _fraction(self.gamma, f"{prefix}.gamma")
-        _require(
+        positive_int(self.epochs, f"{prefix}.epochs")
+        positive_int(self.batch_size, f"{prefix}.batch_size")
+        positive_int(self.eval_batch_size, f"{prefix}.eval_batch_size")
+        positive_float(self.lr, f"{prefix}.lr")
+        positive_float(self.lr_multiplier, f"{prefix}.lr_multiplier")
+        fraction(self.momentum, f"{prefix}.momentum", open_low=False)
+        nonnegative_float(self.weight_decay, f"{prefix}.weight_decay")
+        fraction(self.gamma, f"{prefix}.gamma")
+        require(
             all(0 < m < 1 for m in self.milestones) and list(self.milestones) == sorted(self.milestones),
             f"{prefix}.milestones",
             f"{self.milestones!r} is not allowed; increasing fractions of training in (0, 1) are required",
@@ -206,26 +158,18 @@ class InverseSqrtScheduleConfig:
 
     def validate(self, prefix: str) -> None:
         for name in ("max_updates", "max_tokens", "beam_size"):
-            _positive_int(getattr(self, name), f"{prefix}.{name}")
-        _optional_positive_int(self.max_epochs, f"{prefix}.max_epochs")
-        _require(
-            isinstance(self.warmup_updates, int) and self.warmup_updates >= 0,
-            f"{prefix}.warmup_updates",
-            f"{self.warmup_updates!r} is not allowed; an integer >= 0 is required",
-        )
+            positive_int(getattr(self, name), f"{prefix}.{name}")
+        optional_positive_int(self.max_epochs, f"{prefix}.max_epochs")
+        nonnegative_int(self.warmup_updates, f"{prefix}.warmup_updates")
         for name in ("lr", "lr_multiplier", "warmup_init_lr", "adam_eps"):
-            _positive_float(getattr(self, name), f"{prefix}.{name}")
-        _nonnegative_float(self.weight_decay, f"{prefix}.weight_decay")
-        _require(
+            positive_float(getattr(self, name), f"{prefix}.{name}")
+        nonnegative_float(self.weight_decay, f"{prefix}.weight_decay")
+        require(
             len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas),
             f"{prefix}.betas",
             f"{self.betas!r} is not allowed; two numbers in [0, 1) are required",
         )
-        _require(
-            0 <= self.label_smoothing < 1,
-            f"{prefix}.label_smoothing",
-            f"{self.label_smoothing!r} is not allowed; 0 <= value < 1 is required",
-        )
+        probability(self.label_smoothing, f"{prefix}.label_smoothing")
 
 
 @dataclass(frozen=True)
@@ -240,34 +184,24 @@ class DataConfig:
     test_subset: int | None = None
     split: str = "search"  # search: train 45k / validate 5k; final: train on all 50k
     augment: bool = True  # 4-pixel pad, random crop, horizontal flip
-    num_workers: int = 0  # background threads preparing batches (0: in the training thread)
 
     def validate(self, prefix: str) -> None:
-        _optional_positive_int(self.train_subset, f"{prefix}.train_subset")
-        _optional_positive_int(self.test_subset, f"{prefix}.test_subset")
-        _require(
-            isinstance(self.val_size, int) and self.val_size >= 0,
-            f"{prefix}.val_size",
-            f"{self.val_size!r} is not allowed; an integer >= 0 is required",
-        )
-        _choice(self.split, SPLITS, f"{prefix}.split")
-        _require(
-            isinstance(self.num_workers, int) and self.num_workers >= 0,
-            f"{prefix}.num_workers",
-            f"{self.num_workers!r} is not allowed; an integer >= 0 is required",
-        )
+        optional_positive_int(self.train_subset, f"{prefix}.train_subset")
+        optional_positive_int(self.test_subset, f"{prefix}.test_subset")
+        nonnegative_int(self.val_size, f"{prefix}.val_size")
+        choice(self.split, SPLITS, f"{prefix}.split")
 
 
 @dataclass(frozen=True)
 class MicrobatchConfig:
     """Microbatching: split each minibatch, one optimizer step per minibatch."""
 
-    size: int | None = None  # images (WRN) or tokens (DCT) per microbatch; None: no microbatching
+    size: int | None = None  # examples or tokens per microbatch (the task's unit); None: off
     mode: str = "true"  # true: sequential, gradients accumulated; simulated: BN over groups of the batch
 
     def validate(self, prefix: str) -> None:
-        _optional_positive_int(self.size, f"{prefix}.size")
-        _choice(self.mode, MICROBATCH_MODES, f"{prefix}.mode")
+        optional_positive_int(self.size, f"{prefix}.size")
+        choice(self.mode, MICROBATCH_MODES, f"{prefix}.mode")
 
 
 @dataclass(frozen=True)
@@ -280,88 +214,84 @@ class SparsityConfig:
     constant_period: int = 100  # iterations between rewirings when period_schedule is constant
     period_multiplier: float = 1.0  # scales the rewiring period (paper searches 0.125..4)
     fraction_multiplier: float = 1.0  # scales the rewiring fraction (paper searches 0.25..8)
-    fraction: float | None = None  # Np as a fraction of sparse params; None: the task's default
+    fraction: float | None = None  # Np as a fraction of sparse params; None: the paper's WRN value
     initial_threshold: float = 1e-3  # the adaptive global pruning threshold H at the start
     stop_epoch: float = 0.95  # rewiring stops at this fraction of training (paper: 190 of 200)
 
     def validate(self, prefix: str) -> None:
-        _fraction(self.density, f"{prefix}.density")
-        _choice(self.rewiring, REWIRING_MODES, f"{prefix}.rewiring")
-        _choice(self.period_schedule, PERIOD_SCHEDULES, f"{prefix}.period_schedule")
-        _positive_int(self.constant_period, f"{prefix}.constant_period")
-        _positive_float(self.period_multiplier, f"{prefix}.period_multiplier")
-        _positive_float(self.fraction_multiplier, f"{prefix}.fraction_multiplier")
+        fraction(self.density, f"{prefix}.density")
+        choice(self.rewiring, REWIRING_MODES, f"{prefix}.rewiring")
+        choice(self.period_schedule, PERIOD_SCHEDULES, f"{prefix}.period_schedule")
+        positive_int(self.constant_period, f"{prefix}.constant_period")
+        positive_float(self.period_multiplier, f"{prefix}.period_multiplier")
+        positive_float(self.fraction_multiplier, f"{prefix}.fraction_multiplier")
         if self.fraction is not None:
-            _fraction(self.fraction, f"{prefix}.fraction")
-        _positive_float(self.initial_threshold, f"{prefix}.initial_threshold")
-        _fraction(self.stop_epoch, f"{prefix}.stop_epoch", open_low=False)
+            fraction(self.fraction, f"{prefix}.fraction")
+        positive_float(self.initial_threshold, f"{prefix}.initial_threshold")
+        fraction(self.stop_epoch, f"{prefix}.stop_epoch", open_low=False)
 
     @property
     def enabled(self) -> bool:
         return self.density < 1.0
 
 
-MODEL_CONFIGS: dict[str, type] = {"wrn-cifar10": WideResNetConfig, "dct-iwslt14": DynamicConvConfig}
-SCHEDULE_CONFIGS: dict[str, type] = {
-    "wrn-cifar10": StepScheduleConfig,
-    "dct-iwslt14": InverseSqrtScheduleConfig,
-}
-
-
 @dataclass(frozen=True)
 class TrialConfig:
-    """Everything one training trial needs. Sections are frozen dataclasses; see each field."""
+    """Everything one training trial needs. Sections are frozen dataclasses; see each field.
 
-    task: str = "wrn-cifar10"
+    `model`, `schedule` and `data` are the task's own sections: the task (looked up by name in
+    `tune_lowmem.tasks`) declares their dataclasses and their defaults. The other fields belong
+    to every trial (task, seed, device) or to a technique (`tune_lowmem.techniques`), whose
+    checks against the task run here too, so a config that exists is one a trial can run.
+    """
+
+    task: str = DEFAULT_TASK  # a registered task name, or "package.module:attribute"
     seed: int = 0
     device: str = "auto"  # auto: CUDA when available, else the CPU
-    precision: str = "fp32"  # fp16/bf16: all storage in half, BN in fp32; amp-*: fp32 master weights
-    checkpoint: str = "none"  # gradient checkpointing strategy, see CHECKPOINT_STRATEGIES
-    model: WideResNetConfig | DynamicConvConfig = field(default_factory=WideResNetConfig)
-    schedule: StepScheduleConfig | InverseSqrtScheduleConfig = field(default_factory=StepScheduleConfig)
-    data: DataConfig = field(default_factory=DataConfig)
+    precision: str = "fp32"  # fp16/bf16: all storage in half, norms fp32; amp-*: fp32 masters
+    checkpoint: str = "none"  # gradient checkpointing strategy; the task lists its strategies
+    model: Any = None  # the task's model section (None: its defaults)
+    schedule: Any = None  # the task's optimizer and schedule section
+    data: Any = None  # the task's data section
     microbatch: MicrobatchConfig = field(default_factory=MicrobatchConfig)
     sparsity: SparsityConfig = field(default_factory=SparsityConfig)
 
     def __post_init__(self) -> None:
+        task = self.task_type()
+        for name, section_cls in task.sections().items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, section_cls())
         self.validate()
 
+    def task_type(self) -> type:
+        """The task class this config names (imported on first use)."""
+        return get_task(self.task)
+
     def validate(self) -> None:
-        _choice(self.task, TASKS, "task")
-        _require(
-            isinstance(self.seed, int) and not isinstance(self.seed, bool) and self.seed >= 0,
+        from .techniques import TECHNIQUES
+
+        task = self.task_type()
+        require(
+            is_int(self.seed) and self.seed >= 0,
             "seed",
             f"{self.seed!r} is not allowed; an integer >= 0 is required",
         )
-        _choice(self.device, DEVICES, "device")
-        _choice(self.precision, PRECISIONS, "precision")
-        _choice(self.checkpoint, CHECKPOINT_STRATEGIES[self.task], "checkpoint")
-        for name, expected in (("model", MODEL_CONFIGS[self.task]), ("schedule", SCHEDULE_CONFIGS[self.task])):
+        choice(self.device, DEVICES, "device")
+        for name, expected in task.sections().items():
             section = getattr(self, name)
-            _require(
+            require(
                 isinstance(section, expected),
                 name,
-                f"a {type(section).__name__} is not allowed for task {self.task}; {expected.__name__} is required",
+                f"a {type(section).__name__} is not allowed for task {self.task}; "
+                f"{expected.__name__} is required",
             )
         for f in fields(self):
             value = getattr(self, f.name)
             if is_dataclass(value):
                 value.validate(f.name)
-        size = self.microbatch.size
-        if self.task == "wrn-cifar10" and size is not None:
-            batch = self.schedule.batch_size
-            _require(
-                batch % size == 0,
-                "microbatch.size",
-                f"{size} is not allowed; a divisor of schedule.batch_size {batch} is required",
-            )
-        if self.task == "dct-iwslt14":
-            _require(
-                self.microbatch.mode == "true",
-                "microbatch.mode",
-                f"{self.microbatch.mode!r} is not allowed for {self.task} (layer norm has no batch "
-                "statistics to simulate); allowed: true",
-            )
+        for technique in TECHNIQUES:
+            technique.validate(self, task)
+        task.validate_config(self)
 
     # ---- construction -------------------------------------------------------------------------
 
@@ -369,12 +299,9 @@ class TrialConfig:
     def from_dict(cls, values: Mapping[str, Any]) -> TrialConfig:
         """Build from a nested dict, a flat dict with dotted keys, or a mix of both."""
         nested = _unflatten(values)
-        task = nested.get("task", cls.task)
-        _choice(task, TASKS, "task")
+        task = get_task(nested.get("task", cls.task))
         sections = {
-            "model": MODEL_CONFIGS[task],
-            "schedule": SCHEDULE_CONFIGS[task],
-            "data": DataConfig,
+            **task.sections(),
             "microbatch": MicrobatchConfig,
             "sparsity": SparsityConfig,
         }

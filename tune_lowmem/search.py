@@ -52,6 +52,7 @@ from ray.tune.search.optuna import OptunaSearch
 from . import pareto, store
 from .config import ConfigError
 from .progress import ProgressPrinter, say
+from .tasks.registry import module_directory
 from .space import CONSTRAINT, SearchSpace, store_column, worst_value
 from .trainable import (
     Screening,
@@ -220,7 +221,7 @@ class ScreenedOptunaSearch(OptunaSearch):
             trial, params = self._unscreened_point() if self._unscreened else self._ask()
             screening = screen(space, params)
             if screening.predicted is not None and space.memory_budget_mb is not None:
-                excess = screening.predicted.to_dict()["total_mb"] - space.memory_budget_mb
+                excess = screening.predicted.total_mb - space.memory_budget_mb
                 trial.set_constraint(CONSTRAINT, excess)
             if screening.feasible:
                 self._points[trial.number] = _Point(params)
@@ -257,7 +258,7 @@ class ScreenedOptunaSearch(OptunaSearch):
         for name, direction in self._search_space.objectives.items():
             is_memory = name.startswith("memory_") or name == "flops_per_step"
             known = memory.get(name) if is_memory else None
-            values.append(worst_value(name, direction) if known is None else float(known))
+            values.append(worst_value(name, direction, self._search_space.base["task"]) if known is None else float(known))
         return values
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
@@ -360,7 +361,7 @@ def trial_resources(space: SearchSpace, tune_config: dict[str, Any]) -> dict[str
     if gpu == "auto":
         from .memory import predict
 
-        total = predict(space.trial_config(tune_config["params"])).to_dict()["total_mb"]
+        total = predict(space.trial_config(tune_config["params"])).total_mb
         gpu = resources.gpu_share(total)
     return {"cpu": resources.cpu, "gpu": float(gpu)}
 
@@ -398,8 +399,9 @@ def _tuner(space: SearchSpace, sweep: str, root: Path) -> tune.Tuner:
 
 
 @contextlib.contextmanager
-def _ray(address: str | None) -> Iterator[None]:
-    """Connect to `address`, or start a local cluster of this machine's CPUs; reuse a live one."""
+def _ray(address: str | None, task: str) -> Iterator[None]:
+    """Connect to `address`, or start a local cluster of this machine's CPUs; reuse a live one.
+    A `task` given as ``module:attribute`` from the working directory goes on the workers' path."""
     import ray
 
     for key, value in TUNE_ENVIRONMENT.items():
@@ -408,6 +410,9 @@ def _ray(address: str | None) -> Iterator[None]:
         yield
         return
     passed = {k: os.environ[k] for k in ("TUNE_LOWMEM_DATA", "TUNE_LOWMEM_CACHE") if k in os.environ}
+    task_folder = module_directory(task)
+    if task_folder is not None:
+        passed["PYTHONPATH"] = os.pathsep.join(filter(None, (task_folder, os.environ.get("PYTHONPATH"))))
     options: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING}
     if passed:
         options["runtime_env"] = {"env_vars": passed}
@@ -443,7 +448,7 @@ def launch(space_path: str | Path, name: str | None = None, store_root: str | Pa
     if folder.exists() or sweep in store.list_sweeps(root):
         raise ConfigError("--name", f"sweep {sweep!r} already exists in {root}; continue it with "
                           f"`tune-lowmem resume {sweep} --store {root}` or choose another --name")
-    with _ray(address):
+    with _ray(address, space.base["task"]):
         folder.mkdir(parents=True)
         (folder / SPACE_FILE).write_text(yaml.safe_dump(space.to_dict(), sort_keys=False))
         say(f"sweep {sweep}: {space.num_samples} points x {space.seeds_per_point} seed(s), "
@@ -457,7 +462,7 @@ def resume(name: str, store_root: str | Path = "runs", address: str | None = Non
     root = storage_root(store_root)
     space = saved_space(name, root)
     folder = sweep_folder(root, name)
-    with _ray(address):
+    with _ray(address, space.base["task"]):
         if _tune_saved(folder):
             say(f"sweep {name}: resuming from {folder}")
             tuner = tune.Tuner.restore(str(folder), trainable=_trainable(space, name, root),

@@ -9,7 +9,7 @@ The schema (see search_spaces/quickstart.yaml for a full example)::
 
     name: quickstart                   # the sweep's name in the store (--name overrides it)
     description: ...                   # optional, free text
-    base: {task: wrn-cifar10, model: {depth: 10}, schedule.epochs: 3}   # fixed values, nested or dotted
+    base: {task: NAME, model: {depth: 10}, schedule.epochs: 3}   # fixed values, nested or dotted
     params:                            # dotted TrialConfig field -> distribution, sampled in this order
       precision: {type: choice, values: [fp32, bf16]}
       schedule.lr_multiplier: {type: loguniform, low: 0.25, high: 4}
@@ -17,7 +17,7 @@ The schema (see search_spaces/quickstart.yaml for a full example)::
       model.width: {type: int, low: 1, high: 4}
     conditions:                        # a param is sampled only when its condition holds,
       sparsity.period_multiplier: "sparsity.density < 1"   # else it keeps its base value
-    objectives: {val_accuracy: maximize, memory_total_mb: minimize}
+    objectives: {val_accuracy: maximize, memory.predicted_total_mb: minimize}
     memory_budget_mb: 50               # optional: points predicted above it are never trained
     sampler: nsga2                     # nsga2 | tpe | gp | random | grid (grid: choice params only)
     sampler_options: {population_size: 8}   # optional keyword arguments of the Optuna sampler
@@ -36,7 +36,7 @@ import itertools
 import math
 import operator
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,26 +44,36 @@ from typing import Any
 import yaml
 
 from .config import ConfigError, TrialConfig
+from .memory.report import PARTS
 from .store import check_name
+from .validation import (
+    is_int,
+    is_number,
+    known_keys,
+    mapping,
+    nonnegative_float,
+    nonnegative_int,
+    optional_positive_int,
+    positive_int,
+    require,
+)
 
 SAMPLERS = ("nsga2", "tpe", "gp", "random", "grid")
 PARAM_TYPES = ("uniform", "loguniform", "int", "choice")
 DIRECTIONS = ("maximize", "minimize")
 
-# What a trial reports, by task: an objective must be one of these.
-TRAINING_METRICS = {
-    "wrn-cifar10": ("val_accuracy", "val_loss", "test_accuracy", "test_loss", "train_loss"),
-    "dct-iwslt14": ("val_bleu", "test_bleu", "val_loss", "test_loss", "val_nll_loss", "test_nll_loss",
-                    "val_ppl", "test_ppl", "train_loss"),  # BLEU: final epoch only
+# The profiler's prediction (known before training) and the measured step (known once it
+# starts), named as the store's columns: `memory.predicted_total_mb` is the memory objective.
+PREDICTED_METRICS = (*(f"memory.predicted_{part}_mb" for part in PARTS), "memory.flops_per_step")
+MEASURED_METRICS = tuple(f"memory.measured_{part}_mb" for part in PARTS)
+MEMORY_OBJECTIVE = "memory.predicted_total_mb"
+# Names of the first version, still read in old spaces and sweep folders.
+LEGACY_METRICS = {
+    **{f"memory_{part}_mb": f"memory.predicted_{part}_mb" for part in PARTS},
+    "flops_per_step": "memory.flops_per_step",
+    **{f"measured_{part}_mb": f"memory.measured_{part}_mb" for part in PARTS},
 }
-MEMORY_PARTS = ("model", "optimizer", "activation", "total")
-# The profiler's prediction (known before training) and the measured step (known once it starts).
-PREDICTED_METRICS = (*(f"memory_{part}_mb" for part in MEMORY_PARTS), "flops_per_step")
-MEASURED_METRICS = tuple(f"measured_{part}_mb" for part in MEMORY_PARTS)
-# The worst value an objective can take, for points that never train; others get +-1e9.
-BOUNDS = {"val_accuracy": (0.0, 1.0), "test_accuracy": (0.0, 1.0), "val_bleu": (0.0, 100.0),
-          "test_bleu": (0.0, 100.0)}
-UNKNOWN_WORST = 1e9
+UNKNOWN_WORST = 1e9  # what a never-trained point is told for a metric without bounds
 CONSTRAINT = "memory_over_budget_mb"  # Optuna constraint: predicted MB - budget, > 0 is infeasible
 
 _TOP_KEYS = ("name", "description", "base", "params", "conditions", "objectives", "memory_budget_mb",
@@ -87,17 +97,19 @@ _PROBE_COMBINATIONS = 256  # other params' probe values tried before a value is 
 
 def store_column(metric: str) -> str:
     """The column of the store's trials table that holds a reported metric."""
-    if metric in PREDICTED_METRICS:
-        return "memory.flops_per_step" if metric == "flops_per_step" else f"memory.predicted_{metric[7:]}"
-    if metric in MEASURED_METRICS:
-        return f"memory.{metric}"
-    return f"metric.{metric}"
+    metric = LEGACY_METRICS.get(metric, metric)
+    return metric if metric.startswith("memory.") else f"metric.{metric}"
 
 
-def worst_value(metric: str, direction: str) -> float:
-    """A value every real result beats: what a never-trained point tells the sampler."""
-    low, high = BOUNDS.get(metric, (-UNKNOWN_WORST, UNKNOWN_WORST))
-    return low if direction == "maximize" else high
+def worst_value(metric: str, direction: str, task: str | None = None) -> float:
+    """A value every real result beats: what a never-trained point tells the sampler. The
+    task's metrics give their bounds (accuracy: 0); others get -+UNKNOWN_WORST."""
+    from .tasks import get_task
+
+    known = get_task(task).METRICS.get(metric) if task is not None else None
+    if known is not None and known.direction == direction:
+        return known.worst(UNKNOWN_WORST)
+    return -UNKNOWN_WORST if direction == "maximize" else UNKNOWN_WORST
 
 
 @dataclass(frozen=True)
@@ -213,20 +225,20 @@ class SearchSpace:
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> SearchSpace:
-        _known_keys(raw, _TOP_KEYS, "")
+        known_keys(raw, _TOP_KEYS, "")
         for key in ("name", "base", "params", "objectives"):
             if key not in raw:
                 raise ConfigError(key, "required")
         name = check_name(raw["name"], "name")
         description = raw.get("description") or ""
-        _require(isinstance(description, str), "description", f"{description!r} is not allowed; text is required")
+        require(isinstance(description, str), "description", f"{description!r} is not allowed; text is required")
         base = _base(raw["base"])
         task = base["task"]
         params = _params(raw["params"], base)
         conditions = _conditions(raw.get("conditions") or {}, params)
         objectives = _objectives(raw["objectives"], task)
         sampler = raw.get("sampler", "nsga2")
-        _require(sampler in SAMPLERS, "sampler", f"{sampler!r} is not allowed; allowed: {', '.join(SAMPLERS)}")
+        require(sampler in SAMPLERS, "sampler", f"{sampler!r} is not allowed; allowed: {', '.join(SAMPLERS)}")
         space = cls(
             name=name,
             description=description,
@@ -234,16 +246,16 @@ class SearchSpace:
             params=params,
             conditions=conditions,
             objectives=objectives,
-            memory_budget_mb=_optional_positive(raw.get("memory_budget_mb"), "memory_budget_mb"),
+            memory_budget_mb=_budget(raw.get("memory_budget_mb")),
             sampler=sampler,
-            sampler_options=_mapping(raw.get("sampler_options") or {}, "sampler_options"),
+            sampler_options=mapping(raw.get("sampler_options") or {}, "sampler_options"),
             sampler_seed=_seed(raw.get("sampler_seed", 0)),
             num_samples=_num_samples(raw.get("num_samples"), sampler, params, conditions),
-            seeds_per_point=_positive_int(raw.get("seeds_per_point", 1), "seeds_per_point"),
+            seeds_per_point=positive_int(raw.get("seeds_per_point", 1), "seeds_per_point"),
             resources=_resources(raw.get("resources") or {}, base),
-            max_concurrent=_optional_positive_int(raw.get("max_concurrent"), "max_concurrent"),
-            max_failures=_nonnegative_int(raw.get("max_failures", 1), "max_failures"),
-            resume_checkpoint_s=_nonnegative(raw.get("resume_checkpoint_s", 10.0), "resume_checkpoint_s"),
+            max_concurrent=optional_positive_int(raw.get("max_concurrent"), "max_concurrent"),
+            max_failures=nonnegative_int(raw.get("max_failures", 1), "max_failures"),
+            resume_checkpoint_s=nonnegative_float(raw.get("resume_checkpoint_s", 10.0), "resume_checkpoint_s"),
         )
         space.build_sampler()  # the sampler's own checks (options, dependencies) now, not mid-sweep
         return space
@@ -314,58 +326,8 @@ class SearchSpace:
 # ---- validation helpers ---------------------------------------------------------------------
 
 
-def _require(ok: bool, field_name: str, message: str) -> None:
-    if not ok:
-        raise ConfigError(field_name, message)
-
-
-def _known_keys(mapping: Mapping[str, Any], allowed: Sequence[str], prefix: str) -> None:
-    for key in mapping:
-        if key not in allowed:
-            raise ConfigError(f"{prefix}{key}", f"unknown key; allowed: {', '.join(allowed)}")
-
-
-def _mapping(value: Any, field_name: str) -> dict[str, Any]:
-    _require(isinstance(value, Mapping), field_name, f"{value!r} is not allowed; a mapping is required")
-    return dict(value)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _positive_int(value: Any, field_name: str) -> int:
-    _require(_is_int(value) and value > 0, field_name, f"{value!r} is not allowed; a positive integer is required")
-    return value
-
-
-def _optional_positive_int(value: Any, field_name: str) -> int | None:
-    return None if value is None else _positive_int(value, field_name)
-
-
-def _nonnegative_int(value: Any, field_name: str) -> int:
-    _require(_is_int(value) and value >= 0, field_name, f"{value!r} is not allowed; an integer >= 0 is required")
-    return value
-
-
-def _optional_positive(value: Any, field_name: str) -> float | None:
-    if value is None:
-        return None
-    _require(_is_number(value) and value > 0, field_name, f"{value!r} is not allowed; a positive number (MB) is required")
-    return float(value)
-
-
-def _nonnegative(value: Any, field_name: str) -> float:
-    _require(_is_number(value) and value >= 0, field_name, f"{value!r} is not allowed; a number >= 0 is required")
-    return float(value)
-
-
 def _seed(value: Any) -> int | None:
-    _require(value is None or (_is_int(value) and value >= 0), "sampler_seed",
+    require(value is None or (is_int(value) and value >= 0), "sampler_seed",
              f"{value!r} is not allowed; an integer >= 0 or null is required")
     return value
 
@@ -376,7 +338,7 @@ def _config_message(error: ConfigError) -> str:
 
 def _base(raw: Any) -> dict[str, Any]:
     """The fixed values as a full flat config, built once to prove them valid."""
-    raw = _mapping(raw, "base")
+    raw = mapping(raw, "base")
     for key in raw:
         if key.split(".")[0] == "seed":
             raise ConfigError("base.seed", f"not allowed; {_NOT_SEARCHABLE['seed']}")
@@ -393,8 +355,8 @@ def _base(raw: Any) -> dict[str, Any]:
 
 
 def _params(raw: Any, base: dict[str, Any]) -> tuple[Param, ...]:
-    raw = _mapping(raw, "params")
-    _require(bool(raw), "params", "at least one searched field is required")
+    raw = mapping(raw, "params")
+    require(bool(raw), "params", "at least one searched field is required")
     params = []
     for name, spec in raw.items():
         prefix = f"params.{name}"
@@ -403,38 +365,38 @@ def _params(raw: Any, base: dict[str, Any]) -> tuple[Param, ...]:
         if name not in base:
             fields = [k for k in base if k not in _NOT_SEARCHABLE]
             raise ConfigError(prefix, f"not a field of the {base['task']} TrialConfig; allowed: {', '.join(fields)}")
-        params.append(_param(name, _mapping(spec, prefix), prefix))
+        params.append(_param(name, mapping(spec, prefix), prefix))
     _probe(params, base)
     return tuple(params)
 
 
 def _param(name: str, spec: dict[str, Any], prefix: str) -> Param:
     kind = spec.get("type")
-    _require(kind in PARAM_TYPES, f"{prefix}.type", f"{kind!r} is not allowed; allowed: {', '.join(PARAM_TYPES)}")
-    _known_keys({k: v for k, v in spec.items() if k != "type"}, _PARAM_KEYS[kind], f"{prefix}.")
+    require(kind in PARAM_TYPES, f"{prefix}.type", f"{kind!r} is not allowed; allowed: {', '.join(PARAM_TYPES)}")
+    known_keys({k: v for k, v in spec.items() if k != "type"}, _PARAM_KEYS[kind], f"{prefix}.")
     if kind == "choice":
         values = spec.get("values")
-        _require(isinstance(values, list) and len(values) > 0, f"{prefix}.values",
+        require(isinstance(values, list) and len(values) > 0, f"{prefix}.values",
                  f"{values!r} is not allowed; a non-empty list is required")
         for value in values:
-            _require(value is None or isinstance(value, (str, int, float, bool)), f"{prefix}.values",
+            require(value is None or isinstance(value, (str, int, float, bool)), f"{prefix}.values",
                      f"{value!r} is not allowed; numbers, text, true/false or null are required")
-        _require(len(set(map(repr, values))) == len(values), f"{prefix}.values", f"{values!r} repeats a value")
+        require(len(set(map(repr, values))) == len(values), f"{prefix}.values", f"{values!r} repeats a value")
         return Param(name, kind, values=tuple(values))
     for key in ("low", "high"):
-        _require(key in spec, f"{prefix}.{key}", f"required for type {kind}")
+        require(key in spec, f"{prefix}.{key}", f"required for type {kind}")
     low, high, step = spec["low"], spec["high"], spec.get("step")
-    check = _is_int if kind == "int" else _is_number
+    check = is_int if kind == "int" else is_number
     what = "an integer" if kind == "int" else "a finite number"
     for key, value in (("low", low), ("high", high)):
-        _require(check(value), f"{prefix}.{key}", f"{value!r} is not allowed; {what} is required")
-    _require(low < high, f"{prefix}.high", f"{high!r} is not allowed; an empty range: high > low ({low!r}) is required")
+        require(check(value), f"{prefix}.{key}", f"{value!r} is not allowed; {what} is required")
+    require(low < high, f"{prefix}.high", f"{high!r} is not allowed; an empty range: high > low ({low!r}) is required")
     if kind == "loguniform":
-        _require(low > 0, f"{prefix}.low", f"{low!r} is not allowed; loguniform needs low > 0")
+        require(low > 0, f"{prefix}.low", f"{low!r} is not allowed; loguniform needs low > 0")
     if step is not None:
-        _require(check(step) and step > 0, f"{prefix}.step", f"{step!r} is not allowed; {what} > 0 is required")
+        require(check(step) and step > 0, f"{prefix}.step", f"{step!r} is not allowed; {what} > 0 is required")
         count = (high - low) / step
-        _require(abs(count - round(count)) < 1e-9, f"{prefix}.step",
+        require(abs(count - round(count)) < 1e-9, f"{prefix}.step",
                  f"{step!r} is not allowed; high - low ({high - low!r}) must be a multiple of it")
     return Param(name, kind, low=low, high=high, step=step)
 
@@ -463,18 +425,18 @@ def _probe(params: list[Param], base: dict[str, Any]) -> None:
 
 
 def _conditions(raw: Any, params: tuple[Param, ...]) -> dict[str, Condition]:
-    raw = _mapping(raw, "conditions")
+    raw = mapping(raw, "conditions")
     order = {p.name: i for i, p in enumerate(params)}
     by_name = {p.name: p for p in params}
     conditions = {}
     for child, text in raw.items():
         prefix = f"conditions.{child}"
-        _require(child in order, prefix, f"not a searched param; params: {', '.join(order)}")
+        require(child in order, prefix, f"not a searched param; params: {', '.join(order)}")
         match = _CONDITION.match(text) if isinstance(text, str) else None
-        _require(match is not None, prefix,
+        require(match is not None, prefix,
                  f"{text!r} is not allowed; 'PARAM OP VALUE' with OP one of {', '.join(_OPERATORS)} is required")
         parent, op, value_text = match.groups()
-        _require(parent in order and order[parent] < order[child], prefix,
+        require(parent in order and order[parent] < order[child], prefix,
                  f"{parent!r} is not allowed; a param listed before {child} in params is required")
         condition = Condition(parent, op, yaml.safe_load(value_text), text)
         probes = by_name[parent].probes()
@@ -483,54 +445,69 @@ def _conditions(raw: Any, params: tuple[Param, ...]) -> dict[str, Condition]:
         except TypeError:
             raise ConfigError(prefix, f"{text!r} cannot compare {parent}'s values {probes!r} with {condition.value!r}") from None
         if by_name[parent].kind == "choice":
-            _require(any(truths), prefix, f"{text!r} holds for none of {parent}'s values {probes!r}")
+            require(any(truths), prefix, f"{text!r} holds for none of {parent}'s values {probes!r}")
         conditions[child] = condition
     return conditions
 
 
 def _objectives(raw: Any, task: str) -> dict[str, str]:
-    raw = _mapping(raw, "objectives")
-    _require(bool(raw), "objectives", "at least one metric -> maximize | minimize is required")
-    known = (*TRAINING_METRICS[task], *PREDICTED_METRICS, *MEASURED_METRICS)
+    """Metric -> direction; a metric the task reports or a memory column (old names read)."""
+    from .tasks import get_task
+
+    raw = mapping(raw, "objectives")
+    require(bool(raw), "objectives", "at least one metric -> maximize | minimize is required")
+    known = (*get_task(task).metric_names(), *PREDICTED_METRICS, *MEASURED_METRICS)
+    objectives = {}
     for metric, direction in raw.items():
-        _require(metric in known, f"objectives.{metric}", f"not a metric of {task}; allowed: {', '.join(known)}")
-        _require(direction in DIRECTIONS, f"objectives.{metric}",
-                 f"{direction!r} is not allowed; allowed: {', '.join(DIRECTIONS)}")
-    return dict(raw)
+        name = LEGACY_METRICS.get(metric, metric)
+        require(name in known, f"objectives.{metric}",
+                f"not a metric of {task}; allowed: {', '.join(known)}")
+        require(direction in DIRECTIONS, f"objectives.{metric}",
+                f"{direction!r} is not allowed; allowed: {', '.join(DIRECTIONS)}")
+        objectives[name] = direction
+    return objectives
+
+
+def _budget(value: Any) -> float | None:
+    if value is None:
+        return None
+    require(is_number(value) and value > 0, "memory_budget_mb",
+            f"{value!r} is not allowed; a positive number (MB) is required")
+    return float(value)
 
 
 def _num_samples(value: Any, sampler: str, params: tuple[Param, ...], conditions: Mapping) -> int:
     if sampler != "grid":
-        _require(value is not None, "num_samples", f"required for sampler {sampler}")
-        return _positive_int(value, "num_samples")
+        require(value is not None, "num_samples", f"required for sampler {sampler}")
+        return positive_int(value, "num_samples")
     for param in params:
-        _require(param.kind == "choice", f"params.{param.name}",
+        require(param.kind == "choice", f"params.{param.name}",
                  f"type {param.kind} is not allowed with sampler grid; allowed: choice")
-    _require(not conditions, "conditions", "not allowed with sampler grid (every grid point sets every param)")
+    require(not conditions, "conditions", "not allowed with sampler grid (every grid point sets every param)")
     size = math.prod(len(p.values) for p in params)
-    _require(size <= _GRID_LIMIT, "params", f"the grid has {size} points; at most {_GRID_LIMIT} are allowed")
+    require(size <= _GRID_LIMIT, "params", f"the grid has {size} points; at most {_GRID_LIMIT} are allowed")
     if value is None:
         return size
-    _positive_int(value, "num_samples")
-    _require(value <= size, "num_samples", f"{value} is not allowed; the grid has {size} points")
+    positive_int(value, "num_samples")
+    require(value <= size, "num_samples", f"{value} is not allowed; the grid has {size} points")
     return value
 
 
 def _resources(raw: Any, base: Mapping[str, Any]) -> Resources:
-    raw = _mapping(raw, "resources")
-    _known_keys(raw, _RESOURCE_KEYS, "resources.")
-    cpu = _positive_int(raw.get("cpu", 1), "resources.cpu")
+    raw = mapping(raw, "resources")
+    known_keys(raw, _RESOURCE_KEYS, "resources.")
+    cpu = positive_int(raw.get("cpu", 1), "resources.cpu")
     gpu = raw.get("gpu", 0)
     memory = raw.get("gpu_memory_mb")
     if gpu == "auto":
-        _require(memory is not None, "resources.gpu_memory_mb", "required with gpu: auto (one GPU's memory in MB)")
+        require(memory is not None, "resources.gpu_memory_mb", "required with gpu: auto (one GPU's memory in MB)")
     else:
-        _require(_is_number(gpu) and gpu >= 0 and (gpu < 1 or float(gpu).is_integer()), "resources.gpu",
+        require(is_number(gpu) and gpu >= 0 and (gpu < 1 or float(gpu).is_integer()), "resources.gpu",
                  f"{gpu!r} is not allowed; auto, a share below 1, or a whole number of GPUs is required")
     if memory is not None:
-        _require(_is_number(memory) and memory > 0, "resources.gpu_memory_mb",
+        require(is_number(memory) and memory > 0, "resources.gpu_memory_mb",
                  f"{memory!r} is not allowed; a positive number (MB) is required")
     if gpu == "auto" or gpu > 0:
-        _require(base["device"] != "cpu", "resources.gpu",
+        require(base["device"] != "cpu", "resources.gpu",
                  f"{gpu!r} is not allowed with base device cpu; set base device to auto or cuda, or gpu: 0")
     return Resources(cpu=cpu, gpu=gpu, gpu_memory_mb=None if memory is None else float(memory))

@@ -50,10 +50,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .config import TASKS, ConfigError, TrialConfig
+from .config import ConfigError, TrialConfig
 
 SCHEMA_VERSION = 1
-STATUSES = ("completed", "failed", "infeasible", "pruned")
+STATUSES = ("completed", "failed", "infeasible")
 MEMORY_COLUMNS: dict[str, pa.DataType] = {
     **{
         f"{kind}_{part}_mb": pa.float64()
@@ -226,9 +226,10 @@ def _epochs_table(trial_id: str, epochs: Sequence[Mapping[str, Any]]) -> pa.Tabl
 def _config_columns(config: Mapping[str, Any]) -> dict[str, pa.Array]:
     """Every config field of the trial's task as a typed one-value column (null when absent)."""
     task = config.get("task", TrialConfig.task)
-    if task not in TASKS:
-        raise ConfigError("config.task", f"{task!r} is not allowed; allowed: {', '.join(TASKS)}")
-    fields = config_fields(task)
+    try:
+        fields = config_fields(task)
+    except ConfigError as error:
+        raise ConfigError(f"config.{error.field}", error.reason) from None
     unknown = sorted(set(config) - set(fields))
     if unknown:
         raise ConfigError(f"config.{unknown[0]}", f"not a TrialConfig field of task {task}")

@@ -1,4 +1,4 @@
-"""One training loop for both tasks: build, apply the techniques, step, evaluate, call back.
+"""One training loop for every task: build, apply the techniques, step, evaluate, call back.
 
 Runs as a plain function without Ray: `Trainer(config).run(on_epoch)`. The Ray trainable
 plugs in through `on_epoch`, which receives each epoch's metrics and the trainer (whose
@@ -19,8 +19,8 @@ import torch
 from torch import nn
 
 from .config import TrialConfig
-from .tasks import Task, build_task
-from .techniques import checkpointing, microbatch
+from .tasks.base import Task
+from .techniques import TECHNIQUES, Technique
 from .techniques.precision import Precision
 
 EpochCallback = Callable[[dict[str, float], "Trainer"], None]
@@ -51,27 +51,25 @@ class Trainer:
         self.config = config
         self.device = resolve_device(config.device)
         seed_everything(config.seed)
-        self.task = task or build_task(config, self.device)
+        self.task = task or config.task_type()(config, self.device)
+        self.techniques: list[Technique] = [
+            technique(config, self.task) for technique in TECHNIQUES if technique.enabled(config)
+        ]
         model = self.task.build_model()
-        checkpointing.apply(model, config.checkpoint)
-        if config.microbatch.mode == "simulated" and config.microbatch.size is not None:
-            microbatch.apply_simulated(model, config.microbatch.size)
-        self.sparsity = self._build_sparsity(model)
-        self.precision = Precision(config.precision, self.device.type)
-        self.model: nn.Module = self.precision.apply(model).to(self.device)
+        for technique in self.techniques:
+            model = technique.apply(model)
+        self.model: nn.Module = model.to(self.device)
+        self.precision: Precision = self.technique(Precision)
         self.optimizer = self.task.build_optimizer(self.model)
-        if self.sparsity is not None:
-            self.sparsity.attach(self.optimizer)
+        for technique in self.techniques:
+            technique.attach(self.optimizer)
         self.epoch = 0
         self.updates = 0
         self.history: list[dict[str, float]] = []
 
-    def _build_sparsity(self, model: nn.Module):
-        if not self.config.sparsity.enabled:
-            return None
-        from .techniques.sparsity import DynamicSparsity
-
-        return DynamicSparsity.from_config(model, self.config, self.task.epochs())
+    def technique(self, kind: type[Technique]) -> Technique | None:
+        """This trial's instance of a technique, None when its config leaves it off."""
+        return next((t for t in self.techniques if isinstance(t, kind)), None)
 
     # ---- one update ---------------------------------------------------------------------------
 
@@ -94,11 +92,11 @@ class Trainer:
             raise TrainingDiverged(f"loss is {total_loss} at update {self.updates} (epoch {self.epoch})")
         stepped = self.precision.unscale_(model.parameters())
         if stepped:
-            if self.sparsity is not None:
-                self.sparsity.mask_gradients()
+            for technique in self.techniques:
+                technique.before_step()
             optimizer.step()
-            if self.sparsity is not None:
-                self.sparsity.after_step(self.epoch, self.updates)
+            for technique in self.techniques:
+                technique.after_step(self.epoch, self.updates)
         elif self.precision.scaler is None:
             raise TrainingDiverged(f"gradients are not finite at update {self.updates} (epoch {self.epoch})")
         elif self.precision.loss_scale <= self.precision.scaler.min_scale:
@@ -131,8 +129,9 @@ class Trainer:
                 lr=self.task.learning_rate(self.epoch - 1, self.updates - 1),
                 epoch_seconds=train_seconds,
                 skipped_steps=self.precision.skipped_steps,
-                **(self.sparsity.metrics() if self.sparsity is not None else {}),
             )
+            for technique in self.techniques:
+                metrics.update(technique.metrics())
             self.history.append(metrics)
             if on_epoch is not None:
                 on_epoch(metrics, self)
@@ -145,8 +144,7 @@ class Trainer:
         return copy.deepcopy({
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
-            "precision": self.precision.state_dict(),
-            "sparsity": self.sparsity.state_dict() if self.sparsity is not None else None,
+            **{technique.NAME: technique.state_dict() for technique in self.techniques},
             "epoch": self.epoch,
             "updates": self.updates,
             "history": self.history,
@@ -156,9 +154,8 @@ class Trainer:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.precision.load_state_dict(state["precision"])
-        if self.sparsity is not None:
-            self.sparsity.load_state_dict(state["sparsity"])
+        for technique in self.techniques:
+            technique.load_state_dict(state[technique.NAME])
         self.epoch = state["epoch"]
         self.updates = state["updates"]
         self.history = list(state["history"])

@@ -39,7 +39,7 @@ import torch
 from . import store
 from .config import ConfigError, TrialConfig
 from .memory import MemoryReport, measure, predict
-from .space import MEASURED_METRICS, MEMORY_PARTS, PREDICTED_METRICS, SearchSpace, store_column
+from .space import MEASURED_METRICS, MEMORY_OBJECTIVE, PREDICTED_METRICS, SearchSpace, store_column
 from .train import Trainer
 
 CHECKPOINT_FILE = "trainer.pt"
@@ -74,7 +74,7 @@ def screen(space: SearchSpace, params: Mapping[str, Any]) -> Screening:
             raise
         return Screening("infeasible", config, None, f"too big to build: {failure_reason(error)}")
     budget = space.memory_budget_mb
-    total = predicted.to_dict()["total_mb"]
+    total = predicted.total_mb
     if budget is not None and total > budget:
         reason = f"predicted memory {total:.1f} MB is over memory_budget_mb {budget:g}"
         return Screening("infeasible", config, predicted, reason)
@@ -82,15 +82,14 @@ def screen(space: SearchSpace, params: Mapping[str, Any]) -> Screening:
 
 
 def memory_metrics(predicted: MemoryReport | None, measured: MemoryReport | None) -> dict[str, float | None]:
-    """The memory a trial reports: predicted parts as memory_*_mb, measured ones as measured_*_mb."""
-    values: dict[str, float | None] = dict.fromkeys((*PREDICTED_METRICS, *MEASURED_METRICS))
-    if predicted is not None:
-        report = predicted.to_dict()
-        values.update({f"memory_{part}_mb": report[f"{part}_mb"] for part in MEMORY_PARTS})
-        values["flops_per_step"] = report["flops_per_step"]
-    if measured is not None:
-        report = measured.to_dict()
-        values.update({f"measured_{part}_mb": report[f"{part}_mb"] for part in MEMORY_PARTS})
+    """The memory a trial reports, named as the store's columns (`memory.predicted_*_mb`,
+    `memory.flops_per_step`, `memory.measured_*_mb`)."""
+    names = (*PREDICTED_METRICS, *MEASURED_METRICS)
+    values: dict[str, float | None] = dict.fromkeys(names)
+    for report in (predicted, measured):
+        if report is not None:
+            reported = {f"memory.{k}": v for k, v in report.to_dict().items()}
+            values.update({k: v for k, v in reported.items() if k in names})
     return values
 
 
@@ -201,7 +200,7 @@ class _Run:
             raise error.__cause__ from None
         except Exception as error:  # noqa: BLE001 - the trial's own failure: stored, reported, not retried
             if out_of_memory(error):  # infeasible at this memory on this device, told as such
-                total = self._memory()["memory_total_mb"]
+                total = self._memory()[MEMORY_OBJECTIVE]
                 self._fail(f"predicted {total:.1f} MB; {failure_reason(error)}", "infeasible")
             else:
                 self._fail(failure_reason(error))

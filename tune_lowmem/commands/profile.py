@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from ..memory.report import PARTS
 from . import add_config_arguments, config_from_arguments
 
 
@@ -23,8 +24,8 @@ def add_parser(subparsers) -> None:
         type=int,
         nargs=2,
         metavar=("SOURCE", "TARGET"),
-        help="dct-iwslt14: tokens of each sentence pair in the synthetic minibatch "
-        "(default 30 30, a typical IWSLT'14 batch)",
+        help="for tasks with sequences (the translation task): tokens of each synthetic "
+        "sentence pair (default 30 30, a typical IWSLT'14 batch)",
     )
     parser.set_defaults(run=run)
 
@@ -56,19 +57,10 @@ def run(args: argparse.Namespace) -> int:
 
 def describe(config, task) -> str:
     """One line naming what was profiled; `task` is the synthetic task it was profiled on."""
-    model, micro = config.model, config.microbatch
-    if config.task == "wrn-cifar10":
-        name = f"WRN-{model.depth}-{model.width}, batch {config.schedule.batch_size}"
-    else:
-        source, target = task.lengths
-        name = (
-            f"DC-Transformer {model.encoder_layers}+{model.decoder_layers} layers, embed "
-            f"{model.embed_dim}, {config.schedule.max_tokens} tokens "
-            f"({task.sentences_per_batch()} pairs of {source}/{target})"
-        )
+    micro = config.microbatch
     micro_text = "none" if micro.size is None else f"{micro.size} ({micro.mode})"
     return (
-        f"{config.task} {name}, {config.precision}, "
+        f"{config.task} {task.describe()}, {config.precision}, "
         f"checkpoint {config.checkpoint}, microbatch {micro_text}, "
         f"density {config.sparsity.density:g}"
         " (MB = 10^6 bytes)"
@@ -89,16 +81,14 @@ ROWS = (
 
 def column(report, baseline) -> list[str]:
     """One report's cells, in the order of ROWS (the peak of all PyTorch held is measured only)."""
-    values = report.to_dict()
+    values, source = report.to_dict(), report.source
+    peak = values.get(f"{source}_peak_mb")
     return [
-        *(
-            f"{values[key]:.3f}"
-            for key in ("model_mb", "optimizer_mb", "activation_mb", "total_mb")
-        ),
+        *(f"{values[f'{source}_{part}_mb']:.3f}" for part in PARTS),
         f"{values['flops_per_step'] / 1e9:.2f}",
-        f"{baseline.to_dict()['total_mb']:.3f}",
+        f"{baseline.total_mb:.3f}",
         f"{report.ratio_to(baseline):.2f}",
-        f"{values['peak_mb']:.3f}" if "peak_mb" in values else "-",
+        "-" if peak is None else f"{peak:.3f}",
     ]
 
 

@@ -29,7 +29,8 @@ from ..config import TrialConfig
 from ..train import Trainer, resolve_device
 from . import accounting
 from .report import MemoryReport
-from .synthetic import batch_tensors, synthetic_task
+from ..tasks.base import batch_tensors
+from .synthetic import synthetic_task
 from .tracker import StorageTracker
 
 WARM_UP_TRIES = 8  # fp16 loss scaling may skip the first steps; one of these must update
@@ -64,9 +65,9 @@ def measure(config: TrialConfig, lengths: tuple[int, int] | None = None) -> Memo
         else:
             peak = _storage_bytes(existing) + max(tracker.samples) - before
     model, optimizer = trainer.model, trainer.optimizer
-    nonzeros = (
-        {s.name: s.nonzeros for s in trainer.sparsity.layer_stats()} if trainer.sparsity else {}
-    )
+    nonzeros: dict[str, int] = {}
+    for technique in trainer.techniques:
+        nonzeros.update(technique.stored_nonzeros())
     return MemoryReport(
         model_bytes=accounting.model_bytes(model, nonzeros),
         optimizer_bytes=accounting.gradient_bytes(model, nonzeros)
@@ -123,7 +124,7 @@ def _warm_up(trainer: Trainer, batches: Iterator) -> None:
 
 def _held(trainer: Trainer) -> list[torch.Tensor]:
     """The tensors a trainer keeps between steps: parameters, gradients, buffers, optimizer state
-    and sparsity masks."""
+    and what the techniques keep (sparsity masks)."""
     model = trainer.model
     held = [*model.parameters(), *model.buffers()]
     held += [p.grad for p in model.parameters() if p.grad is not None]
@@ -133,8 +134,8 @@ def _held(trainer: Trainer) -> list[torch.Tensor]:
         for t in state.values()
         if torch.is_tensor(t)
     ]
-    if trainer.sparsity is not None:
-        held += list(trainer.sparsity.masks.values())
+    for technique in trainer.techniques:
+        held += technique.held_tensors()
     return held
 
 

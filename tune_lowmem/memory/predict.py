@@ -32,15 +32,13 @@ from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from ..config import TrialConfig
-from ..techniques.sparsity import sparse_parameter_names
+from ..tasks.base import batch_tensors, map_tensors
+from ..techniques import TECHNIQUES
 from ..train import Trainer
 from . import accounting
 from .report import MemoryReport
-from .synthetic import batch_tensors, map_tensors, synthetic_task
+from .synthetic import synthetic_task
 from .tracker import StorageTracker
-
-# The schedule fields that decide tensor shapes, per task.
-SHAPE_FIELDS = {"wrn-cifar10": ("batch_size",), "dct-iwslt14": ("max_tokens",)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,9 +57,11 @@ def predict(config: TrialConfig, lengths: tuple[int, int] | None = None) -> Memo
     lengths = None if lengths is None else tuple(lengths)
     key = shape_key(config, lengths)
     run = dry_run(key, lengths)
-    nonzeros = planned_nonzeros(run.model, config)
-    gradients = accounting.gradient_bytes(run.model, nonzeros)
     task = synthetic_task(config, torch.device(key.device), lengths)
+    nonzeros: dict[str, int] = {}
+    for technique in TECHNIQUES:
+        nonzeros.update(technique.accounted_nonzeros(config, task, run.model))
+    gradients = accounting.gradient_bytes(run.model, nonzeros)
     optimizer = task.build_optimizer(run.model)
     return MemoryReport(
         model_bytes=accounting.model_bytes(run.model, nonzeros),
@@ -73,21 +73,19 @@ def predict(config: TrialConfig, lengths: tuple[int, int] | None = None) -> Memo
 
 
 def shape_key(config: TrialConfig, lengths: tuple[int, int] | None = None) -> TrialConfig:
-    """The config reduced to what decides the activations and FLOPs: dense, default data, seed 0,
-    and a schedule with only its shape fields; the device is the type a trial would run on."""
+    """The config reduced to what decides the activations and FLOPs: the task's model, its
+    schedule's shape fields (`Task.SHAPE_FIELDS`) and each technique's `shape_settings`; default
+    data, seed 0, the rest at defaults; the device is the type a trial would run on."""
     synthetic_task(config, torch.device("cpu"), lengths)  # refuses what the profiler cannot run
     schedule = config.schedule
-    shapes = {name: getattr(schedule, name) for name in SHAPE_FIELDS[config.task]}
+    shapes = {name: getattr(schedule, name) for name in config.task_type().SHAPE_FIELDS}
     device = "cuda" if config.device != "cpu" and torch.cuda.is_available() else "cpu"
-    return TrialConfig(
-        task=config.task,
-        device=device,
-        precision=config.precision,
-        checkpoint=config.checkpoint,
-        model=config.model,
-        schedule=type(schedule)(**shapes),
-        microbatch=config.microbatch,
-    )
+    reduced = TrialConfig(
+        task=config.task, device=device, model=config.model, schedule=type(schedule)(**shapes)
+    ).to_flat()
+    for technique in TECHNIQUES:
+        reduced.update(technique.shape_settings(config))
+    return TrialConfig.from_dict(reduced)
 
 
 @functools.lru_cache(maxsize=512)
@@ -131,18 +129,6 @@ def _fake_state(model: nn.Module, fake_mode: FakeTensorMode) -> None:
             setattr(module, name, nn.Parameter(fake_mode.from_tensor(param), param.requires_grad))
         for name, buffer in list(module.named_buffers(recurse=False)):
             setattr(module, name, fake_mode.from_tensor(buffer))
-
-
-def planned_nonzeros(model: nn.Module, config: TrialConfig) -> dict[str, int]:
-    """Nonzeros of each sparse weight, which dynamic sparsity keeps constant: the initial masks'
-    round(density * numel), at least one (`techniques.sparsity.initial_masks`)."""
-    density = config.sparsity.density
-    if density >= 1.0:
-        return {}
-    return {
-        name: max(1, round(density * model.get_parameter(name).numel()))
-        for name in sparse_parameter_names(model, config.task)
-    }
 
 
 @contextlib.contextmanager

@@ -12,6 +12,7 @@ from ..config import TrialConfig
 
 MB = 10**6
 SOURCES = ("predicted", "measured")
+PARTS = ("model", "optimizer", "activation", "total")
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,10 @@ class MemoryReport:
             )
 
     @property
+    def total_mb(self) -> float:
+        return self.total_bytes / MB
+
+    @property
     def total_bytes(self) -> int:
         return self.model_bytes + self.optimizer_bytes + self.activation_bytes
 
@@ -48,16 +53,15 @@ class MemoryReport:
         return baseline.total_bytes / self.total_bytes
 
     def to_dict(self) -> dict[str, float | int | str | None]:
+        """``<source>_<part>_mb`` for each of PARTS (the store's ``memory.`` columns drop the
+        prefix), the FLOPs, the source, and a measurement's ``measured_peak_mb``."""
+        parts = (self.model_bytes, self.optimizer_bytes, self.activation_bytes, self.total_bytes)
         values: dict[str, float | int | str | None] = {
-            "model_mb": self.model_bytes / MB,
-            "optimizer_mb": self.optimizer_bytes / MB,
-            "activation_mb": self.activation_bytes / MB,
-            "total_mb": self.total_bytes / MB,
-            "flops_per_step": self.flops_per_step,
-            "source": self.source,
+            f"{self.source}_{part}_mb": nbytes / MB for part, nbytes in zip(PARTS, parts)
         }
+        values.update(flops_per_step=self.flops_per_step, source=self.source)
         if self.peak_bytes is not None:
-            values["peak_mb"] = self.peak_bytes / MB
+            values[f"{self.source}_peak_mb"] = self.peak_bytes / MB
         return values
 
 

@@ -6,12 +6,14 @@ picks a strategy that `forward` reads, so parameter names never change with it.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
-from ..config import CHECKPOINT_STRATEGIES, WideResNetConfig
+from ..config import WideResNetConfig
+from .segments import run_checkpointed
 
 
 class BasicBlock(nn.Module):
@@ -39,6 +41,8 @@ class BasicBlock(nn.Module):
 
 class WideResNet(nn.Module):
     """Stem conv, three groups of n blocks (widths 16k, 32k, 64k), BN-ReLU, global pool, linear."""
+
+    CHECKPOINT_STRATEGIES = ("none", "residual-1", "residual-2", "residual-2*")
 
     def __init__(self, depth: int = 28, width: int = 2, num_classes: int = 10):
         super().__init__()
@@ -71,8 +75,8 @@ class WideResNet(nn.Module):
 
     def set_grad_checkpointing(self, strategy: str = "residual-1") -> None:
         """none | residual-1 | residual-2 | residual-2*; see `segments` for what each stores."""
-        if strategy not in CHECKPOINT_STRATEGIES["wrn-cifar10"]:
-            allowed = ", ".join(CHECKPOINT_STRATEGIES["wrn-cifar10"])
+        if strategy not in self.CHECKPOINT_STRATEGIES:
+            allowed = ", ".join(self.CHECKPOINT_STRATEGIES)
             raise ValueError(f"checkpoint: {strategy!r} is not allowed; allowed: {allowed}")
         self.grad_checkpointing = strategy
 
@@ -112,24 +116,24 @@ class WideResNet(nn.Module):
         segments = self.segments()
         for index, segment in enumerate(segments):
             if self.training and torch.is_grad_enabled() and self.checkpointed(index, segments):
-                x = checkpoint(_run_segment, segment, x, use_reentrant=False)
+                x = run_checkpointed(functools.partial(_run_segment, segment), segment, x)
             else:
                 x = _run_segment(segment, x)
         return x
 
 
 class _Head(nn.Module):
-    """BN-ReLU, global average pool, classifier; a view over the model's own bn and fc."""
+    """BN-ReLU, global average pool, classifier: a view over the model's own bn and fc, built
+    per forward pass and never attached to the model, so its names do not enter the model's."""
 
     def __init__(self, bn: nn.BatchNorm2d, fc: nn.Linear):
         super().__init__()
-        self.parts = (bn, fc)  # a tuple, so these are not registered twice as submodules
+        self.bn, self.fc = bn, fc
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        bn, fc = self.parts
-        out = F.relu(bn(x))
+        out = F.relu(self.bn(x))
         out = F.adaptive_avg_pool2d(out, 1).flatten(1)
-        return fc(out.to(fc.weight.dtype))
+        return self.fc(out.to(self.fc.weight.dtype))
 
 
 def _run_segment(segment: list[nn.Module], x: torch.Tensor) -> torch.Tensor:

@@ -1,33 +1,62 @@
-"""WideResNet on CIFAR-10 with the paper's step schedule (SGD, Nesterov 0.9, lr 0.1 x0.2 steps)."""
+"""CIFAR-10 image classification with the paper's WideResNet recipe: SGD with Nesterov momentum
+0.9, weight decay 5e-4, lr 0.1 cut x0.2 at 30/60/80% of training (`StepScheduleConfig`).
+
+`Cifar10Classification` holds everything but the model, so any network that maps 32x32 images to
+class scores trains under the same recipe; `WideResNetCifar10` is the paper's task.
+"""
 
 from __future__ import annotations
 
 import bisect
 from functools import cached_property
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..config import TrialConfig
+from ..config import StepScheduleConfig, TrialConfig, WideResNetConfig
 from ..data import cifar10
-from ..models import build_model
+from ..models.wideresnet import BasicBlock, WideResNet
 from ..techniques import microbatch
+from ..validation import require
+from .base import Metric, Task
+
+CLASSIFICATION_METRICS = {
+    "val_accuracy": Metric("maximize", 0.0, 1.0, "top-1 accuracy on the validation split"),
+    "val_loss": Metric("minimize", 0.0, None, "cross entropy per image, validation split"),
+    "test_accuracy": Metric("maximize", 0.0, 1.0, "top-1 accuracy on the test split"),
+    "test_loss": Metric("minimize", 0.0, None, "cross entropy per image, test split"),
+    "train_loss": Metric("minimize", 0.0, None, "mean training loss of the epoch"),
+}
 
 
-class Cifar10Classification:
-    """The `wrn-cifar10` task."""
+class Cifar10Classification(Task):
+    """CIFAR-10 under the step schedule; subclasses say which model."""
 
-    def __init__(self, config: TrialConfig, device: torch.device):
-        self.config = config
-        self.device = device
+    SCHEDULE_CONFIG = StepScheduleConfig
+    METRICS = CLASSIFICATION_METRICS
+    MICROBATCH_MODES = ("true", "simulated")
+    IMAGE_SHAPE: ClassVar[tuple[int, int, int]] = (3, 32, 32)
+
+    @classmethod
+    def validate_config(cls, config: TrialConfig) -> None:
+        size, batch = config.microbatch.size, config.schedule.batch_size
+        require(
+            size is None or batch % size == 0,
+            "microbatch.size",
+            f"{size} is not allowed; a divisor of schedule.batch_size {batch} is required",
+        )
+        classes = config.model.num_classes
+        require(
+            classes == len(cifar10.CLASSES),
+            "model.num_classes",
+            f"{classes} is not allowed; CIFAR-10 has {len(cifar10.CLASSES)} classes",
+        )
 
     @cached_property
     def data(self) -> cifar10.Cifar10:
         return cifar10.Cifar10.from_config(self.config.data, self.config.seed, self.device)
-
-    def build_model(self) -> nn.Module:
-        return build_model(self.config)
 
     def build_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
         schedule = self.config.schedule
@@ -44,17 +73,40 @@ class Cifar10Classification:
         cuts = bisect.bisect_right(schedule.milestone_epochs(), epoch)
         return schedule.lr * schedule.lr_multiplier * schedule.gamma**cuts
 
-    def train_batches(self, epoch: int):
+    def updates_per_epoch(self) -> int:
+        data = self.config.data
+        if self.synthetic:
+            images = data.train_subset or cifar10.TRAIN_SIZE - (
+                data.val_size if data.split == "search" else 0
+            )
+        else:
+            images = len(self.data.train)
+        return max(1, images // self.config.schedule.batch_size)
+
+    def epochs(self) -> int:
+        return self.config.schedule.epochs
+
+    def data_batches(self, epoch: int):
         return cifar10.train_batches(
-            self.data.train, self.config.schedule.batch_size, epoch, self.config.seed, self.config.data.augment
+            self.data.train,
+            self.config.schedule.batch_size,
+            epoch,
+            self.config.seed,
+            self.config.data.augment,
         )
+
+    def synthetic_batch(self, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        batch = self.config.schedule.batch_size
+        images = torch.randn(batch, *self.IMAGE_SHAPE, generator=generator)
+        labels = torch.randint(0, self.config.model.num_classes, (batch,), generator=generator)
+        return images.to(self.device), labels.to(self.device)
 
     def microbatches(self, batch):
         if self.config.microbatch.mode != "true":
             return [batch]
         return microbatch.split(batch, self.config.microbatch.size)
 
-    def loss(self, model: nn.Module, microbatch_: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, float]:
+    def loss(self, model: nn.Module, microbatch_: tuple[torch.Tensor, torch.Tensor]):
         images, labels = microbatch_
         logits = model(images)
         return F.cross_entropy(logits.float(), labels, reduction="sum"), float(labels.shape[0])
@@ -79,8 +131,26 @@ class Cifar10Classification:
             metrics[f"{name}_loss"] = loss / total
         return metrics
 
-    def epochs(self) -> int:
-        return self.config.schedule.epochs
 
-    def finished(self, epoch: int, updates: int) -> bool:
-        return epoch >= self.config.schedule.epochs
+class WideResNetCifar10(Cifar10Classification):
+    """The paper's `wrn-cifar10`: WideResNet-d-k (28-2 in the paper)."""
+
+    MODEL_CONFIG = WideResNetConfig
+    CHECKPOINT_STRATEGIES = WideResNet.CHECKPOINT_STRATEGIES
+
+    def build_model(self) -> nn.Module:
+        return WideResNet.from_config(self.config.model)
+
+    def describe(self) -> str:
+        model = self.config.model
+        return f"WRN-{model.depth}-{model.width}, batch {self.config.schedule.batch_size}"
+
+    def sparse_parameter_names(self, model: nn.Module) -> list[str]:
+        """The 3x3 convolutions of every residual block; the stem, the 1x1 shortcuts and the
+        classifier stay dense (Sohoni et al. A.3.1)."""
+        return [
+            f"{name}.{conv}.weight"
+            for name, module in model.named_modules()
+            if isinstance(module, BasicBlock)
+            for conv in ("conv1", "conv2")
+        ]

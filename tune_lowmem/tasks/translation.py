@@ -15,18 +15,58 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..config import TrialConfig
+from ..config import DynamicConvConfig, InverseSqrtScheduleConfig, TrialConfig
 from ..data import data_root, iwslt14
 from ..decode import bleu, references, translate
-from ..models import build_model
+from ..models.dynamicconv import DynamicConvTransformer
+from ..validation import ConfigError
+from .base import Metric, Task, conv_and_linear_weights
+
+# The profiler's stand-in data: fairseq's IWSLT'14 de-en after prepare-iwslt14.sh and
+# fairseq-preprocess (separate dictionaries, specials included, padded to a multiple of 8):
+# "[de] Dictionary: 8848 types", "[en] Dictionary: 6632 types", train.de "160239 sents". Only the
+# embeddings' sizes (and the epoch length) depend on them. A synthetic minibatch is one full
+# token budget, `max_tokens // max(S, T)` sentence pairs of S source and T target tokens (end of
+# sentence included), no padding. S = T = 30 is a typical batch: on the shipped IWSLT'14 text
+# fairseq's 4,000-token batches hold a median of 100 pairs padded to 31 source and 40 target
+# tokens, about 3,100 and 4,000 tokens a side, and 133 x 30 = 3,990 tokens a side is that size.
+# Activation memory follows these padded token counts (the output layer's n x T x vocabulary
+# logits dominate it) and, more weakly, the lengths themselves; `set_synthetic_lengths` changes
+# them to profile long-sentence batches.
+IWSLT14_VOCAB = {"de": 8_848, "en": 6_632}
+IWSLT14_TRAIN_PAIRS = 160_239
+IWSLT14_LENGTHS = (30, 30)
+
+TRANSLATION_METRICS = {
+    "val_bleu": Metric(
+        "maximize", 0.0, 100.0, "BLEU of beam search on the validation split (final epoch)"
+    ),
+    "test_bleu": Metric("maximize", 0.0, 100.0, "BLEU of beam search on the test split (final)"),
+    "val_loss": Metric("minimize", 0.0, None, "label-smoothed loss per target token (nats)"),
+    "test_loss": Metric("minimize", 0.0, None, "label-smoothed loss per target token (nats)"),
+    "val_nll_loss": Metric("minimize", 0.0, None, "negative log-likelihood per token (nats)"),
+    "test_nll_loss": Metric("minimize", 0.0, None, "negative log-likelihood per token (nats)"),
+    "val_ppl": Metric("minimize", 1.0, None, "perplexity, exp(val_nll_loss)"),
+    "test_ppl": Metric("minimize", 1.0, None, "perplexity, exp(test_nll_loss)"),
+    "train_loss": Metric("minimize", 0.0, None, "mean training loss of the epoch"),
+}
 
 
-class Iwslt14Translation:
-    """The `dct-iwslt14` task."""
+class DynamicConvIwslt14(Task):
+    """The paper's `dct-iwslt14`."""
 
-    def __init__(self, config: TrialConfig, device: torch.device):
-        self.config = config
-        self.device = device
+    MODEL_CONFIG = DynamicConvConfig
+    SCHEDULE_CONFIG = InverseSqrtScheduleConfig
+    METRICS = TRANSLATION_METRICS
+    CHECKPOINT_STRATEGIES = DynamicConvTransformer.CHECKPOINT_STRATEGIES
+    MICROBATCH_MODES = ("true",)  # layer norm has no batch statistics to simulate
+    MICROBATCH_UNIT = "tokens"
+    SHAPE_FIELDS = ("max_tokens",)
+    REWIRING_PERIOD_SCALE = 0.5  # Sohoni et al. A.3.1: halved for the 50,000-update schedule
+
+    def __init__(self, config: TrialConfig, device: torch.device, *, synthetic: bool = False):
+        super().__init__(config, device, synthetic=synthetic)
+        self.lengths = IWSLT14_LENGTHS
 
     # ---- data ---------------------------------------------------------------------------------
 
@@ -59,10 +99,19 @@ class Iwslt14Translation:
 
     def vocab_sizes(self) -> tuple[int, int]:
         """Source and target vocabulary sizes: all the model needs of the data."""
+        if self.synthetic:
+            return IWSLT14_VOCAB["de"], IWSLT14_VOCAB["en"]
         return len(self.corpus.src_dict), len(self.corpus.tgt_dict)
 
     def build_model(self) -> nn.Module:
-        return build_model(self.config, self.vocab_sizes())
+        return DynamicConvTransformer.from_config(
+            self.config.model, *self.vocab_sizes(), iwslt14.PAD
+        )
+
+    def sparse_parameter_names(self, model: nn.Module) -> list[str]:
+        """Every linear and convolution weight except embeddings and what is tied to them; norms
+        have neither type and stay dense."""
+        return conv_and_linear_weights(model)
 
     def build_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
         s = self.config.schedule
@@ -80,9 +129,46 @@ class Iwslt14Translation:
 
     # ---- one step -----------------------------------------------------------------------------
 
-    def train_batches(self, epoch: int):
+    def data_batches(self, epoch: int):
         for ids in iwslt14.epoch_order(self.batches, epoch, self.config.seed):
             yield iwslt14.collate(self.splits["train"], ids).to(self.device)
+
+    def set_synthetic_lengths(self, lengths: tuple[int, int]) -> None:
+        """The (source, target) tokens of each synthetic sentence pair (see IWSLT14_LENGTHS)."""
+        if len(lengths) != 2 or not all(
+            isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in lengths
+        ):
+            raise ConfigError(
+                "lengths",
+                f"{lengths!r} is not allowed; two positive integers (source, target) are required",
+            )
+        budget = self.config.schedule.max_tokens
+        if max(lengths) > budget:
+            raise ConfigError(
+                "schedule.max_tokens",
+                f"{budget} is not allowed; the synthetic sentence pairs of {tuple(lengths)} "
+                f"tokens need at least {max(lengths)}",
+            )
+        self.lengths = tuple(lengths)
+
+    def describe(self) -> str:
+        model, (source, target) = self.config.model, self.lengths
+        return (
+            f"DC-Transformer {model.encoder_layers}+{model.decoder_layers} layers, embed "
+            f"{model.embed_dim}, {self.config.schedule.max_tokens} tokens "
+            f"({self.sentences_per_batch()} pairs of {source}/{target})"
+        )
+
+    def sentences_per_batch(self) -> int:
+        return self.config.schedule.max_tokens // max(self.lengths)
+
+    def synthetic_batch(self, generator: torch.Generator) -> iwslt14.Batch:
+        pairs = self.sentences_per_batch()
+        sides = [
+            _sentences(pairs, n, v, generator) for n, v in zip(self.lengths, self.vocab_sizes())
+        ]
+        text = iwslt14.ParallelText(*sides[0], *sides[1])
+        return iwslt14.collate(text, range(pairs)).to(self.device)
 
     def microbatches(self, batch: iwslt14.Batch) -> list[iwslt14.Batch]:
         size = self.config.microbatch.size
@@ -133,6 +219,9 @@ class Iwslt14Translation:
     # ---- length of training -------------------------------------------------------------------
 
     def updates_per_epoch(self) -> int:
+        if self.synthetic:
+            pairs = self.config.data.train_subset or IWSLT14_TRAIN_PAIRS
+            return max(1, pairs // self.sentences_per_batch())
         return len(self.batches)
 
     def epochs(self) -> int:
@@ -143,3 +232,14 @@ class Iwslt14Translation:
     def finished(self, epoch: int, updates: int) -> bool:
         s = self.config.schedule
         return updates >= s.max_updates or (s.max_epochs is not None and epoch >= s.max_epochs)
+
+
+def _sentences(
+    count: int, length: int, vocab: int, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`count` sentences of `length` tokens (random words, then end of sentence), flat with
+    their offsets as `iwslt14.ParallelText` keeps them."""
+    words = torch.randint(len(iwslt14.SPECIALS), vocab, (count, length), generator=generator)
+    words[:, -1] = iwslt14.EOS
+    offsets = torch.arange(0, count * length + 1, length)
+    return words.flatten().int(), offsets

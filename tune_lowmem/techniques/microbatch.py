@@ -1,16 +1,22 @@
 """Microbatching: true (sequential microbatches, gradients accumulated) or simulated.
 
-True microbatching is done by the training loop with `split`; the update equals one step over
-the whole minibatch except for batch-norm statistics, which are per microbatch. Simulated
-microbatching keeps the whole minibatch in memory and only reproduces that statistical effect:
-`apply_simulated` makes every batch norm normalise microbatch-sized groups of its input
-(Composer's "ghost batch norm"), so the two can be compared, as in the paper's Table 2.
+True microbatching is done by the training loop over the task's `microbatches` (for tensor
+batches, `split`); the update equals one step over the whole minibatch except for batch-norm
+statistics, which are per microbatch. Simulated microbatching keeps the whole minibatch in memory
+and only reproduces that statistical effect: `apply_simulated` makes every batch norm normalise
+microbatch-sized groups of its input (Composer's "ghost batch norm"), so the two can be compared,
+as in the paper's Table 2.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
+
+from ..validation import choice
+from .base import Technique
 
 
 def split(tensors: tuple[torch.Tensor, ...], size: int | None) -> list[tuple[torch.Tensor, ...]]:
@@ -42,3 +48,27 @@ def apply_simulated(model: nn.Module, group_size: int) -> nn.Module:
             module.__class__ = GroupBatchNorm2d
             module.group_size = group_size
     return model
+
+
+class Microbatching(Technique):
+    """The `microbatch` section; the task cuts its own batches (it knows what a batch holds)."""
+
+    NAME = "microbatch"
+
+    @classmethod
+    def enabled(cls, config) -> bool:
+        return config.microbatch.size is not None
+
+    @classmethod
+    def validate(cls, config, task) -> None:
+        if config.microbatch.mode not in task.MICROBATCH_MODES:
+            choice(config.microbatch.mode, task.MICROBATCH_MODES, "microbatch.mode")
+
+    @classmethod
+    def shape_settings(cls, config) -> dict[str, Any]:
+        return {"microbatch.size": config.microbatch.size, "microbatch.mode": config.microbatch.mode}
+
+    def apply(self, model: nn.Module) -> nn.Module:
+        if self.config.microbatch.mode == "simulated":
+            apply_simulated(model, self.config.microbatch.size)
+        return model

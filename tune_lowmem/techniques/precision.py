@@ -12,12 +12,24 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 import torch
 from torch import nn
 
+from ..validation import choice
+from .base import Technique
+
+PRECISIONS = ("fp32", "fp16", "bf16", "amp-fp16", "amp-bf16")
 HALF_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
-NORM_TYPES = (nn.modules.batchnorm._BatchNorm, nn.LayerNorm, nn.GroupNorm)
+NORM_TYPES = (
+    nn.BatchNorm1d,
+    nn.BatchNorm2d,
+    nn.BatchNorm3d,
+    nn.SyncBatchNorm,
+    nn.LayerNorm,
+    nn.GroupNorm,
+)
 
 
 def storage_dtype(precision: str) -> torch.dtype:
@@ -120,22 +132,45 @@ class DynamicLossScaler:
         self.skipped_steps = state["skipped_steps"]
 
 
-class Precision:
-    """One precision mode for one training loop: model casting, forward context, backward, unscale."""
+class Precision(Technique):
+    """The `precision` field for one trial: model casting, forward context, backward, unscale.
 
-    def __init__(self, precision: str, device_type: str):
-        self.name = precision
-        self.device_type = device_type
-        self.scaler = DynamicLossScaler() if uses_loss_scaling(precision) else None
+    Always bound to a trial (fp32 too): the training loop runs every loss through its
+    `forward_context` and `backward` and takes a step only when `unscale_` allows it.
+    """
+
+    NAME = "precision"
+
+    def __init__(self, config, task):
+        super().__init__(config, task)
+        self.name = config.precision
+        self.device_type = task.device.type
+        self.scaler = DynamicLossScaler() if uses_loss_scaling(self.name) else None
+
+    @classmethod
+    def enabled(cls, config) -> bool:
+        return True
+
+    @classmethod
+    def validate(cls, config, task) -> None:
+        choice(config.precision, PRECISIONS, "precision")
+
+    @classmethod
+    def shape_settings(cls, config) -> dict[str, Any]:
+        return {"precision": config.precision}
 
     def apply(self, model: nn.Module) -> nn.Module:
-        return cast_model(model, self.name)
+        """Cast the storage; a pure half model also gets its floating inputs in its dtype."""
+        cast_model(model, self.name)
+        if storage_dtype(self.name) != torch.float32:
+            model.register_forward_pre_hook(self._cast_inputs)
+        return model
+
+    def _cast_inputs(self, module: nn.Module, args: tuple) -> tuple:
+        return tuple(cast_input(a, self.name) if torch.is_tensor(a) else a for a in args)
 
     def forward_context(self) -> contextlib.AbstractContextManager:
         return autocast(self.name, self.device_type)
-
-    def cast_input(self, tensor: torch.Tensor) -> torch.Tensor:
-        return cast_input(tensor, self.name)
 
     def backward(self, loss: torch.Tensor) -> None:
         (self.scaler.scale_loss(loss) if self.scaler else loss).backward()

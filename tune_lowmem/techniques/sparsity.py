@@ -30,23 +30,23 @@ both tasks, else int32) and int32 row pointers (`sparse_storage_bytes`).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
-from ..config import SparsityConfig, TrialConfig
+from ..config import SparsityConfig
+from .base import Technique
 
 # Sohoni et al. A.3.1: Np = 20,000 of WRN-28-2's 1,451,520 sparse weights. The transformer uses
-# the same fraction of its own sparse weights (the paper changes only its periods).
+# the same fraction of its own sparse weights (the paper changes only its periods), and so does
+# every other task unless `sparsity.fraction` says otherwise.
 DEFAULT_FRACTION = 0.01377866
 # The reference's WRN schedule: (from epoch, of PAPER_EPOCHS) -> updates between rewirings.
 PAPER_PERIODS = ((0, 100), (25, 200), (80, 400), (140, 800))
 PAPER_EPOCHS = 200
-# Sohoni et al. A.3.1: the DC-Transformer halves the periods for its 50,000-update schedule.
-PERIOD_SCALE = {"wrn-cifar10": 1.0, "dct-iwslt14": 0.5}
 # The mask positions come from their own stream, apart from the one that initialised the weights.
 MASK_SEED_OFFSET = 1_000_003
 
@@ -79,46 +79,6 @@ class LayerStats:
     shape: tuple[int, ...]
     numel: int
     nonzeros: int  # active positions of the mask (regrown weights count even while still 0)
-
-
-# ---- which parameters are sparse ------------------------------------------------------------
-
-
-def _wrn_sparse_names(model: nn.Module) -> list[str]:
-    """The 3x3 convolutions of every residual block; stem, 1x1 shortcuts and classifier stay dense."""
-    from ..models.wideresnet import BasicBlock
-
-    return [
-        f"{name}.{conv}.weight"
-        for name, module in model.named_modules()
-        if isinstance(module, BasicBlock)
-        for conv in ("conv1", "conv2")
-    ]
-
-
-def _transformer_sparse_names(model: nn.Module) -> list[str]:
-    """Every linear and convolution weight except embeddings and what is tied to them (the shared
-    output projection); norms have neither type and stay dense."""
-    seen = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
-    names = []
-    for name, module in model.named_modules():
-        if isinstance(module, (nn.Linear, nn.Conv1d, nn.Conv2d)) and id(module.weight) not in seen:
-            seen.add(id(module.weight))
-            names.append(f"{name}.weight" if name else "weight")
-    return names
-
-
-SPARSE_SELECTORS: dict[str, Callable[[nn.Module], list[str]]] = {
-    "wrn-cifar10": _wrn_sparse_names,
-    "dct-iwslt14": _transformer_sparse_names,
-}
-
-
-def sparse_parameter_names(model: nn.Module, task: str) -> list[str]:
-    """Names (as in `model.named_parameters()`) of the weights that a task makes sparse."""
-    if task not in SPARSE_SELECTORS:
-        raise ValueError(f"task: {task!r} is not allowed; allowed: {', '.join(SPARSE_SELECTORS)}")
-    return SPARSE_SELECTORS[task](model)
 
 
 # ---- pure pieces: the schedule, the split of regrowth -----------------------------------------
@@ -166,15 +126,20 @@ def apportion(total: int, weights: Sequence[int], capacity: Sequence[int]) -> li
     return shares
 
 
+def planned_nonzeros(density: float, shapes: dict[str, torch.Size]) -> dict[str, int]:
+    """Nonzeros per sparse weight at `density`, the same in every layer, at least one."""
+    return {name: max(1, round(density * math.prod(shape))) for name, shape in shapes.items()}
+
+
 def initial_masks(
     shapes: dict[str, torch.Size], density: float, generator: torch.Generator
 ) -> dict[str, torch.Tensor]:
     """The same density in every layer, at uniformly random positions (the reference's rule)."""
-    masks = {}
+    masks, counts = {}, planned_nonzeros(density, shapes)
     for name, shape in shapes.items():
         numel = math.prod(shape)
         mask = torch.zeros(numel, dtype=torch.bool)
-        mask[torch.randperm(numel, generator=generator)[: max(1, round(density * numel))]] = True
+        mask[torch.randperm(numel, generator=generator)[: counts[name]]] = True
         masks[name] = mask.view(shape)
     return masks
 
@@ -221,21 +186,6 @@ class DynamicSparsity:
         self.period: int | None = rewiring_period(sparsity, 0, epochs, period_scale)
         self.optimizer: torch.optim.Optimizer | None = None
         self.apply_masks()
-
-    @classmethod
-    def from_config(
-        cls, model: nn.Module, config: TrialConfig, epochs: int
-    ) -> DynamicSparsity:
-        """The trial's sparsity on its fp32 model (before casting and moving it); the rewiring
-        schedule is stated in epochs of the `epochs` the trial trains, as the reference's."""
-        return cls(
-            model,
-            sparse_parameter_names(model, config.task),
-            config.sparsity,
-            epochs,
-            seed=config.seed,
-            period_scale=PERIOD_SCALE[config.task],
-        )
 
     # ---- training-step hooks ------------------------------------------------------------------
 
@@ -378,3 +328,69 @@ class DynamicSparsity:
         self.last_pruned = state["last_pruned"]
         self.generator.set_state(state["rng"])
         self.apply_masks()
+
+
+class Sparsity(Technique):
+    """The `sparsity` section: `DynamicSparsity` over the weights the task names
+    (`Task.sparse_parameter_names`), with the task's rewiring-period scale."""
+
+    NAME = "sparsity"
+
+    def __init__(self, config, task):
+        super().__init__(config, task)
+        self.engine: DynamicSparsity | None = None
+
+    @classmethod
+    def enabled(cls, config) -> bool:
+        return config.sparsity.enabled
+
+    @classmethod
+    def validate(cls, config, task) -> None:
+        """Field checks are the section's own; which weights exist is known once a model does."""
+
+    @classmethod
+    def shape_settings(cls, config) -> dict[str, Any]:
+        return {}  # masked weights are computed densely: the step's tensors do not change
+
+    @classmethod
+    def accounted_nonzeros(cls, config, task, model: nn.Module) -> dict[str, int]:
+        if not config.sparsity.enabled:
+            return {}
+        names = task.sparse_parameter_names(model)
+        shapes = {name: model.get_parameter(name).shape for name in names}
+        return planned_nonzeros(config.sparsity.density, shapes)
+
+    def apply(self, model: nn.Module) -> nn.Module:
+        self.engine = DynamicSparsity(
+            model,
+            self.task.sparse_parameter_names(model),
+            self.config.sparsity,
+            self.task.epochs(),
+            seed=self.config.seed,
+            period_scale=self.task.REWIRING_PERIOD_SCALE,
+        )
+        return model
+
+    def attach(self, optimizer: torch.optim.Optimizer) -> None:
+        self.engine.attach(optimizer)
+
+    def before_step(self) -> None:
+        self.engine.mask_gradients()
+
+    def after_step(self, epoch: int, update: int) -> None:
+        self.engine.after_step(epoch, update)
+
+    def metrics(self) -> dict[str, float]:
+        return self.engine.metrics()
+
+    def held_tensors(self) -> list[torch.Tensor]:
+        return list(self.engine.masks.values())
+
+    def stored_nonzeros(self) -> dict[str, int]:
+        return {stats.name: stats.nonzeros for stats in self.engine.layer_stats()}
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.engine.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.engine.load_state_dict(state)

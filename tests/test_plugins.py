@@ -1,0 +1,128 @@
+"""Tasks and techniques as plug-ins: a user's task named module:attribute runs a real sweep, and
+every registered technique has the one shape."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from tune_lowmem import store
+from tune_lowmem.config import ConfigError, TrialConfig
+from tune_lowmem.memory import measure, predict
+from tune_lowmem.tasks import BUILTIN_TASKS, get_task
+from tune_lowmem.tasks.base import Task
+from tune_lowmem.techniques import TECHNIQUES, Technique
+from tune_lowmem.train import Trainer
+
+ROOT = Path(__file__).resolve().parents[1]
+CLI = str(Path(sys.executable).with_name("tune-lowmem"))
+TINY_TASK = "tests.tiny_task:TinyBlobs"
+
+
+def test_a_user_task_by_module_attribute_trains_and_is_profiled():
+    config = TrialConfig.from_dict({"task": TINY_TASK, "device": "cpu", "schedule.epochs": 3})
+    assert type(config.model).__name__ == "BlobModel" and config.data.train == 192
+    history = Trainer(config).run()
+    assert history[-1]["val_accuracy"] > 0.6  # three well separated blobs; chance is 1/3
+    report = predict(config.replace(checkpoint="blocks-1", precision="bf16"))
+    assert report.total_bytes > 0 and report.model_bytes == sum(
+        p.numel() * 2 for p in get_task(TINY_TASK)(config, torch.device("cpu")).build_model().parameters()
+    )
+    with pytest.raises(ConfigError, match=r"^checkpoint: 'blocks-2' is not allowed; allowed: none, blocks-1$"):
+        config.replace(checkpoint="blocks-2")
+    with pytest.raises(ConfigError, match=r"^model\.depth: unknown field"):
+        TrialConfig.from_dict({"task": TINY_TASK, "model.depth": 16})
+
+
+def test_a_user_task_runs_a_sweep_through_launch_and_answers_pareto(tmp_path):
+    space = {
+        "name": "blobs",
+        "base": {"task": TINY_TASK, "device": "cpu", "schedule": {"epochs": 2}},
+        "params": {
+            "precision": {"type": "choice", "values": ["fp32", "bf16"]},
+            "sparsity.density": {"type": "choice", "values": [0.5, 1.0]},
+        },
+        "objectives": {"val_accuracy": "maximize", "memory.predicted_total_mb": "minimize"},
+        "sampler": "grid",
+        "max_concurrent": 2,
+    }
+    path = tmp_path / "blobs.yaml"
+    path.write_text(yaml.safe_dump(space))
+    store_root = tmp_path / "store"
+    run = subprocess.run(
+        [CLI, "launch", str(path), "--store", str(store_root)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = store.read_trials(store_root, "blobs")
+    assert sorted(rows["status"]) == ["completed"] * 4
+    assert (rows["config.task"] == TINY_TASK).all() and (rows["metric.val_accuracy"] > 0.5).all()
+    answer = subprocess.run(
+        [CLI, "pareto", "--store", str(store_root), "--sweep", "blobs", "--format", "csv"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert answer.returncode == 0, answer.stderr[-3000:]
+    front_ids = [t for t in rows["trial_id"] if t in answer.stdout]
+    assert front_ids, answer.stdout  # the front names the trials it chose
+
+
+def test_unknown_task_names_the_registered_ones():
+    with pytest.raises(ConfigError) as error:
+        TrialConfig.from_dict({"task": "imagenet"})
+    assert error.value.field == "task"
+    for name in BUILTIN_TASKS:
+        assert name in str(error.value)
+
+
+@pytest.mark.parametrize("name", list(BUILTIN_TASKS) + [TINY_TASK])
+def test_every_task_declares_its_sections_metrics_and_synthetic_batch(name):
+    task = get_task(name)
+    assert issubclass(task, Task)
+    config = TrialConfig.from_dict({"task": name, "device": "cpu"})
+    for section, cls in task.sections().items():
+        assert isinstance(getattr(config, section), cls) and dataclasses.is_dataclass(cls)
+    assert task.METRICS and all(m.direction in ("maximize", "minimize") for m in task.METRICS.values())
+    assert "none" in task.CHECKPOINT_STRATEGIES
+    synthetic = task(config, torch.device("cpu"), synthetic=True)
+    assert next(iter(synthetic.train_batches(0))) is not None
+
+
+def test_every_registered_technique_has_config_validation_and_memory_contribution():
+    config = TrialConfig.from_dict({"task": "wrn-cifar10", "model.depth": 10, "device": "cpu"})
+    task = get_task(config.task)
+    flat = config.to_flat()
+    names = set()
+    for technique in TECHNIQUES:
+        assert issubclass(technique, Technique)
+        assert technique.NAME in {f.name for f in dataclasses.fields(TrialConfig)}
+        names.add(technique.NAME)
+        for method in ("enabled", "validate", "shape_settings"):  # each overrides the interface
+            assert getattr(technique, method).__func__ is not getattr(Technique, method).__func__
+        assert technique.validate(config, task) is None
+        assert isinstance(technique.enabled(config), bool)
+        assert set(technique.shape_settings(config)) <= set(flat)
+        model = task(config, torch.device("cpu"), synthetic=True).build_model()
+        assert isinstance(technique.accounted_nonzeros(config, task(config, torch.device("cpu")), model), dict)
+    assert len(names) == len(TECHNIQUES)
+
+
+def test_profile_json_of_a_user_task(capsys):
+    from tune_lowmem.cli import main
+
+    assert main(["profile", "--set", f"task={TINY_TASK}", "--set", "device=cpu", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["predicted"]["predicted_total_mb"] > 0
+
+
+def test_measured_and_predicted_agree_for_a_user_task():
+    config = TrialConfig.from_dict({"task": TINY_TASK, "device": "cpu", "schedule.batch_size": 64})
+    predicted, measured = predict(config), measure(config)
+    assert predicted.model_bytes == measured.model_bytes
+    assert predicted.optimizer_bytes == measured.optimizer_bytes

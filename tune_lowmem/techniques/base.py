@@ -1,0 +1,97 @@
+"""The shape every memory technique has, after MosaicML Composer's algorithms: a small unit that
+owns one field of `TrialConfig`, checks it against the task, changes the model, optimizer or
+step of one trial, and says what it changes in the memory prediction.
+
+A technique is a `Technique` subclass plus one line in `tune_lowmem.techniques.TECHNIQUES` (and
+its settings' field in `TrialConfig`). It imports no model, no task module and no Ray; it asks
+the task (`tune_lowmem.tasks.base.Task`) for what it needs to know about the model.
+
+Class methods answer for a config without building anything (validation, the profiler's cache
+key, the paper's storage accounting); an instance is bound to one trial and sees its events in
+the training loop's order: `apply` (the fp32 model on the CPU, in registry order) -> `attach`
+(the optimizer) -> per update `before_step` (gradients final) and `after_step`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from torch import nn
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..config import TrialConfig
+    from ..tasks.base import Task
+
+
+class Technique:
+    """One memory technique bound to one trial; the defaults do nothing."""
+
+    NAME: ClassVar[str]  # the TrialConfig field holding its settings
+    LOSSY: ClassVar[bool] = False  # whether it can change results beyond floating-point noise
+
+    def __init__(self, config: TrialConfig, task: Task):
+        self.config = config
+        self.task = task
+
+    # ---- what a config says, without a model -------------------------------------------------
+
+    @classmethod
+    def settings(cls, config: TrialConfig) -> Any:
+        return getattr(config, cls.NAME)
+
+    @classmethod
+    def enabled(cls, config: TrialConfig) -> bool:
+        """Whether a trial of `config` needs an instance of this technique."""
+        raise NotImplementedError
+
+    @classmethod
+    def validate(cls, config: TrialConfig, task: type[Task]) -> None:
+        """Checks of the settings against the task; `ConfigError` naming the field."""
+        raise NotImplementedError
+
+    @classmethod
+    def shape_settings(cls, config: TrialConfig) -> dict[str, Any]:
+        """Its contribution to the memory prediction's dry run: the dotted config fields whose
+        values change the tensors a training step holds (the prediction is cached over them)."""
+        raise NotImplementedError
+
+    @classmethod
+    def accounted_nonzeros(
+        cls, config: TrialConfig, task: Task, model: nn.Module
+    ) -> dict[str, int]:
+        """Its contribution to the paper's storage accounting: weights it stores sparsely, by
+        parameter name, with their nonzero counts (none by default)."""
+        return {}
+
+    # ---- one trial ---------------------------------------------------------------------------
+
+    def apply(self, model: nn.Module) -> nn.Module:
+        return model
+
+    def attach(self, optimizer: torch.optim.Optimizer) -> None:
+        pass
+
+    def before_step(self) -> None:
+        pass
+
+    def after_step(self, epoch: int, update: int) -> None:
+        pass
+
+    def metrics(self) -> dict[str, float]:
+        return {}
+
+    def held_tensors(self) -> list[torch.Tensor]:
+        """Tensors it keeps between steps (e.g. masks): the measurement counts them as held."""
+        return []
+
+    def stored_nonzeros(self) -> dict[str, int]:
+        """`accounted_nonzeros` from this trial's real state (the measurement's accounting)."""
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass

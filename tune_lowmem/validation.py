@@ -1,0 +1,100 @@
+"""The checks every user-facing value goes through, once for the whole project.
+
+Each check raises `ConfigError` naming the field and what is allowed, and returns the value it
+accepted, so a parser can write ``depth = positive_int(raw["depth"], "model.depth")``. Booleans
+are never numbers here: YAML's ``true`` is not the integer 1.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A configuration value is not allowed; the message names the field."""
+
+    def __init__(self, field_name: str, message: str):
+        self.field = field_name
+        self.reason = message
+        super().__init__(f"{field_name}: {message}")
+
+
+def require(ok: bool, field_name: str, message: str) -> None:
+    if not ok:
+        raise ConfigError(field_name, message)
+
+
+def is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: Any) -> bool:
+    """A finite int or float that is not a bool."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def checked(value: Any, ok: bool, field_name: str, requirement: str) -> Any:
+    """`value` when `ok`, else ``field: <value> is not allowed; <requirement> is required``."""
+    require(ok, field_name, f"{value!r} is not allowed; {requirement} is required")
+    return value
+
+
+def positive_int(value: Any, field_name: str) -> int:
+    return checked(value, is_int(value) and value > 0, field_name, "a positive integer")
+
+
+def optional_positive_int(value: Any, field_name: str) -> int | None:
+    return None if value is None else positive_int(value, field_name)
+
+
+def nonnegative_int(value: Any, field_name: str) -> int:
+    return checked(value, is_int(value) and value >= 0, field_name, "an integer >= 0")
+
+
+def positive_float(value: Any, field_name: str) -> float:
+    ok = is_number(value) and value > 0
+    return checked(value, ok, field_name, "a positive finite number")
+
+
+def nonnegative_float(value: Any, field_name: str) -> float:
+    ok = is_number(value) and value >= 0
+    return checked(value, ok, field_name, "a finite number >= 0")
+
+
+def fraction(value: Any, field_name: str, *, open_low: bool = True) -> float:
+    """A share: 0 < value <= 1 (or 0 <= value <= 1 with ``open_low=False``)."""
+    ok = is_number(value) and value <= 1 and (value > 0 if open_low else value >= 0)
+    return checked(value, ok, field_name, "0 < value <= 1" if open_low else "0 <= value <= 1")
+
+
+def probability(value: Any, field_name: str) -> float:
+    """A dropout-like probability: 0 <= p < 1."""
+    return checked(value, is_number(value) and 0 <= value < 1, field_name, "0 <= p < 1")
+
+
+def choice(value: Any, allowed: Iterable[Any], field_name: str) -> Any:
+    allowed = tuple(allowed)
+    require(
+        isinstance(value, type(allowed[0])) and value in allowed,
+        field_name,
+        f"{value!r} is not allowed; allowed: {', '.join(map(str, allowed))}",
+    )
+    return value
+
+
+def mapping(value: Any, field_name: str) -> dict[str, Any]:
+    require(
+        isinstance(value, Mapping),
+        field_name,
+        f"{value!r} is not allowed; a mapping is required",
+    )
+    return dict(value)
+
+
+def known_keys(values: Mapping[str, Any], allowed: Iterable[str], prefix: str) -> None:
+    allowed = tuple(allowed)
+    for key in values:
+        if key not in allowed:
+            raise ConfigError(f"{prefix}{key}", f"unknown key; allowed: {', '.join(allowed)}")
