@@ -479,6 +479,7 @@ def saved_space(name: str, root: str | Path) -> SearchSpace:
 
 
 def _finish(space: SearchSpace, sweep: str, root: Path, results) -> SweepResult:
+    store.compact(root, sweep, force=True)  # one file for the analysis to read, not one per trial
     trials = store.read_trials(root, sweep)
     return SweepResult(sweep, root, space, results, trials, front(space, trials))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .plotting import ERRORBAR_NOTE, Drawn, new_figure, save, series, value_axis
-from .points import Points, microbatch_size, microbatched
+from .points import BATCH_FIELDS, Points, batch_field, microbatch_size, microbatched
 
 NAME = "accuracy_vs_microbatch"
 TITLE = "Accuracy against microbatch size (paper Figure 4)"
@@ -13,17 +13,22 @@ TITLE = "Accuracy against microbatch size (paper Figure 4)"
 
 def draw(points: Points, out: Path) -> Drawn:
     frame = points.scored().copy()
-    frame["microbatch"] = [microbatch_size(row) for _, row in frame.iterrows()]
+    rows = frame.to_dict("records")
+    frame["microbatch"] = [microbatch_size(row) for row in rows]
     if frame["microbatch"].nunique() < 2:
-        return Drawn.skipped(NAME, TITLE, "every configuration in the store uses the same "
-                             "microbatch size; it needs trials at two sizes or more")
+        return Drawn.skipped(
+            NAME,
+            TITLE,
+            "every configuration in the store uses the same "
+            "microbatch size; it needs trials at two sizes or more",
+        )
     # One microbatch per minibatch is plain training, which true microbatching reduces to exactly.
-    split = [microbatched(row) for _, row in frame.iterrows()]
+    split = [microbatched(row) for row in rows]
     frame["mode"] = frame["config.microbatch.mode"].where(split, "true")
     figure, ax = new_figure()
     series(ax, frame, points, "microbatch", "mode", "microbatching")
     value_axis(ax, frame["microbatch"], log=True)
-    unit = "images" if points.groups["config.task"].iloc[0] == "wrn-cifar10" else "tokens"
+    unit = " or ".join(sorted({BATCH_FIELDS[batch_field(row)] for row in rows}))
     ax.set_xlabel(f"microbatch size ({unit}; the largest is the whole minibatch)")
     ax.set_title(f"{points.score_name} against microbatch size")
     caption = (
