@@ -122,43 +122,59 @@ def test_html_references_every_png_and_the_tables(report):
     assert 'href="table3.md"' in page and 'href="table3.csv"' in page
     assert 'class="skipped"' not in page
     assert "samplers are read from the sweep names" in page  # no sampler column in this store
-    assert "Trials: 25 (21 completed, 2 failed, 2 infeasible)" in page
+    assert "<th>trials by status</th><td>25: 21 completed, 2 failed, 2 infeasible, 0 pruned" in page
+    for setup in ("fixed: schedule.epochs</th><td>1<", "fixed: data.train_subset</th><td>200<"):
+        assert setup in page  # the training setup the report summarises
+    assert "<th>searched: sparsity.density</th><td>0.1, 0.3, 1<" in page
+    assert "made on the validation metric metric.val_accuracy (maximized)" in page
+    assert "None of the configurations the paper publishes figures for" in page
 
 
-def test_table3_rows_are_the_store_s_front_against_the_baseline(report):
+def test_table3_rows_are_the_store_s_validation_front_against_the_baseline(report):
     root, out = report
     table = pd.read_csv(out / "table3.csv")
     trials = read_trials(root)
     done = trials[trials["status"] == "completed"]
-    means = done.groupby("seed_group")[["metric.test_accuracy", "memory.predicted_total_mb"]].mean()
+    columns = ["metric.val_accuracy", "metric.test_accuracy", "memory.predicted_total_mb"]
+    means = done.groupby("seed_group")[columns].mean()
     base = done[
         (done["config.precision"] == "fp32")
         & (done["config.sparsity.density"] == 1)
         & done["config.microbatch.size"].isna()
         & (done["config.checkpoint"] == "none")
     ]
-    base_accuracy = base["metric.test_accuracy"].mean() * 100
+    base_val = base["metric.val_accuracy"].mean() * 100
+    base_test = base["metric.test_accuracy"].mean() * 100
     base_memory = base["memory.predicted_total_mb"].iloc[0]
     first = table.iloc[0]
     assert first["configuration"] == "fp32 (baseline)" and first["seeds"] == 3
     assert first["memory (MB)"] == pytest.approx(base_memory)
-    assert first["test accuracy (%)"] == pytest.approx(base_accuracy)
-    assert first["reduction (x)"] == 1 and first["change (pp)"] == pytest.approx(0)
-    front = means[non_dominated_mask(means.to_numpy(), ["maximize", "minimize"])]
+    assert first["validation accuracy (%)"] == pytest.approx(base_val)
+    assert first["test accuracy (%)"] == pytest.approx(base_test)
+    assert first["reduction (x)"] == 1 and first["test change (pp)"] == pytest.approx(0)
+    chosen_on = means[["metric.val_accuracy", "memory.predicted_total_mb"]].to_numpy()
+    front = means[non_dominated_mask(chosen_on, ["maximize", "minimize"])]
     front = front.drop(index=base["seed_group"].iloc[0], errors="ignore")
     rows = table.iloc[1:].set_index("seed_group")
     assert set(rows.index) == set(front.index)
     assert list(rows["memory (MB)"]) == sorted(rows["memory (MB)"], reverse=True)
     for group, row in rows.iterrows():
-        accuracy = front.loc[group, "metric.test_accuracy"] * 100
+        val = front.loc[group, "metric.val_accuracy"] * 100
+        test = front.loc[group, "metric.test_accuracy"] * 100
         memory = front.loc[group, "memory.predicted_total_mb"]
         assert row["memory (MB)"] == pytest.approx(memory)
         assert row["reduction (x)"] == pytest.approx(base_memory / memory)
-        assert row["test accuracy (%)"] == pytest.approx(accuracy)
-        assert row["change (pp)"] == pytest.approx(accuracy - base_accuracy)
+        assert row["validation accuracy (%)"] == pytest.approx(val)
+        assert row["validation change (pp)"] == pytest.approx(val - base_val)
+        assert row["test accuracy (%)"] == pytest.approx(test)
+        assert row["test change (pp)"] == pytest.approx(test - base_test)
+        assert row["validation 95% CI (±)"] > 0 and row["test 95% CI (±)"] > 0  # 3 seeds each
+        ids = set(done[done["seed_group"] == group]["trial_id"])
+        assert set(row["trials"].split(", ")) == ids
     markdown = (out / "table3.md").read_text()
     assert markdown.count("\n| ") == len(table) + 2  # the header, the rule, one line per row
-    assert f"| {base_memory:.4g} | 1.0× | {base_accuracy:.2f} |" in markdown
+    assert f"| {base_memory:.4g} | 1.0× | {base_val:.2f} |" in markdown
+    assert "| configuration | memory (MB) |" in markdown and "| --- | ---: |" in markdown
 
 
 def test_a_store_without_variation_skips_figures_and_predicts_the_baseline(tmp_path):
@@ -182,6 +198,8 @@ def test_a_store_without_variation_skips_figures_and_predicts_the_baseline(tmp_p
         expected / predicted_memory(tiny_wrn_config(**point))["predicted_total_mb"]
     )
     assert table["test accuracy (%)"].isna()[0] and table["seeds"][1] == 3
+    markdown = (out / "table3.md").read_text()
+    assert "| not trained |" in markdown and "| n/a: baseline not trained |" in markdown
 
 
 def test_scripts_write_one_kind_each(report, tmp_path, monkeypatch):
@@ -202,6 +220,11 @@ def test_scripts_write_one_kind_each(report, tmp_path, monkeypatch):
     [
         (["--only", "pie"], 2, "--only: 'pie' is not allowed; allowed: memory_parts"),
         (["--metric", "metric.bleu"], 2, "--metric: 'metric.bleu' is not a numeric column"),
+        (
+            ["--metric", "metric.test_accuracy"],
+            2,
+            "--metric: metric.test_accuracy is not a validation metric",
+        ),
         (["--sweep", "nope"], 2, "allowed: joint-random, joint-tpe"),
     ],
 )

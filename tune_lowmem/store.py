@@ -374,10 +374,14 @@ def _sweeps(root: str | Path, table: str) -> list[str]:
 def trial_ids(root: str | Path, sweep: str) -> list[str]:
     """The trial ids stored for one sweep, sorted."""
     folder = Path(root) / TRIALS / f"sweep={check_name(sweep, 'sweep')}"
-    ids = {path.name.removesuffix(_SUFFIX) for path in _parquet_files(folder)}
-    for path in _compacted_files(folder):
-        ids.update(pq.read_table(path, columns=["trial_id"])["trial_id"].to_pylist())
-    return sorted(ids)
+    while True:  # listed again when a compaction removes a file before it is read
+        ids = {path.name.removesuffix(_SUFFIX) for path in _parquet_files(folder)}
+        try:
+            for path in _compacted_files(folder):
+                ids.update(pq.read_table(path, columns=["trial_id"])["trial_id"].to_pylist())
+        except FileNotFoundError:
+            continue
+        return sorted(ids)
 
 
 def read_trials(
@@ -445,23 +449,28 @@ def _read(
 def _read_folder(
     folder: Path, table: str, trial_id: str | None, columns: Sequence[str] | None
 ) -> pa.Table | None:
-    """One sweep's rows, one copy per trial: its own file's, else the newest compacted file's."""
+    """One sweep's rows, one copy per trial: its own file's, else the newest compacted file's.
+
+    A file that a compaction removed between listing and reading means its rows are now in a
+    merged file this listing missed: the folder is listed and read again."""
+    while True:
+        try:
+            return _read_listed(folder, table, trial_id, columns)
+        except FileNotFoundError:
+            continue
+
+
+def _read_listed(
+    folder: Path, table: str, trial_id: str | None, columns: Sequence[str] | None
+) -> pa.Table | None:
     files = _data_files(folder)
     if trial_id is not None:
         own = folder / f"{trial_id}{_SUFFIX}"
-        files = (
-            [(own, _OWN_FILE_RANK)]
-            if own.is_file()
-            else [f for f in files if f[1] < _OWN_FILE_RANK]
-        )
+        mine = [(own, _OWN_FILE_RANK)] if own.is_file() else []
+        files = mine or [f for f in files if f[1] < _OWN_FILE_RANK]
     parts = []
     for path, rank in files:
-        try:
-            data = _read_file(path, columns, table)
-        except (
-            FileNotFoundError
-        ):  # compacted away since it was listed: its rows are in a newer file
-            continue
+        data = _read_file(path, columns, table)
         if trial_id is not None:
             data = data.filter(pc.equal(data["trial_id"], trial_id))
         parts.append(data.append_column("__rank", pa.array([rank] * data.num_rows, pa.int64())))

@@ -239,7 +239,8 @@ def configurations(done: pd.DataFrame) -> pd.DataFrame:
     varying = [c for c in config_cols if groups[c].astype(str).nunique() > 1]
     model_fields = [c for c in varying if c.startswith("config.model.")]
     # Labels depend on a few fields only: worked out once per distinct combination of them.
-    labelled = [c for c in (*_DESCRIBED, *BATCH_FIELDS, *largest, *model_fields) if c in groups]
+    wanted = dict.fromkeys((*_DESCRIBED, *BATCH_FIELDS, *largest, *model_fields))
+    labelled = [c for c in wanted if c in groups]
     keys = list(zip(*(groups[c].astype(str) for c in labelled), strict=True))
     first_of = {key: i for i, key in reversed(list(enumerate(keys)))}
     rows = groups.iloc[list(first_of.values())][labelled].to_dict("records")

@@ -73,11 +73,11 @@ def _row(
     for metric in (points.score, points.test):
         if metric is None:
             continue
-        scale, name = metric_scale(metric), _label(metric)
+        scale, split = metric_scale(metric), metric_name(metric).split()[0]
         mean = group[f"{metric}.mean"]
-        row[name] = mean * scale
-        row[f"{name} 95% CI (±)"] = group[f"{metric}.ci95"] * scale
-        row[f"{name} change"] = (
+        row[_label(metric)] = mean * scale
+        row[f"{split} 95% CI (±)"] = group[f"{metric}.ci95"] * scale
+        row[f"{split} change{' (pp)' if scale == 100 else ''}"] = (
             math.nan if base is None else (mean - base[f"{metric}.mean"]) * scale
         )
     row["seeds"] = int(group["n"])
@@ -124,7 +124,9 @@ def to_markdown(table: pd.DataFrame, points: Points) -> str:
     lines = [
         "| " + " | ".join(shown.columns) + " |",
         "| "
-        + " | ".join("---" if shown[c].dtype == object else "---:" for c in shown.columns)
+        + " | ".join(
+            "---:" if pd.api.types.is_numeric_dtype(shown[c]) else "---" for c in shown.columns
+        )
         + " |",
     ]
     for _, row in shown.iterrows():
@@ -140,7 +142,7 @@ def note(points: Points) -> str:
     )
     return (
         f"Rows: the baseline, then the configurations non-dominated on {points.score} "
-        f"({points.direction}d) and {points.memory} (minimised), by memory{beside}. Memory: "
+        f"({points.direction}d) and {points.memory} (minimized), by memory{beside}. Memory: "
         "predicted total training memory. Scores: mean over seeds; 95% CI = 1.96 standard "
         "errors over seeds. Reduction and change are against the first row."
     )
@@ -156,7 +158,7 @@ def format_cell(column: str, value, row: pd.Series) -> str:
             return "not trained"
         if column.endswith("CI (±)") and row["seeds"] == 1:
             return "n/a: 1 seed"
-        if column.endswith("change") and row["seeds"] > 0:
+        if "change" in column and row["seeds"] > 0:
             return "n/a: baseline not trained"
         return "n/a"
     if column == "reduction (x)":
@@ -165,7 +167,7 @@ def format_cell(column: str, value, row: pd.Series) -> str:
         return f"{value:.4g}"
     if column == "seeds":
         return str(int(value))
-    return f"{value:+.2f}" if column.endswith("change") else f"{value:.2f}"
+    return f"{value:+.2f}" if "change" in column else f"{value:.2f}"
 
 
 def write(points: Points, out: Path) -> tuple[pd.DataFrame, list[Path]]:
