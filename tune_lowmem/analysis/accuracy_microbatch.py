@@ -34,6 +34,7 @@ def draw(points: Points, out: Path) -> Drawn:
     caption = (
         "true: microbatches run one after another, gradients accumulated; simulated: batch-norm "
         "statistics over microbatch-sized groups of the full batch. Lines join the best "
-        f"configuration at each size. {ERRORBAR_NOTE}."
+        "configuration at each size on validation data; points that would hide each other are "
+        f"moved sideways by up to 2% of the axis. {ERRORBAR_NOTE}."
     )
     return Drawn(NAME, TITLE, caption, path=save(figure, out, NAME))
