@@ -18,6 +18,7 @@ from PIL import Image
 from tests.conftest import tiny_wrn_config
 from tests.test_pareto_cli import predicted_memory
 from tune_lowmem.cli import main
+from tune_lowmem.config import TrialConfig
 from tune_lowmem.memory import MB, baseline_config, predict
 from tune_lowmem.pareto import non_dominated_mask
 from tune_lowmem.store import TrialRecord, read_trials, write_trial
@@ -241,3 +242,52 @@ def test_help_names_every_kind(capsys):
         main(["report", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert all(kind in text for kind in KINDS)
+
+
+def test_a_reproduction_store_puts_the_paper_beside_its_own_figures(tmp_path):
+    """WRN-28-2 rows of the paper's Table 3 in the store: the page shows paper, store and
+    difference for each published figure, from the data file that names its source."""
+    root, out = tmp_path / "store", tmp_path / "out"
+    paper_rows = {
+        "base": ({}, 400.0, 0.94),
+        "best": (
+            {
+                "precision": "fp16",
+                "checkpoint": "residual-2*",
+                "microbatch.size": 10,
+                "sparsity.density": 0.3,
+            },
+            8.0,
+            0.93,
+        ),
+    }
+    n = 0
+    for name, (changes, memory, test) in paper_rows.items():
+        for seed in range(2):
+            n += 1
+            config = TrialConfig.from_dict(
+                {"model.depth": 28, "model.width": 2, "seed": seed, **changes}
+            )
+            write_trial(
+                root,
+                TrialRecord(
+                    sweep="paper-wrn-table3",
+                    trial_id=f"{name}{seed}",
+                    status="completed",
+                    config=config.to_flat(),
+                    metrics={"val_accuracy": test + 0.01, "test_accuracy": test},
+                    memory={"predicted_total_mb": memory},
+                ),
+            )
+    assert main(["report", "--store", str(root), "--out", str(out)]) == 0
+    page = (out / "index.html").read_text()
+    assert "arXiv 1904.10631" in page
+    cells = re.findall(r"<td[^>]*>([^<]*)</td>", page.split("Against the paper")[1])
+    row = cells.index("WRN-28-2 fp16 + residual-2* + microbatch 10 + 30% nonzeros")
+    memory = cells[row : row + 7]
+    assert memory[1:5] == ["memory (MB)", "6.7", "8", "1.3"]  # paper, store, difference
+    reduction = cells[row + 7 : row + 14]
+    assert reduction[1:5] == ["reduction (x)", "60.7", "50", "-10.7"]
+    score = cells[row + 14 : row + 21]
+    assert score[1:5] == ["test score", "93.95", "93", "-0.95"]
+    assert "not in this store" in page  # the paper's fp16-only row was not run here

@@ -68,7 +68,7 @@ def test_pareto_and_budget_choose_on_validation_not_test(store, capsys):
     assert best["reported"]["metric.test_accuracy"]["mean"] == pytest.approx(0.60)
 
 
-def test_status_chooses_on_validation_without_ray_or_torch(store, capsys):
+def test_status_pareto_report_choose_on_validation_without_ray_or_torch(store, capsys):
     space = {"name": "s", "objectives": {"val_accuracy": "maximize"}, "num_samples": 3}
     (store / "ray" / "s").mkdir(parents=True)
     (store / "ray" / "s" / "space.yaml").write_text(yaml.safe_dump(space))
@@ -77,7 +77,8 @@ def test_status_chooses_on_validation_without_ray_or_torch(store, capsys):
         "assert 'ray' not in sys.modules and 'torch' not in sys.modules, 'imported'; sys.exit(code)"
     )
     outputs = {}
-    for argv in (["status", "s"], ["pareto"]):
+    report = ["report", "--out", str(store / "report")]  # a trained baseline: no profiler needed
+    for argv in (["status", "s"], ["pareto"], report):
         done = subprocess.run(
             [sys.executable, "-c", script, *argv, "--store", str(store)],
             capture_output=True,
@@ -87,8 +88,9 @@ def test_status_chooses_on_validation_without_ray_or_torch(store, capsys):
             check=False,
         )
         assert done.returncode == 0, done.stderr
-        assert "(trials t1)" in done.stdout and "(trials t2)" not in done.stdout
         outputs[argv[0]] = done.stdout
+    for command in ("status", "pareto"):
+        assert "(trials t1)" in outputs[command] and "(trials t2)" not in outputs[command]
     assert "3 trials stored (3 completed, 0 failed, 0 infeasible, 0 pruned)" in outputs["status"]
     assert "3 points x 1 seed(s) planned" in outputs["status"]
 

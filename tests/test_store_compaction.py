@@ -49,7 +49,7 @@ def test_compaction_keeps_every_row_in_one_file(tmp_path):
     assert read_epochs(tmp_path, "s", "t0007")["metric.loss"].tolist() == [7.0, -7.0]
     assert compact(tmp_path) == 0  # nothing left to merge
     write_trial(tmp_path, record(3, accuracy=0.9))  # a rewrite after compaction wins
-    assert compact(tmp_path, force=True) == 2
+    assert compact(tmp_path, force=True) == 3  # the rewrite, then the two merged files
     rows = read_trials(tmp_path).set_index("trial_id")
     assert len(rows) == 70 and rows.loc["t0003", "metric.val_accuracy"] == 0.9
     assert store.list_sweeps(tmp_path) == ["s"]
@@ -65,7 +65,7 @@ def test_a_compaction_cut_short_reads_each_row_once(tmp_path):
         shutil.copy(path, folder(tmp_path) / path.name)
     rows = read_trials(tmp_path)
     assert sorted(rows["trial_id"]) == [f"t{i:04d}" for i in range(5)]
-    assert compact(tmp_path, force=True) == 6  # the copies and the merged file, merged again
+    assert compact(tmp_path, force=True) == 7  # the 5 copies, then the two merged files
     assert len(read_trials(tmp_path)) == 5
 
 
@@ -117,3 +117,12 @@ def test_the_objectives_are_stored_with_each_row(tmp_path):
     write_many(tmp_path, 1)
     (text,) = read_trials(tmp_path)["objectives"]
     assert text == '{"metric.val_accuracy": "maximize"}'
+
+
+def test_a_large_folder_is_merged_a_chunk_at_a_time(tmp_path, monkeypatch):
+    monkeypatch.setattr(store, "COMPACT_CHUNK", 4)
+    write_many(tmp_path, 10)
+    before = read_trials(tmp_path)
+    assert compact(tmp_path, force=True) == 2 * (10 + 3)  # 3 chunks each, then merged together
+    assert len(list(folder(tmp_path).glob("*.parquet"))) == 1
+    pd.testing.assert_frame_equal(read_trials(tmp_path), before)

@@ -85,6 +85,7 @@ _SUFFIX = ".parquet"
 _COMPACTED = re.compile(r"\+compacted-(\d{20})-[0-9a-f]{8}\.parquet")
 _OWN_FILE_RANK = 2**62  # a trial's own file outranks every compacted copy of its row
 COMPACT_MIN_FILES = 64  # small files before `compact` (unforced) merges a sweep
+COMPACT_CHUNK = 500  # small files merged at once: what bounds compaction's memory
 _GROUPS = ("config.", "metric.", "memory.", "version.")  # column order of what the readers return
 _KINDS = {  # column type -> (what to call it, the Python values it takes)
     pa.bool_(): ("true or false", (bool, np.bool_)),
@@ -468,6 +469,17 @@ def _read_listed(
         own = folder / f"{trial_id}{_SUFFIX}"
         mine = [(own, _OWN_FILE_RANK)] if own.is_file() else []
         files = mine or [f for f in files if f[1] < _OWN_FILE_RANK]
+    return _read_files(files, folder, table, trial_id, columns)
+
+
+def _read_files(
+    files: list[tuple[Path, int]],
+    folder: Path,
+    table: str,
+    trial_id: str | None = None,
+    columns: Sequence[str] | None = None,
+) -> pa.Table | None:
+    """The rows of ``files``, one copy per trial: the copy of the highest-ranked file."""
     parts = []
     for path, rank in files:
         data = _read_file(path, columns, table)
@@ -555,17 +567,27 @@ def _compact_folder(folder: Path, table: str) -> int:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:  # another compaction of this folder is running
             return 0
-        files = _data_files(folder)
-        seen = {path: _identity(path) for path, _ in files}
-        data = _read_folder(folder, table, None, None)
-        if data is None or len(files) < 2:
-            return 0
-        keys = [("trial_id", "ascending")] + ([("epoch", "ascending")] if table == EPOCHS else [])
-        name = f"+compacted-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}{_SUFFIX}"
-        _atomic_write(folder / name, data.sort_by(keys))
-        for path, _ in files:
-            _remove_if_unchanged(path, seen[path])
-        return len(files)
+        small = [(path, _OWN_FILE_RANK) for path in _parquet_files(folder)]
+        merged = 0
+        for start in range(0, len(small), COMPACT_CHUNK):  # bounded memory: a chunk at a time
+            merged += _merge(small[start : start + COMPACT_CHUNK], folder, table)
+        compacted = _data_files(folder)
+        return merged + (_merge(compacted, folder, table) if len(compacted) > 1 else 0)
+
+
+def _merge(files: list[tuple[Path, int]], folder: Path, table: str) -> int:
+    """Write ``files``' rows as one new compacted file (newer than any before it, so its copy
+    of a row wins), then remove each of them that no writer replaced meanwhile."""
+    seen = {path: _identity(path) for path, _ in files}
+    data = _read_files(files, folder, table)
+    if data is None:
+        return 0
+    keys = [("trial_id", "ascending")] + ([("epoch", "ascending")] if table == EPOCHS else [])
+    name = f"+compacted-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}{_SUFFIX}"
+    _atomic_write(folder / name, data.sort_by(keys))
+    for path, _ in files:
+        _remove_if_unchanged(path, seen[path])
+    return len(files)
 
 
 def _identity(path: Path) -> tuple[int, int, int]:

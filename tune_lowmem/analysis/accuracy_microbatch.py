@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .plotting import ERRORBAR_NOTE, Drawn, new_figure, save, series, value_axis
-from .points import BATCH_FIELDS, Points, batch_field, microbatch_size, microbatched
+from .points import BATCH_FIELDS, Points, batch_sizes
 
 NAME = "accuracy_vs_microbatch"
 TITLE = "Accuracy against microbatch size (paper Figure 4)"
@@ -13,8 +13,8 @@ TITLE = "Accuracy against microbatch size (paper Figure 4)"
 
 def draw(points: Points, out: Path) -> Drawn:
     frame = points.scored().copy()
-    rows = frame.to_dict("records")
-    frame["microbatch"] = [microbatch_size(row) for row in rows]
+    batch = batch_sizes(frame)
+    frame["microbatch"] = frame["config.microbatch.size"].fillna(batch).astype(int)
     if frame["microbatch"].nunique() < 2:
         return Drawn.skipped(
             NAME,
@@ -23,12 +23,13 @@ def draw(points: Points, out: Path) -> Drawn:
             "microbatch size; it needs trials at two sizes or more",
         )
     # One microbatch per minibatch is plain training, which true microbatching reduces to exactly.
-    split = [microbatched(row) for row in rows]
+    split = frame["microbatch"] < batch
     frame["mode"] = frame["config.microbatch.mode"].where(split, "true")
     figure, ax = new_figure()
     series(ax, frame, points, "microbatch", "mode", "microbatching")
     value_axis(ax, frame["microbatch"], log=True)
-    unit = " or ".join(sorted({BATCH_FIELDS[batch_field(row)] for row in rows}))
+    fields = [c for c in BATCH_FIELDS if c in frame and frame[c].notna().any()]
+    unit = " or ".join(BATCH_FIELDS[c] for c in fields)
     ax.set_xlabel(f"microbatch size ({unit}; the largest is the whole minibatch)")
     ax.set_title(f"{points.score_name} against microbatch size")
     caption = (

@@ -30,9 +30,10 @@ def published() -> dict:
 def comparison(points: Points) -> pd.DataFrame:
     """One line per published figure of each paper row: paper, this store, difference; empty
     when no paper configuration is in the store (not a reproduction sweep)."""
-    rows = published()["rows"]
+    tasks = set(points.groups["config.task"])
+    rows = [row for row in published()["rows"] if row["match"].get("task") in tasks]
     matches = {row["label"]: _match(points, row["match"]) for row in rows}
-    if all(m is None for m in matches.values()):
+    if not rows or all(m is None for m in matches.values()):
         return pd.DataFrame()
     lines = []
     for row in rows:

@@ -99,18 +99,16 @@ def errorbars(
     """Each configuration's mean score at ``x`` (already spread) with its 95% CI, in the i-th
     style, half transparent with a dark edge so overlaps show; returns the colour used."""
     color, marker = style(i)
-    ax.errorbar(
-        x,
-        part[f"{points.score}.mean"] * points.scale,
-        yerr=np.nan_to_num(part[f"{points.score}.ci95"].to_numpy(float)) * points.scale,
-        fmt=marker,
-        color=color,
-        markeredgecolor="black",
-        markeredgewidth=0.6,
-        capsize=3,
-        label=label,
-        **kwargs,
-    )
+    y = part[f"{points.score}.mean"] * points.scale
+    error = np.nan_to_num(part[f"{points.score}.ci95"].to_numpy(float)) * points.scale
+    edge = {"markeredgecolor": "black", "markeredgewidth": 0.6}
+    if error.any():
+        ax.errorbar(
+            x, y, yerr=error, fmt=marker, color=color, capsize=3, label=label, **edge, **kwargs
+        )
+    else:  # single seeds: no bars to draw, and thousands of points draw fast as one line
+        kwargs.pop("linestyle", None)
+        ax.plot(x, y, marker, color=color, label=label, **edge, **kwargs)
     return color
 
 

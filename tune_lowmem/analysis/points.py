@@ -38,6 +38,7 @@ COLUMNS = (
 )
 # The minibatch a microbatch splits, and its unit: whichever field the trial's config has.
 BATCH_FIELDS = {"config.schedule.batch_size": "examples", "config.schedule.max_tokens": "tokens"}
+NO_TECHNIQUE = "no technique"  # the techniques of the paper's baseline (fp32, dense, whole batches)
 _WORDS = {"val": "validation", "bleu": "BLEU", "ppl": "perplexity", "nll": "NLL"}
 # Config fields a label already covers, or that say where a trial ran rather than what it was.
 _DESCRIBED = (
@@ -245,7 +246,7 @@ def configurations(done: pd.DataFrame) -> pd.DataFrame:
     first_of = {key: i for i, key in reversed(list(enumerate(keys)))}
     rows = groups.iloc[list(first_of.values())][labelled].to_dict("records")
     names = {
-        key: (" + ".join(techniques(row, largest)) or "no technique", describe(row, model_fields))
+        key: (" + ".join(techniques(row, largest)) or NO_TECHNIQUE, describe(row, model_fields))
         for key, row in zip(first_of, rows, strict=True)
     }
     groups["techniques"] = [names[k][0] for k in keys]
@@ -318,9 +319,13 @@ def microbatched(row: Mapping) -> bool:
     return microbatch_size(row) < int(row[batch_field(row)])
 
 
-def is_baseline(row: Mapping, largest: Mapping[str, float]) -> bool:
-    """fp32, dense, whole batches, no checkpointing, the largest model: the paper's baseline."""
-    return not techniques(row, largest)
+def batch_sizes(frame: pd.DataFrame) -> pd.Series:
+    """Each row's minibatch (`batch_field` of every row at once)."""
+    present = [frame[c] for c in BATCH_FIELDS if c in frame]
+    sizes = present[0]
+    for other in present[1:]:
+        sizes = sizes.fillna(other)
+    return sizes.astype(int)
 
 
 def largest_model(groups: pd.DataFrame) -> dict[str, float]:

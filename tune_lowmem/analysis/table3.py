@@ -14,13 +14,11 @@ import numpy as np
 import pandas as pd
 
 from .points import (
+    NO_TECHNIQUE,
     Points,
     describe,
-    is_baseline,
-    largest_model,
     metric_name,
     metric_scale,
-    techniques,
     trial_config,
 )
 
@@ -32,15 +30,15 @@ TITLE = (
 
 def build(points: Points) -> pd.DataFrame:
     """Baseline first, then the front from most memory to least, in display units (%, MB)."""
-    scored, largest = points.scored(), largest_model(points.groups)
+    scored = points.scored()
     score = f"{points.score}.mean"
-    trained = scored[[is_baseline(row, largest) for row in scored.to_dict("records")]]
+    trained = scored[scored["techniques"] == NO_TECHNIQUE]
     if not trained.empty:
         means = trained[score]
         base = trained.loc[means.idxmax() if points.direction == "maximize" else means.idxmin()]
         base_row = _row(points, base["configuration"] + " (baseline)", base, base)
     else:
-        base, base_row = None, _predicted_baseline(points, scored, largest)
+        base, base_row = None, _predicted_baseline(points, scored)
     front = points.front().iloc[::-1]
     rows = [base_row] + [
         _row(points, group["configuration"], group, base, base_row["memory (MB)"])
@@ -90,17 +88,12 @@ def _label(metric: str) -> str:
     return f"{metric_name(metric)} (%)" if metric_scale(metric) == 100 else metric_name(metric)
 
 
-def _predicted_baseline(points: Points, scored: pd.DataFrame, largest: dict) -> dict:
+def _predicted_baseline(points: Points, scored: pd.DataFrame) -> dict:
     """No baseline trial: the profiler's memory for the best full-size point, techniques off.
     (The one place the report needs the profiler, and so torch: imported only here.)"""
     from ..memory import MB, baseline_config, predict
 
-    full_size = scored[
-        [
-            not any(t.startswith("smaller ") for t in techniques(row, largest))
-            for row in scored.to_dict("records")
-        ]
-    ]
+    full_size = scored[~scored["techniques"].str.contains("smaller ", regex=False)]
     means = full_size[f"{points.score}.mean"]
     reference = full_size.loc[means.idxmax() if points.direction == "maximize" else means.idxmin()]
     config = baseline_config(trial_config(points.trials, reference["seed_group"]))
