@@ -36,10 +36,11 @@ def draw(points: Points, out: Path) -> Drawn:
     x, y = f"{points.memory}.mean", f"{points.score}.mean"
     figure, ax = new_figure(8.5, 5.2)
     shown = spread(frame[x], frame[y] * points.scale, wants_log(frame[x]))
+    size = 7 if len(frame) <= 200 else 4  # thousands of points: smaller markers, less overlap
     for i, (name, part) in enumerate(frame.groupby("techniques", sort=True)):
         where = frame.index.get_indexer(part.index)
         errorbars(
-            ax, part, points, shown[where], i, name, alpha=0.7, markersize=7, linestyle="none"
+            ax, part, points, shown[where], i, name, alpha=0.7, markersize=size, linestyle="none"
         )
     front = points.front()
     ax.step(
@@ -49,7 +50,7 @@ def draw(points: Points, out: Path) -> Drawn:
         color="black",
         linewidth=1.2,
         linestyle="--",
-        zorder=1,
+        zorder=2.5,  # over the points: the front stays visible in a crowd
     )
     ax.plot(
         front[x],

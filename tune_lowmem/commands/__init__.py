@@ -78,3 +78,12 @@ def number(text: str | None, flag: str, positive: bool = False) -> float | None:
     if not math.isfinite(value) or value < 0 or (positive and value == 0):
         raise ConfigError(flag, f"{text!r} is not allowed; {rule} is required")
     return value
+
+
+def count(text: str | None, flag: str) -> int | None:
+    """A flag that counts something: a whole number above zero, else one line naming it."""
+    if text is None:
+        return None
+    if not text.strip().isdigit() or int(text) == 0:
+        raise ConfigError(flag, f"{text!r} is not allowed; a whole number > 0 is required")
+    return int(text)

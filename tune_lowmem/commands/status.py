@@ -7,7 +7,6 @@ running sweep has written many, and shows the same front `tune-lowmem pareto` wo
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 
@@ -34,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("NAME", f"no sweep {name!r} in {root}; sweeps there: {known}")
     store.compact(root, name)
     trials = store.read_trials(root, name, columns=["status"])
-    counts = trials["status"].value_counts()
+    counts = dict(trials["status"].value_counts()) if len(trials) else {}
     stored = ", ".join(f"{int(counts.get(s, 0))} {s}" for s in store.STATUSES)
     planned = (
         f"; {space.get('num_samples')} points x {space.get('seeds_per_point', 1)} seed(s) planned"
@@ -44,8 +43,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"sweep {name}: {len(trials)} trials stored ({stored}){planned}")
     print("Pareto front, chosen on validation data:")
     try:
-        print(answer(str(root), sweep=name), end="")
+        print(answer(str(root), sweep=name) if len(trials) else "  (no trial stored yet)\n", end="")
     except NoResult as error:
         print(f"  ({error})")
-    print(f"store: {root}", file=sys.stdout)
+    print(f"store: {root}")
     return 0
