@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import runpy
+import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -17,6 +18,7 @@ from PIL import Image
 
 from tests.conftest import tiny_wrn_config
 from tests.test_pareto_cli import predicted_memory
+from tune_lowmem.analysis import baselines
 from tune_lowmem.cli import main
 from tune_lowmem.config import TrialConfig
 from tune_lowmem.memory import MB, baseline_config, predict
@@ -291,3 +293,29 @@ def test_a_reproduction_store_puts_the_paper_beside_its_own_figures(tmp_path):
     score = cells[row + 14 : row + 21]
     assert score[1:5] == ["test score", "93.95", "93", "-0.95"]
     assert "not in this store" in page  # the paper's fp16-only row was not run here
+
+
+def test_a_baseline_recorded_at_the_sweep_s_end_spares_the_report_torch(tmp_path):
+    root, out = tmp_path / "store", tmp_path / "out"
+    point = {"precision": "fp16", "checkpoint": "residual-2*"}
+    write_sweep(root, "one-point", [point], seeds=2)
+    assert baselines.record(root, "one-point") is not None  # what the sweep's end does
+    script = (
+        "import sys; from tune_lowmem.cli import main; code = main(sys.argv[1:]); "
+        "assert 'torch' not in sys.modules and 'ray' not in sys.modules; sys.exit(code)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, "report", "--store", str(root), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    table = pd.read_csv(out / "table3.csv")
+    expected = predict(baseline_config(tiny_wrn_config(**point))).total_bytes / MB
+    assert table["memory (MB)"][0] == pytest.approx(expected)
+    assert (
+        table["configuration"][0] == "fp32, dense, no technique (baseline; predicted, not trained)"
+    )

@@ -80,6 +80,7 @@ class Points:
     memory: str = MEMORY
     test: str | None = None  # the matching test metric, shown beside the chosen points
     objectives: dict[str, str] = field(default_factory=dict)  # the sweeps' own
+    root: str = ""  # the store they were read from
 
     @property
     def score_name(self) -> str:
@@ -146,6 +147,7 @@ def load_points(
         memory=chosen.memory(objectives),
         test=chosen.test_of(metric, done),
         objectives=objectives,
+        root=str(root),
     )
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from . import baselines
 from .points import (
     NO_TECHNIQUE,
     Points,
@@ -89,26 +90,40 @@ def _label(metric: str) -> str:
 
 
 def _predicted_baseline(points: Points, scored: pd.DataFrame) -> dict:
-    """No baseline trial: the profiler's memory for the best full-size point, techniques off.
-    (The one place the report needs the profiler, and so torch: imported only here.)"""
-    from ..memory import MB, baseline_config, predict
-
-    full_size = scored[~scored["techniques"].str.contains("smaller ", regex=False)]
-    means = full_size[f"{points.score}.mean"]
-    reference = full_size.loc[means.idxmax() if points.direction == "maximize" else means.idxmin()]
-    config = baseline_config(trial_config(points.trials, reference["seed_group"]))
-    label = describe({f"config.{key}": value for key, value in config.to_flat().items()})
+    """No baseline trial: the profiler's memory for the best full-size point, techniques off,
+    as the sweep recorded it when it ended (else predicted now, which needs torch)."""
+    reference = baseline_reference(scored, points)
+    label, memory = baselines.saved(points).get(reference["seed_group"]) or predict_baseline(
+        points, reference
+    )
     empty = _row(points, "", reference, None, 1.0)
     return {
         **dict.fromkeys(empty, math.nan),
         "configuration": f"{label}, dense, no technique (baseline; predicted, not trained)",
         "other settings": "",  # the baseline's memory does not depend on them
-        "memory (MB)": predict(config).total_bytes / MB,
+        "memory (MB)": memory,
         "reduction (x)": 1.0,
         "seeds": 0,
         "trials": "",
         "seed_group": "",
     }
+
+
+def baseline_reference(scored: pd.DataFrame, points: Points) -> pd.Series:
+    """The configuration whose model the baseline trains: the best full-size one on validation."""
+    full_size = scored[~scored["techniques"].str.contains("smaller ", regex=False)]
+    means = full_size[f"{points.score}.mean"]
+    return full_size.loc[means.idxmax() if points.direction == "maximize" else means.idxmin()]
+
+
+def predict_baseline(points: Points, reference: pd.Series) -> tuple[str, float]:
+    """The baseline's label and predicted memory (MB): the one place the analysis needs the
+    profiler, and so torch, imported only here."""
+    from ..memory import MB, baseline_config, predict
+
+    config = baseline_config(trial_config(points.trials, reference["seed_group"]))
+    label = describe({f"config.{key}": value for key, value in config.to_flat().items()})
+    return label, predict(config).total_bytes / MB
 
 
 def to_markdown(table: pd.DataFrame, points: Points) -> str:
