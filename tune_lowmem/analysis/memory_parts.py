@@ -48,7 +48,7 @@ def draw(points: Points, out: Path) -> Drawn:
     for row, total, end in zip(rows, left, ends):
         ax.text(end, row, f"  {total:.3g} MB", va="center", fontsize="small", clip_on=True)
     ax.set_yticks(rows, shown["label"])
-    ax.set_xlim(0, ends.max() * 1.3)  # room for the totals, inside the axes
+    ax.set_xlim(0, ends.max() * 1.45)  # room for the totals, inside the axes
     ax.set_xlabel("predicted training memory (MB)")
     ax.set_title("Training memory by part")
     outside_legend(ax)
