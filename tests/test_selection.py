@@ -137,7 +137,7 @@ def test_a_sweep_that_optimised_a_test_metric_is_not_chosen_on(tmp_path, capsys)
     write(tmp_path, "t1", {}, val=0.5, test=0.9, objectives=objectives)
     code, _, err = run(capsys, "pareto", "--store", tmp_path)
     assert code == 2
-    assert "metric.test_accuracy is not a validation metric" in err
+    assert "the sweep's objectives: metric.test_accuracy is not a validation metric" in err
 
 
 def test_a_user_task_s_columns_need_no_task_names(tmp_path):

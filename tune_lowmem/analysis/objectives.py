@@ -80,6 +80,7 @@ def choose(
     """The objectives to choose on: ``given`` (a flag), else the sweeps', else the fallback;
     refused when a metric among them is not a validation metric."""
     objectives = dict(given or stored(root, trials) or fallback(trials))
+    flag = flag if given else "the sweep's objectives"
     for name in objectives:
         if name.startswith("metric.") and not name.startswith(VALIDATION):
             val = VALIDATION + name.removeprefix(TEST).removeprefix("metric.")
