@@ -10,10 +10,12 @@ from __future__ import annotations
 import io
 import json
 import math
+import shlex
 from datetime import UTC, datetime, timedelta
 
 import pandas as pd
 import pytest
+import yaml
 
 from tests.conftest import tiny_wrn_config
 from tune_lowmem.cli import main
@@ -138,15 +140,32 @@ def test_front_is_the_non_dominated_seed_groups_by_memory(store, capsys):
 
 
 def test_table_and_csv_show_the_same_front(store, capsys):
-    root, _, _ = store
-    code, table, _ = pareto(capsys, "--store", root, "--sweep", "wrn-tpe")
+    root, configs, _ = store
+    code, text, _ = pareto(capsys, "--store", root, "--sweep", "wrn-tpe")
     assert code == 0
+    table, runs = text.split("\nTo train a row:\n")
     lines = table.strip().splitlines()
     assert len(lines) == 1 + len(FRONT)
-    assert "0.82 ± 0.02" in lines[-1] and lines[-1].lstrip().startswith("fp32 ")
+    assert "0.82 ± 0.02" in lines[-1] and "  fp32  " in lines[-1]
+    assert "test accuracy (not used to choose)" in lines[0] and "0.81 ± 0.02" in lines[-1]
+    # each row's command line trains exactly that configuration
+    for line, name in zip(runs.strip().splitlines(), FRONT, strict=True):
+        words = shlex.split(line.split(": ", 1)[1])
+        assert words[:2] == ["tune-lowmem", "train"]
+        overrides = dict(w.split("=", 1) for w in words[3::2])
+        flat = {k: yaml.safe_load(v) for k, v in overrides.items()}
+        assert TrialConfig.from_dict(flat) == configs[name].replace(seed=0)
+    assert "(trials t001, t002)" in runs.strip().splitlines()[-1]
     code, text, _ = pareto(capsys, "--store", root, "--sweep", "wrn-tpe", "--format", "csv")
     frame = pd.read_csv(io.StringIO(text))
     assert list(frame["seeds"]) == [3, 1, 2, 2]
+    assert [json.loads(ids) for ids in frame["trial_ids"]] == [
+        ["t006", "t007", "t008"],
+        ["t005"],
+        ["t003", "t004"],
+        ["t001", "t002"],
+    ]
+    assert frame["metric.test_accuracy.mean"].iloc[-1] == pytest.approx(0.81)
     assert list(frame["config.microbatch.size"].fillna(0).astype(int)) == [5, 5, 0, 0]
     assert json.loads(frame["config.schedule.milestones"][1]) == [0.5, 0.75]
 
@@ -170,7 +189,7 @@ def test_best_under_budget_is_yaml_that_profiles_under_the_budget(
     top = memory[high]["predicted_total_mb"] if high else 1e6
     budget = (memory[low]["predicted_total_mb"] + top) / 2
     code, out, _ = pareto(capsys, "--store", root, "--sweep", "wrn-tpe", "--max-memory-mb", budget)
-    assert code == 0 and out.startswith("# The most accurate configuration within")
+    assert code == 0 and out.startswith("# The best configuration on validation data within")
     path = tmp_path / "best.yaml"
     path.write_text(out)
     chosen = TrialConfig.from_yaml(path)
@@ -230,13 +249,14 @@ def test_custom_objectives_bare_names_resolve(store, capsys):
         "--format",
         "json",
         "--objectives",
-        "test_accuracy:max",
+        "val_accuracy:max",
         "--objectives",
         "predicted_activation_mb:min",
     )
     front = json.loads(out)
-    assert set(front[0]["objectives"]) == {"metric.test_accuracy", "memory.predicted_activation_mb"}
-    assert front[-1]["objectives"]["metric.test_accuracy"]["mean"] == pytest.approx(0.81)
+    assert set(front[0]["objectives"]) == {"metric.val_accuracy", "memory.predicted_activation_mb"}
+    assert front[-1]["objectives"]["metric.val_accuracy"]["mean"] == pytest.approx(0.82)
+    assert front[-1]["reported"]["metric.test_accuracy"]["mean"] == pytest.approx(0.81)
 
 
 @pytest.mark.parametrize(
@@ -248,6 +268,18 @@ def test_custom_objectives_bare_names_resolve(store, capsys):
             "; allowed: metric.test_accuracy, metric.val_accuracy, memory.",
         ),
         (["--objectives", "metric.val_accuracy:up"], "COLUMN:max or COLUMN:min is required"),
+        (
+            ["--objectives", "test_accuracy:max,memory.predicted_total_mb:min"],
+            "--objectives: metric.test_accuracy is not a validation metric; "
+            + "choices are made on validation data only (e.g. metric.val_accuracy)",
+        ),
+        (["--max-memory-mb", "-5"], "--max-memory-mb: '-5' is not allowed; a number > 0"),
+        (["--max-memory-mb", "0"], "--max-memory-mb: '0' is not allowed; a number > 0"),
+        (["--max-memory-mb", "nan"], "--max-memory-mb: 'nan' is not allowed; a number > 0"),
+        (["--max-memory-mb", "inf"], "--max-memory-mb: 'inf' is not allowed; a number > 0"),
+        (["--max-memory-mb", "lots"], "--max-memory-mb: 'lots' is not allowed; a number > 0"),
+        (["--min-accuracy", "-0.1"], "--min-accuracy: '-0.1' is not allowed; a number >= 0"),
+        (["--min-accuracy", "NaN"], "--min-accuracy: 'NaN' is not allowed; a number >= 0"),
         (["--objectives", "metric.val_accuracy:max"], "two or more objectives are required"),
         (
             [

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import runpy
+import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -17,7 +18,9 @@ from PIL import Image
 
 from tests.conftest import tiny_wrn_config
 from tests.test_pareto_cli import predicted_memory
+from tune_lowmem.analysis import baselines
 from tune_lowmem.cli import main
+from tune_lowmem.config import TrialConfig
 from tune_lowmem.memory import MB, baseline_config, predict
 from tune_lowmem.pareto import non_dominated_mask
 from tune_lowmem.store import TrialRecord, read_trials, write_trial
@@ -122,43 +125,59 @@ def test_html_references_every_png_and_the_tables(report):
     assert 'href="table3.md"' in page and 'href="table3.csv"' in page
     assert 'class="skipped"' not in page
     assert "samplers are read from the sweep names" in page  # no sampler column in this store
-    assert "Trials: 25 (21 completed, 2 failed, 2 infeasible)" in page
+    assert "<th>trials by status</th><td>25: 21 completed, 2 failed, 2 infeasible, 0 pruned" in page
+    for setup in ("fixed: schedule.epochs</th><td>1<", "fixed: data.train_subset</th><td>200<"):
+        assert setup in page  # the training setup the report summarises
+    assert "<th>searched: sparsity.density</th><td>0.1, 0.3, 1<" in page
+    assert "made on the validation metric metric.val_accuracy (maximized)" in page
+    assert "None of the configurations the paper publishes figures for" in page
 
 
-def test_table3_rows_are_the_store_s_front_against_the_baseline(report):
+def test_table3_rows_are_the_store_s_validation_front_against_the_baseline(report):
     root, out = report
     table = pd.read_csv(out / "table3.csv")
     trials = read_trials(root)
     done = trials[trials["status"] == "completed"]
-    means = done.groupby("seed_group")[["metric.test_accuracy", "memory.predicted_total_mb"]].mean()
+    columns = ["metric.val_accuracy", "metric.test_accuracy", "memory.predicted_total_mb"]
+    means = done.groupby("seed_group")[columns].mean()
     base = done[
         (done["config.precision"] == "fp32")
         & (done["config.sparsity.density"] == 1)
         & done["config.microbatch.size"].isna()
         & (done["config.checkpoint"] == "none")
     ]
-    base_accuracy = base["metric.test_accuracy"].mean() * 100
+    base_val = base["metric.val_accuracy"].mean() * 100
+    base_test = base["metric.test_accuracy"].mean() * 100
     base_memory = base["memory.predicted_total_mb"].iloc[0]
     first = table.iloc[0]
     assert first["configuration"] == "fp32 (baseline)" and first["seeds"] == 3
     assert first["memory (MB)"] == pytest.approx(base_memory)
-    assert first["test accuracy (%)"] == pytest.approx(base_accuracy)
-    assert first["reduction (x)"] == 1 and first["change (pp)"] == pytest.approx(0)
-    front = means[non_dominated_mask(means.to_numpy(), ["maximize", "minimize"])]
+    assert first["validation accuracy (%)"] == pytest.approx(base_val)
+    assert first["test accuracy (%)"] == pytest.approx(base_test)
+    assert first["reduction (x)"] == 1 and first["test change (pp)"] == pytest.approx(0)
+    chosen_on = means[["metric.val_accuracy", "memory.predicted_total_mb"]].to_numpy()
+    front = means[non_dominated_mask(chosen_on, ["maximize", "minimize"])]
     front = front.drop(index=base["seed_group"].iloc[0], errors="ignore")
     rows = table.iloc[1:].set_index("seed_group")
     assert set(rows.index) == set(front.index)
     assert list(rows["memory (MB)"]) == sorted(rows["memory (MB)"], reverse=True)
     for group, row in rows.iterrows():
-        accuracy = front.loc[group, "metric.test_accuracy"] * 100
+        val = front.loc[group, "metric.val_accuracy"] * 100
+        test = front.loc[group, "metric.test_accuracy"] * 100
         memory = front.loc[group, "memory.predicted_total_mb"]
         assert row["memory (MB)"] == pytest.approx(memory)
         assert row["reduction (x)"] == pytest.approx(base_memory / memory)
-        assert row["test accuracy (%)"] == pytest.approx(accuracy)
-        assert row["change (pp)"] == pytest.approx(accuracy - base_accuracy)
+        assert row["validation accuracy (%)"] == pytest.approx(val)
+        assert row["validation change (pp)"] == pytest.approx(val - base_val)
+        assert row["test accuracy (%)"] == pytest.approx(test)
+        assert row["test change (pp)"] == pytest.approx(test - base_test)
+        assert row["validation 95% CI (±)"] > 0 and row["test 95% CI (±)"] > 0  # 3 seeds each
+        ids = set(done[done["seed_group"] == group]["trial_id"])
+        assert set(row["trials"].split(", ")) == ids
     markdown = (out / "table3.md").read_text()
     assert markdown.count("\n| ") == len(table) + 2  # the header, the rule, one line per row
-    assert f"| {base_memory:.4g} | 1.0× | {base_accuracy:.2f} |" in markdown
+    assert f"| {base_memory:.4g} | 1.0× | {base_val:.2f} |" in markdown
+    assert "| configuration | memory (MB) |" in markdown and "| --- | ---: |" in markdown
 
 
 def test_a_store_without_variation_skips_figures_and_predicts_the_baseline(tmp_path):
@@ -182,6 +201,8 @@ def test_a_store_without_variation_skips_figures_and_predicts_the_baseline(tmp_p
         expected / predicted_memory(tiny_wrn_config(**point))["predicted_total_mb"]
     )
     assert table["test accuracy (%)"].isna()[0] and table["seeds"][1] == 3
+    markdown = (out / "table3.md").read_text()
+    assert "| not trained |" in markdown and "| n/a: baseline not trained |" in markdown
 
 
 def test_scripts_write_one_kind_each(report, tmp_path, monkeypatch):
@@ -202,6 +223,11 @@ def test_scripts_write_one_kind_each(report, tmp_path, monkeypatch):
     [
         (["--only", "pie"], 2, "--only: 'pie' is not allowed; allowed: memory_parts"),
         (["--metric", "metric.bleu"], 2, "--metric: 'metric.bleu' is not a numeric column"),
+        (
+            ["--metric", "metric.test_accuracy"],
+            2,
+            "--metric: metric.test_accuracy is not a validation metric",
+        ),
         (["--sweep", "nope"], 2, "allowed: joint-random, joint-tpe"),
     ],
 )
@@ -218,3 +244,78 @@ def test_help_names_every_kind(capsys):
         main(["report", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert all(kind in text for kind in KINDS)
+
+
+def test_a_reproduction_store_puts_the_paper_beside_its_own_figures(tmp_path):
+    """WRN-28-2 rows of the paper's Table 3 in the store: the page shows paper, store and
+    difference for each published figure, from the data file that names its source."""
+    root, out = tmp_path / "store", tmp_path / "out"
+    paper_rows = {
+        "base": ({}, 400.0, 0.94),
+        "best": (
+            {
+                "precision": "fp16",
+                "checkpoint": "residual-2*",
+                "microbatch.size": 10,
+                "sparsity.density": 0.3,
+            },
+            8.0,
+            0.93,
+        ),
+    }
+    n = 0
+    for name, (changes, memory, test) in paper_rows.items():
+        for seed in range(2):
+            n += 1
+            config = TrialConfig.from_dict(
+                {"model.depth": 28, "model.width": 2, "seed": seed, **changes}
+            )
+            write_trial(
+                root,
+                TrialRecord(
+                    sweep="paper-wrn-table3",
+                    trial_id=f"{name}{seed}",
+                    status="completed",
+                    config=config.to_flat(),
+                    metrics={"val_accuracy": test + 0.01, "test_accuracy": test},
+                    memory={"predicted_total_mb": memory},
+                ),
+            )
+    assert main(["report", "--store", str(root), "--out", str(out)]) == 0
+    page = (out / "index.html").read_text()
+    assert "arXiv 1904.10631" in page
+    cells = re.findall(r"<td[^>]*>([^<]*)</td>", page.split("Against the paper")[1])
+    row = cells.index("WRN-28-2 fp16 + residual-2* + microbatch 10 + 30% nonzeros")
+    memory = cells[row : row + 7]
+    assert memory[1:5] == ["memory (MB)", "6.7", "8", "1.3"]  # paper, store, difference
+    reduction = cells[row + 7 : row + 14]
+    assert reduction[1:5] == ["reduction (x)", "60.7", "50", "-10.7"]
+    score = cells[row + 14 : row + 21]
+    assert score[1:5] == ["test score", "93.95", "93", "-0.95"]
+    assert "not in this store" in page  # the paper's fp16-only row was not run here
+
+
+def test_a_baseline_recorded_at_the_sweep_s_end_spares_the_report_torch(tmp_path):
+    root, out = tmp_path / "store", tmp_path / "out"
+    point = {"precision": "fp16", "checkpoint": "residual-2*"}
+    write_sweep(root, "one-point", [point], seeds=2)
+    assert baselines.record(root, "one-point") is not None  # what the sweep's end does
+    script = (
+        "import sys; from tune_lowmem.cli import main; code = main(sys.argv[1:]); "
+        "assert 'torch' not in sys.modules and 'ray' not in sys.modules; sys.exit(code)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, "report", "--store", str(root), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    table = pd.read_csv(out / "table3.csv")
+    expected = predict(baseline_config(tiny_wrn_config(**point))).total_bytes / MB
+    assert table["memory (MB)"][0] == pytest.approx(expected)
+    assert (
+        table["configuration"][0] == "fp32, dense, no technique (baseline; predicted, not trained)"
+    )

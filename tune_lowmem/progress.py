@@ -1,9 +1,9 @@
 """What a person watching a sweep reads: one line per event instead of Ray's tables.
 
-    [12:01:07] 1f2e3_00003 started: precision=bf16 microbatch.size=10 checkpoint=none ...
-    [12:01:31] 1f2e3_00003 epoch 2: val_accuracy=0.3120 train_loss=1.7311
-    [12:01:44] 1f2e3_00003 completed: val_accuracy=0.3460 memory_total_mb=7.2 (3 epochs, 36 s)
-    [12:01:44] trials: 4 completed, 1 failed, 0 infeasible, 2 running, 0 pending | best: ...
+[12:01:07] 1f2e3_00003 started: precision=bf16 microbatch.size=10 checkpoint=none ...
+[12:01:31] 1f2e3_00003 epoch 2: val_accuracy=0.3120 train_loss=1.7311
+[12:01:44] 1f2e3_00003 completed: val_accuracy=0.3460 memory_total_mb=7.2 (3 epochs, 36 s)
+[12:01:44] trials: 4 completed, 1 failed, 0 infeasible, 2 running, 0 pending | best: ...
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from ray.tune import Callback
 from ray.tune.experiment import Trial
 
 from . import pareto, store
-from .space import SearchSpace
+from .space import SearchSpace, store_column
 
 BEST_SHOWN = 3  # points of the running Pareto front printed after each finished trial
 
@@ -48,9 +48,15 @@ class ProgressPrinter(Callback):
     def on_trial_start(self, iteration: int, trials: list[Trial], trial: Trial, **info) -> None:
         say(f"{trial.trial_id} started: {describe(trial.config['params'])}")
 
-    def on_trial_result(self, iteration: int, trials: list[Trial], trial: Trial, result: dict, **info) -> None:
+    def on_trial_result(
+        self, iteration: int, trials: list[Trial], trial: Trial, result: dict, **info
+    ) -> None:
         if result.get("trial_status") == "running":
-            shown = {k: result[k] for k in (*self.space.objectives, "train_loss") if result.get(k) is not None}
+            shown = {
+                k: result[k]
+                for k in (*self.space.objectives, "train_loss")
+                if result.get(k) is not None
+            }
             say(f"{trial.trial_id} epoch {int(result.get('epoch') or 0)}: {describe(shown)}")
 
     def on_trial_complete(self, iteration: int, trials: list[Trial], trial: Trial, **info) -> None:
@@ -67,7 +73,9 @@ class ProgressPrinter(Callback):
 
     def on_trial_error(self, iteration: int, trials: list[Trial], trial: Trial, **info) -> None:
         tries = self.space.max_failures + 1
-        say(f"{trial.trial_id} failed: its worker died {tries} time(s), max_failures {self.space.max_failures}")
+        say(
+            f"{trial.trial_id} failed: its worker died {tries} time(s), max_failures {self.space.max_failures}"
+        )
         say(self.summary(trials, ending=trial))
 
     def summary(self, trials: list[Trial], ending: Trial | None = None) -> str:
@@ -94,10 +102,14 @@ class ProgressPrinter(Callback):
         return f"{text} | best: {best}" if best else text
 
     def best(self, results: list[dict]) -> str:
-        objectives = self.space.objectives
-        if not results:
+        """The running front on the objectives, test metrics left out: nothing is chosen on test
+        data, not even what a progress line calls best (no line when nothing else is left)."""
+        objectives = {k: v for k, v in self.space.objectives.items() if not k.startswith("test_")}
+        if not results or all(store_column(k).startswith("memory.") for k in objectives):
             return ""
-        values = pd.DataFrame([{k: r.get(k, np.nan) for k in objectives} for r in results], dtype=float)
+        values = pd.DataFrame(
+            [{k: r.get(k, np.nan) for k in objectives} for r in results], dtype=float
+        )
         front = pareto.pareto_front(values.drop_duplicates(), dict(objectives)).head(BEST_SHOWN)
         return "; ".join(describe(row) for row in front.to_dict("records"))
 

@@ -50,6 +50,7 @@ from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
 from . import pareto, store
+from .analysis import baselines
 from .config import ConfigError
 from .progress import ProgressPrinter, say
 from .tasks.registry import module_directory
@@ -484,6 +485,8 @@ def saved_space(name: str, root: str | Path) -> SearchSpace:
 
 
 def _finish(space: SearchSpace, sweep: str, root: Path, results) -> SweepResult:
+    store.compact(root, sweep, force=True)  # one file for the analysis to read, not one per trial
+    baselines.record(root, sweep)  # the report then needs no profiler for an untrained baseline
     trials = store.read_trials(root, sweep)
     return SweepResult(sweep, root, space, results, trials, front(space, trials))
 

@@ -22,11 +22,20 @@ Concurrent trials never write the same file; a trial written again replaces its 
 atomically (a hidden temporary file in the same folder, fsync, `os.replace`), so a reader sees
 the old row or the new one, never half a file, and a crash leaves at most a hidden temporary
 file that every reader skips.
+
+Thousands of one-row files are slow to open, so `compact` merges a sweep's files into one
+``+compacted-<time>-<id>.parquet`` (a name no trial id can take) the way table formats compact
+small files: it writes the merged file atomically first and only then removes the files it holds.
+A crash in between leaves a row in two files, and the readers keep one copy per trial id (its
+own file before a compacted one, the newest compacted one before older ones), so no row is ever
+lost or read twice; a trial file rewritten while compaction runs is kept, not removed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import functools
 import hashlib
 import importlib.metadata
@@ -35,6 +44,7 @@ import math
 import os
 import platform
 import re
+import time
 import types
 import typing
 import uuid
@@ -72,6 +82,10 @@ TRIALS, EPOCHS = "trials", "epochs"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 _NAME_RULE = "letters, digits, '-', '_' and '.', starting with a letter or digit, at most 200"
 _SUFFIX = ".parquet"
+_COMPACTED = re.compile(r"\+compacted-(\d{20})-[0-9a-f]{8}\.parquet")
+_OWN_FILE_RANK = 2**62  # a trial's own file outranks every compacted copy of its row
+COMPACT_MIN_FILES = 64  # small files before `compact` (unforced) merges a sweep
+COMPACT_CHUNK = 500  # small files merged at once: what bounds compaction's memory
 _GROUPS = ("config.", "metric.", "memory.", "version.")  # column order of what the readers return
 _KINDS = {  # column type -> (what to call it, the Python values it takes)
     pa.bool_(): ("true or false", (bool, np.bool_)),
@@ -108,6 +122,7 @@ class TrialRecord:
     node_id: str | None = None  # the Ray node that ran it last (None: never placed on one)
     sampler: str | None = None  # the sweep's Optuna sampler (nsga2, tpe, gp, random, grid)
     point: int | None = None  # the number of the Optuna trial that proposed it (None: no sweep)
+    objectives: Mapping[str, str] = field(default_factory=dict)  # the sweep's: column -> direction
 
     def __post_init__(self) -> None:
         check_name(self.sweep, "sweep")
@@ -130,6 +145,12 @@ class TrialRecord:
                     name, f"{moment!r} is not allowed; a timezone-aware datetime is required"
                 )
         _check_count("epochs_completed", self.epochs_completed)
+        for column, direction in self.objectives.items():
+            if direction not in ("maximize", "minimize"):
+                raise ConfigError(
+                    f"objectives.{column}",
+                    f"{direction!r} is not allowed; allowed: maximize, minimize",
+                )
         if self.point is not None:
             _check_count("point", self.point)
 
@@ -184,6 +205,9 @@ def _trial_table(record: TrialRecord) -> pa.Table:
         "node_id": pa.array([record.node_id], pa.string()),
         "sampler": pa.array([record.sampler], pa.string()),
         "point": pa.array([record.point], pa.int64()),
+        "objectives": pa.array(
+            [json.dumps(dict(record.objectives)) if record.objectives else None], pa.string()
+        ),
     }
     columns.update((f"config.{key}", array) for key, array in config.items())
     for name in sorted(record.metrics):
@@ -346,68 +370,159 @@ def list_sweeps(root: str | Path) -> list[str]:
 def _sweeps(root: str | Path, table: str) -> list[str]:
     folder = Path(root) / table
     names = (path.name.removeprefix("sweep=") for path in folder.glob("sweep=*"))
-    return sorted(
-        n for n in names if _NAME.fullmatch(n) and any(_parquet_files(folder / f"sweep={n}"))
-    )
+    return sorted(n for n in names if _NAME.fullmatch(n) and _data_files(folder / f"sweep={n}"))
 
 
 def trial_ids(root: str | Path, sweep: str) -> list[str]:
     """The trial ids stored for one sweep, sorted."""
     folder = Path(root) / TRIALS / f"sweep={check_name(sweep, 'sweep')}"
-    return sorted(path.name.removesuffix(_SUFFIX) for path in _parquet_files(folder))
+    while True:  # listed again when a compaction removes a file before it is read
+        ids = {path.name.removesuffix(_SUFFIX) for path in _parquet_files(folder)}
+        try:
+            for path in _compacted_files(folder):
+                ids.update(pq.read_table(path, columns=["trial_id"])["trial_id"].to_pylist())
+        except FileNotFoundError:
+            continue
+        return sorted(ids)
 
 
-def read_trials(root: str | Path, sweep: str | None = None) -> pd.DataFrame:
-    """All stored trials (of one sweep, or of all), one row each, columns the union over files."""
-    return _read(root, TRIALS, sweep, None)
+def read_trials(
+    root: str | Path, sweep: str | None = None, columns: Sequence[str] | None = None
+) -> pd.DataFrame:
+    """All stored trials (of one sweep, or of all), one row each, columns the union over files.
+
+    ``columns`` reads only those (a name ending in ``.`` stands for every column it starts):
+    analysis of a large store need not read what it does not show. ``sweep`` and ``trial_id``
+    always come.
+    """
+    return _read(root, TRIALS, sweep, None, columns)
 
 
 def read_epochs(
     root: str | Path, sweep: str | None = None, trial_id: str | None = None
 ) -> pd.DataFrame:
     """The per-epoch rows, of one sweep and/or one trial, sorted by sweep, trial and epoch."""
-    return _read(root, EPOCHS, sweep, trial_id)
+    return _read(root, EPOCHS, sweep, trial_id, None)
 
 
-def _parquet_files(folder: Path) -> Iterable[Path]:
-    return (p for p in folder.glob(f"*{_SUFFIX}") if _NAME.fullmatch(p.name.removesuffix(_SUFFIX)))
+def _parquet_files(folder: Path) -> list[Path]:
+    """The one-trial files of a sweep's folder (hidden temporary files never match)."""
+    return sorted(
+        p for p in folder.glob(f"*{_SUFFIX}") if _NAME.fullmatch(p.name.removesuffix(_SUFFIX))
+    )
 
 
-def _read(root: str | Path, table: str, sweep: str | None, trial_id: str | None) -> pd.DataFrame:
+def _compacted_files(folder: Path) -> list[Path]:
+    """The files `compact` wrote, oldest first (their names start with the time they were made)."""
+    return sorted(p for p in folder.glob(f"+*{_SUFFIX}") if _COMPACTED.fullmatch(p.name))
+
+
+def _data_files(folder: Path) -> list[tuple[Path, int]]:
+    """Every file of a sweep's folder with its rank: of two copies of a row, the higher wins."""
+    compacted = [(p, int(_COMPACTED.fullmatch(p.name).group(1))) for p in _compacted_files(folder)]
+    return compacted + [(p, _OWN_FILE_RANK) for p in _parquet_files(folder)]
+
+
+def _read(
+    root: str | Path,
+    table: str,
+    sweep: str | None,
+    trial_id: str | None,
+    columns: Sequence[str] | None,
+) -> pd.DataFrame:
     sweeps = [check_name(sweep, "sweep")] if sweep is not None else _sweeps(root, table)
     if trial_id is not None:
         check_name(trial_id, "trial_id")
     parts = []
     for name in sweeps:
-        folder = Path(root) / table / f"sweep={name}"
-        paths = [folder / f"{trial_id}{_SUFFIX}"] if trial_id else sorted(_parquet_files(folder))
-        for path in (p for p in paths if p.is_file()):
-            data = _read_file(path)
+        data = _read_folder(Path(root) / table / f"sweep={name}", table, trial_id, columns)
+        if data is not None:
             parts.append(data.add_column(0, "sweep", pa.array([name] * data.num_rows, pa.string())))
     keys = ["sweep", "trial_id"] + (["epoch"] if table == EPOCHS else [])
     if not parts:
         return pd.DataFrame(columns=[*keys, "schema_version"])
-    try:
-        merged = pa.concat_tables(parts, promote_options="permissive")
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
-        raise StoreError(
-            f"{Path(root) / table}: files disagree on a column's type: {error}"
-        ) from None
-    frame = merged.to_pandas(
+    frame = _concat(parts, Path(root) / table).to_pandas(
         types_mapper={pa.int64(): pd.Int64Dtype(), pa.bool_(): pd.BooleanDtype()}.get
     )
     frame = frame[sorted(frame.columns, key=_column_group)]  # stable: base, config, metric, ...
     return frame.sort_values(keys, kind="stable", ignore_index=True)
 
 
+def _read_folder(
+    folder: Path, table: str, trial_id: str | None, columns: Sequence[str] | None
+) -> pa.Table | None:
+    """One sweep's rows, one copy per trial: its own file's, else the newest compacted file's.
+
+    A file that a compaction removed between listing and reading means its rows are now in a
+    merged file this listing missed: the folder is listed and read again."""
+    while True:
+        try:
+            return _read_listed(folder, table, trial_id, columns)
+        except FileNotFoundError:
+            continue
+
+
+def _read_listed(
+    folder: Path, table: str, trial_id: str | None, columns: Sequence[str] | None
+) -> pa.Table | None:
+    files = _data_files(folder)
+    if trial_id is not None:
+        own = folder / f"{trial_id}{_SUFFIX}"
+        mine = [(own, _OWN_FILE_RANK)] if own.is_file() else []
+        files = mine or [f for f in files if f[1] < _OWN_FILE_RANK]
+    return _read_files(files, folder, table, trial_id, columns)
+
+
+def _read_files(
+    files: list[tuple[Path, int]],
+    folder: Path,
+    table: str,
+    trial_id: str | None = None,
+    columns: Sequence[str] | None = None,
+) -> pa.Table | None:
+    """The rows of ``files``, one copy per trial: the copy of the highest-ranked file."""
+    parts = []
+    for path, rank in files:
+        data = _read_file(path, columns, table)
+        if trial_id is not None:
+            data = data.filter(pc.equal(data["trial_id"], trial_id))
+        parts.append(data.append_column("__rank", pa.array([rank] * data.num_rows, pa.int64())))
+    if not parts:
+        return None
+    merged = _concat(parts, folder)
+    if len(parts) > 1:  # a row in two files (a compaction interrupted, a trial rewritten since)
+        best = pc.equal(merged["__rank"], _max_rank_per_trial(merged))
+        merged = merged.filter(best)
+    return merged.drop_columns("__rank")
+
+
+def _max_rank_per_trial(data: pa.Table) -> pa.Array:
+    """For each row, the highest rank any row of its trial has."""
+    top = data.group_by("trial_id").aggregate([("__rank", "max")])
+    lookup = dict(zip(top["trial_id"].to_pylist(), top["__rank_max"].to_pylist(), strict=True))
+    return pa.array([lookup[t] for t in data["trial_id"].to_pylist()], pa.int64())
+
+
+def _concat(parts: list[pa.Table], where: Path) -> pa.Table:
+    try:
+        return pa.concat_tables(parts, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
+        raise StoreError(f"{where}: files disagree on a column's type: {error}") from None
+
+
 def _column_group(name: str) -> int:
     return next((i for i, p in enumerate(_GROUPS, 1) if name.startswith(p)), 0)
 
 
-def _read_file(path: Path) -> pa.Table:
-    data = pq.ParquetFile(path).read()
-    if "schema_version" not in data.column_names:
+def _read_file(path: Path, columns: Sequence[str] | None = None, table: str = TRIALS) -> pa.Table:
+    parquet = pq.ParquetFile(path)
+    names = parquet.schema_arrow.names
+    if "schema_version" not in names:
         raise StoreError(f"{path}: no schema_version column; not a file of the tune-lowmem store")
+    if columns is not None:
+        always = {"schema_version", "trial_id"} | ({"epoch"} if table == EPOCHS else set())
+        names = [n for n in names if n in always or _wanted(n, columns)]
+    data = parquet.read(columns=names)
     newest = pc.max(data["schema_version"]).as_py()
     if newest is not None and newest > SCHEMA_VERSION:
         raise StoreError(
@@ -415,6 +530,84 @@ def _read_file(path: Path) -> pa.Table:
             f"({SCHEMA_VERSION}); upgrade tune-lowmem to read this store"
         )
     return data
+
+
+def _wanted(name: str, columns: Sequence[str]) -> bool:
+    return any(name == c or (c.endswith(".") and name.startswith(c)) for c in columns)
+
+
+# ---- compacting ----------------------------------------------------------------------------
+
+
+def compact(root: str | Path, sweep: str | None = None, force: bool = False) -> int:
+    """Merge each sweep's files (trials and epochs) into one, once it has `COMPACT_MIN_FILES`
+    one-trial files (any two files with ``force``); the number of files merged away.
+
+    Safe while a sweep writes: a trial file written after the merge was read stays (its copy
+    wins over the merged one), and a second compaction at once waits for none: it skips.
+    A store that cannot be written (read-only copy) is left as it is.
+    """
+    sweeps = [check_name(sweep, "sweep")] if sweep is not None else list_sweeps(root)
+    merged = 0
+    for name in sweeps:
+        for table in (TRIALS, EPOCHS):
+            folder = Path(root) / table / f"sweep={name}"
+            small = len(_parquet_files(folder))
+            if small >= COMPACT_MIN_FILES or (force and len(_data_files(folder)) > 1):
+                merged += _compact_folder(folder, table)
+    return merged
+
+
+def _compact_folder(folder: Path, table: str) -> int:
+    try:
+        lock = open(folder / ".compact.lock", "a")  # noqa: SIM115 - held until the end
+    except OSError:  # read-only
+        return 0
+    with lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # another compaction of this folder is running
+            return 0
+        small = [(path, _OWN_FILE_RANK) for path in _parquet_files(folder)]
+        merged = 0
+        for start in range(0, len(small), COMPACT_CHUNK):  # bounded memory: a chunk at a time
+            merged += _merge(small[start : start + COMPACT_CHUNK], folder, table)
+        compacted = _data_files(folder)
+        return merged + (_merge(compacted, folder, table) if len(compacted) > 1 else 0)
+
+
+def _merge(files: list[tuple[Path, int]], folder: Path, table: str) -> int:
+    """Write ``files``' rows as one new compacted file (newer than any before it, so its copy
+    of a row wins), then remove each of them that no writer replaced meanwhile."""
+    seen = {path: _identity(path) for path, _ in files}
+    data = _read_files(files, folder, table)
+    if data is None:
+        return 0
+    keys = [("trial_id", "ascending")] + ([("epoch", "ascending")] if table == EPOCHS else [])
+    name = f"+compacted-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}{_SUFFIX}"
+    _atomic_write(folder / name, data.sort_by(keys))
+    for path, _ in files:
+        _remove_if_unchanged(path, seen[path])
+    return len(files)
+
+
+def _identity(path: Path) -> tuple[int, int, int]:
+    st = path.stat()
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
+def _remove_if_unchanged(path: Path, identity: tuple[int, int, int]) -> None:
+    """Remove a merged file, unless a writer replaced it after it was read: move it aside first
+    (atomic), and put it back when what was moved is not what was merged."""
+    aside = path.with_name(f".{path.name}.merged-{uuid.uuid4().hex}")
+    try:
+        os.rename(path, aside)
+    except FileNotFoundError:
+        return
+    if _identity(aside) != identity:
+        with contextlib.suppress(FileExistsError):  # an even newer copy is already back
+            os.link(aside, path)
+    aside.unlink()
 
 
 def trial_config(row: Mapping[str, Any]) -> TrialConfig:

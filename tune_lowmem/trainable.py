@@ -98,11 +98,13 @@ def store_record(
     metrics: Mapping[str, Any], memory: Mapping[str, Any], **fields: Any,
 ) -> store.TrialRecord:
     """A store row of a trial of `space`: reported metric names mapped to the store's memory
-    columns, and the sweep's sampler beside them."""
+    columns, and the sweep's sampler and objectives beside them."""
     memory_columns = {store_column(k).removeprefix("memory."): v for k, v in memory.items()}
     numbers = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    objectives = {store_column(m): d for m, d in space.objectives.items()}  # what to choose on
     return store.TrialRecord(sweep=sweep, trial_id=trial_id, status=status, config=config,
-                             metrics=numbers, memory=memory_columns, sampler=space.sampler, **fields)
+                             metrics=numbers, memory=memory_columns, sampler=space.sampler,
+                             objectives=objectives, **fields)
 
 
 def write_screened(root: str, sweep: str, trial_id: str, space: SearchSpace, point: int,

@@ -15,8 +15,12 @@ def draw(points: Points, out: Path) -> Drawn:
     frame = points.scored().copy()
     frame["nonzero_pct"] = frame["config.sparsity.density"] * 100
     if frame["nonzero_pct"].nunique() < 2:
-        return Drawn.skipped(NAME, TITLE, "every configuration in the store has the same fraction "
-                             "of nonzeros; it needs trials at two densities or more")
+        return Drawn.skipped(
+            NAME,
+            TITLE,
+            "every configuration in the store has the same fraction "
+            "of nonzeros; it needs trials at two densities or more",
+        )
     figure, ax = new_figure()
     series(ax, frame, points, "nonzero_pct", "config.precision", "precision")
     value_axis(ax, frame["nonzero_pct"], log=True, percent=True)
@@ -24,6 +28,7 @@ def draw(points: Points, out: Path) -> Drawn:
     ax.set_title(f"{points.score_name} against sparsity")
     caption = (
         f"Each point is one configuration (mean over seeds); lines join the best "
-        f"configuration at each density. {ERRORBAR_NOTE}."
+        f"configuration at each density on validation data; points that would hide each other are "
+        f"moved sideways by up to 2% of the axis. {ERRORBAR_NOTE}."
     )
     return Drawn(NAME, TITLE, caption, path=save(figure, out, NAME))

@@ -5,7 +5,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .plotting import ERRORBAR_NOTE, Drawn, errorbars, memory_axis, new_figure, save
+from .plotting import (
+    ERRORBAR_NOTE,
+    Drawn,
+    errorbars,
+    memory_axis,
+    new_figure,
+    outside_legend,
+    save,
+    spread,
+    wants_log,
+)
 from .points import Points
 
 NAME = "accuracy_vs_memory"
@@ -18,12 +28,20 @@ TITLE = (
 def draw(points: Points, out: Path) -> Drawn:
     frame = points.scored()
     if len(frame) < 2:
-        return Drawn.skipped(NAME, TITLE, f"it needs two configurations or more with both a score "
-                             f"and {points.memory}")
+        return Drawn.skipped(
+            NAME,
+            TITLE,
+            f"it needs two configurations or more with both a score and {points.memory}",
+        )
     x, y = f"{points.memory}.mean", f"{points.score}.mean"
     figure, ax = new_figure(8.5, 5.2)
+    shown = spread(frame[x], frame[y] * points.scale, wants_log(frame[x]))
+    size = 7 if len(frame) <= 200 else 4  # thousands of points: smaller markers, less overlap
     for i, (name, part) in enumerate(frame.groupby("techniques", sort=True)):
-        errorbars(ax, part, points, x, i, name, alpha=0.8, markersize=7, linestyle="none")
+        where = frame.index.get_indexer(part.index)
+        errorbars(
+            ax, part, points, shown[where], i, name, alpha=0.7, markersize=size, linestyle="none"
+        )
     front = points.front()
     ax.step(
         front[x],
@@ -32,7 +50,7 @@ def draw(points: Points, out: Path) -> Drawn:
         color="black",
         linewidth=1.2,
         linestyle="--",
-        zorder=1,
+        zorder=2.5,  # over the points: the front stays visible in a crowd
     )
     ax.plot(
         front[x],
@@ -50,10 +68,11 @@ def draw(points: Points, out: Path) -> Drawn:
     ax.set_ylabel(points.score_label)
     ax.set_title(f"{points.score_name} against training memory")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(title="techniques", fontsize="small", loc="center left", bbox_to_anchor=(1.01, 0.5))
+    outside_legend(ax, "techniques")
     caption = (
         f"Each point is one configuration (mean over seeds); circled points are non-dominated "
-        f"(no other is both smaller and more accurate); the dashed line is the best score "
-        f"reachable within each memory. {ERRORBAR_NOTE}."
+        f"on validation data (no other is both smaller and better); the dashed line is the best score "
+        f"reachable within each memory; points that would hide each other are moved sideways by "
+        f"up to 2% of the axis. {ERRORBAR_NOTE}."
     )
     return Drawn(NAME, TITLE, caption, path=save(figure, out, NAME))

@@ -11,7 +11,7 @@ import pandas as pd
 
 from .. import pareto
 from ..space import SAMPLERS
-from .plotting import Drawn, new_figure, save, style
+from .plotting import Drawn, new_figure, outside_legend, save, style
 from .points import Points
 
 NAME = "hypervolume"
@@ -27,7 +27,9 @@ def draw(points: Points, out: Path) -> Drawn:
     )  # failed, infeasible and pruned trials cost a trial, add nothing
     valid = ~np.isnan(values).any(axis=1)
     if not valid.any():
-        return Drawn.skipped(NAME, TITLE, f"no completed trial has both {points.score} and {points.memory}")
+        return Drawn.skipped(
+            NAME, TITLE, f"no completed trial has both {points.score} and {points.memory}"
+        )
     reference = reference_point(values[valid])
     # Divided by the box from the ideal point (best score, least memory) to the reference: 1 would
     # be one trial best in both objectives, so sweeps of any units read alike.
@@ -56,7 +58,7 @@ def draw(points: Points, out: Path) -> Drawn:
     ax.set_title(f"Hypervolume of {points.score_name} (max) and memory (min)")
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.grid(True, alpha=0.3)
-    ax.legend(title="sweep (sampler)", fontsize="small")
+    outside_legend(ax, "sweep (sampler)")
     caption = (
         f"Area dominated by the trials so far, up to the reference point "
         f"({points.score} {reference[0]:.4g}, {points.memory} {reference[1]:.4g} MB) just beyond "

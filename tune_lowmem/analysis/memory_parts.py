@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .plotting import Drawn, new_figure, save
+from .plotting import Drawn, new_figure, outside_legend, save
 from .points import MEMORY_PARTS, Points
 
 NAME = "memory_parts"
@@ -20,8 +20,17 @@ def draw(points: Points, out: Path) -> Drawn:
     frame = points.groups.dropna(subset=parts)
     if frame.empty:
         return Drawn.skipped(NAME, TITLE, "no completed trial has the predicted memory parts")
-    # The memory of a configuration does not depend on its learning rate: one bar per label.
-    frame = frame.sort_values(f"{points.memory}.mean").drop_duplicates("configuration")
+    # Configurations that differ only in knobs memory does not see (a learning rate) share one
+    # bar; one label with two memories is two bars, told apart by their other settings.
+    frame = frame.sort_values(f"{points.memory}.mean").copy()
+    frame["label"] = frame["configuration"]
+    keys = frame[parts].round(6).assign(label=frame["label"])
+    sharing = keys.groupby(list(keys.columns), sort=False)["label"].transform("size")
+    frame = frame[~keys.duplicated()]
+    sharing = sharing[frame.index]
+    frame.loc[sharing > 1, "label"] += " (" + sharing.astype(str) + " configurations)"
+    twice = frame["label"].duplicated(keep=False)
+    frame.loc[twice, "label"] += " (" + frame.loc[twice, "other_settings"] + ")"
     shown = frame
     if len(frame) > MOST_BARS:  # evenly spread over memory, smallest and largest kept
         shown = frame.iloc[np.unique(np.linspace(0, len(frame) - 1, MOST_BARS).round().astype(int))]
@@ -37,16 +46,18 @@ def draw(points: Points, out: Path) -> Drawn:
         ax.plot(measured, rows, "k|", markersize=16, markeredgewidth=2, label="measured total")
     ends = np.fmax(left, measured)  # the label starts past the measured mark
     for row, total, end in zip(rows, left, ends):
-        ax.text(end, row, f"  {total:.3g} MB", va="center", fontsize="small")
-    ax.set_yticks(rows, shown["configuration"])
-    ax.set_xlim(0, ends.max() * 1.2)
+        ax.text(end, row, f"  {total:.3g} MB", va="center", fontsize="small", clip_on=True)
+    ax.set_yticks(rows, shown["label"])
+    ax.set_xlim(0, ends.max() * 1.45)  # room for the totals, inside the axes
     ax.set_xlabel("predicted training memory (MB)")
     ax.set_title("Training memory by part")
-    ax.legend(fontsize="small", loc="lower right")
+    outside_legend(ax)
     ax.grid(True, axis="x", alpha=0.3)
     caption = (
         "Predicted from shapes by the profiler: model = parameters, optimizer = gradient buffer "
-        "plus optimizer state, activation = the peak of stored activations and their gradients."
+        "plus optimizer state, activation = the peak of stored activations and their gradients. "
+        "Configurations that differ only in settings memory does not depend on (learning rate, "
+        "rewiring) share a bar, which says how many it stands for."
     )
     if len(shown) < len(frame):
         caption += f" {len(shown)} of {len(frame)} configurations shown, spread evenly over memory."

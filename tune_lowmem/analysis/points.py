@@ -3,36 +3,43 @@
 The paper reports each point as the mean over seeds with a 95% interval of 1.96 standard
 errors; here a point is a seed group of completed trials (`store` gives the same id to the
 same config with another seed), averaged with `pareto.aggregate_seeds`. Labels say which
-techniques a point uses, in the paper's words, so figures and tables can name it.
+techniques a point uses, in the paper's words, so figures and tables can name it. Nothing here
+knows a task: model sizes, batch units and metric names are read from the columns present.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
 from .. import pareto, store
 from ..config import ConfigError, TrialConfig
+from . import objectives as chosen
+from .objectives import MEMORY, NoResult
 
-MEMORY = "memory.predicted_total_mb"
 MEMORY_PARTS = ("model", "optimizer", "activation")
-# The score a figure shows, by preference: the paper's figures are test accuracy (or BLEU).
-SCORES = {
-    "test": ("metric.test_accuracy", "metric.test_bleu"),
-    "val": ("metric.val_accuracy", "metric.val_bleu"),
-}
-# A model narrower or shallower than the store's largest is a baseline of its own (Figure 10).
-SIZE_FIELDS = {
-    "wrn-cifar10": {"narrower": "config.model.width", "shallower": "config.model.depth"},
-    "dct-iwslt14": {
-        "narrower": "config.model.embed_dim",
-        "shallower": "config.model.encoder_layers",
-    },
-}
+# What the analysis reads of each trial: not the package versions nor the timings.
+COLUMNS = (
+    "status",
+    "failure_reason",
+    "seed_group",
+    "point",
+    "sampler",
+    "started_at",
+    "objectives",
+    "epochs_completed",
+    "config.",
+    "metric.",
+    "memory.",
+)
+# The minibatch a microbatch splits, and its unit: whichever field the trial's config has.
+BATCH_FIELDS = {"config.schedule.batch_size": "examples", "config.schedule.max_tokens": "tokens"}
+NO_TECHNIQUE = "no technique"  # the techniques of the paper's baseline (fp32, dense, whole batches)
+_WORDS = {"val": "validation", "bleu": "BLEU", "ppl": "perplexity", "nll": "NLL"}
 # Config fields a label already covers, or that say where a trial ran rather than what it was.
 _DESCRIBED = (
     "config.task",
@@ -48,9 +55,18 @@ _DESCRIBED = (
 )
 _DIRECTIONS = {"max": "maximize", "maximize": "maximize", "min": "minimize", "minimize": "minimize"}
 
+__all__ = ["MEMORY", "NoResult", "Points", "load_points"]
 
-class NoResult(Exception):
-    """The store holds trials, but none that answer the question asked of it."""
+
+def metric_name(column: str) -> str:
+    """``metric.val_accuracy`` -> ``validation accuracy``: a label from a column's name."""
+    words = column.removeprefix("metric.").removeprefix("memory.").split("_")
+    return " ".join(_WORDS.get(word, word) for word in words)
+
+
+def metric_scale(column: str) -> float:
+    """Accuracies are shown as percent, everything else as it is stored."""
+    return 100.0 if column.endswith("accuracy") else 1.0
 
 
 @dataclass(frozen=True)
@@ -59,13 +75,16 @@ class Points:
 
     trials: pd.DataFrame  # every stored trial of the chosen sweeps, any status
     groups: pd.DataFrame  # one row per seed group of completed trials; see `configurations`
-    score: str  # the metric column that figures and tables show, e.g. metric.test_accuracy
+    score: str  # the validation metric every choice is made on, e.g. metric.val_accuracy
+    direction: str = "maximize"  # of the score
     memory: str = MEMORY
+    test: str | None = None  # the matching test metric, shown beside the chosen points
+    objectives: dict[str, str] = field(default_factory=dict)  # the sweeps' own
+    root: str = ""  # the store they were read from
 
     @property
     def score_name(self) -> str:
-        split, _, kind = self.score.removeprefix("metric.").partition("_")
-        return f"{split} {'BLEU' if kind == 'bleu' else kind}"
+        return metric_name(self.score)
 
     @property
     def score_label(self) -> str:
@@ -74,7 +93,11 @@ class Points:
 
     @property
     def scale(self) -> float:
-        return 100.0 if self.score.endswith("_accuracy") else 1.0
+        return metric_scale(self.score)
+
+    @property
+    def rule(self) -> str:
+        return chosen.RULE.format(score=f"{self.score} ({self.direction}d)")
 
     def scored(self) -> pd.DataFrame:
         """The configurations with both a score and a predicted memory."""
@@ -86,25 +109,46 @@ class Points:
     def front(self) -> pd.DataFrame:
         """The memory-score Pareto front of the configurations, by memory ascending."""
         return pareto.pareto_front(
-            self.scored(), {f"{self.score}.mean": "maximize", f"{self.memory}.mean": "minimize"}
+            self.scored(), {f"{self.score}.mean": self.direction, f"{self.memory}.mean": "minimize"}
         )
+
+    def best(self, frame: pd.DataFrame, by: str) -> pd.Series:
+        """The best mean score at each value of ``by``: the figures' best-per-setting lines."""
+        means = frame.groupby(by)[f"{self.score}.mean"]
+        return (means.max() if self.direction == "maximize" else means.min()).sort_index()
 
 
 def load_points(
     root: str, sweep: str | None = None, task: str | None = None, metric: str | None = None
 ) -> Points:
-    """The store's points for the figures and tables: ``metric`` or the test score by default."""
+    """The store's points for the figures and tables, chosen on the sweeps' validation metric
+    (or ``metric``, which must be a validation metric too)."""
     trials = load_trials(root, sweep, task)
     done = completed(trials)
+    objectives = chosen.choose(root, trials, None, "objectives")
     if metric is None:
-        metric = score_column(done, prefer="test")
+        metric = chosen.score(objectives)
     elif metric not in numeric_columns(done):
         raise ConfigError(
             "--metric",
             f"{metric!r} is not a numeric column of the store; allowed: "
-            + ", ".join(c for c in numeric_columns(done) if c.startswith("metric.")),
+            + ", ".join(c for c in numeric_columns(done) if c.startswith(chosen.VALIDATION)),
         )
-    return Points(trials=trials, groups=configurations(done), score=metric)
+    chosen.choose(root, trials, {metric: "maximize"}, "--metric")  # a validation metric only
+    chosen.require_values(done, metric)
+    direction = objectives.get(metric) or (
+        "maximize" if any(w in metric for w in chosen.HIGHER_IS_BETTER) else "minimize"
+    )
+    return Points(
+        trials=trials,
+        groups=configurations(done),
+        score=metric,
+        direction=direction,
+        memory=chosen.memory(objectives),
+        test=chosen.test_of(metric, done),
+        objectives=objectives,
+        root=str(root),
+    )
 
 
 def load_trials(root: str, sweep: str | None = None, task: str | None = None) -> pd.DataFrame:
@@ -117,7 +161,7 @@ def load_trials(root: str, sweep: str | None = None, task: str | None = None) ->
         )
     if sweep is not None and sweep not in sweeps:
         raise ConfigError("--sweep", f"{sweep!r} is not in {root}; allowed: {', '.join(sweeps)}")
-    trials = store.read_trials(root, sweep)
+    trials = store.read_trials(root, sweep, columns=COLUMNS)
     tasks = sorted(trials["config.task"].dropna().unique())
     if task is None and len(tasks) > 1:
         raise ConfigError(
@@ -150,16 +194,6 @@ def numeric_columns(trials: pd.DataFrame) -> list[str]:
     return sorted(numeric, key=lambda col: (col.startswith("memory."), col))
 
 
-def score_column(trials: pd.DataFrame, prefer: str = "test") -> str:
-    """The first accuracy or BLEU column the trials report, ``prefer``'s split first."""
-    other = "val" if prefer == "test" else "test"
-    candidates = SCORES[prefer] + SCORES[other]
-    for col in candidates:
-        if col in trials.columns and trials[col].notna().any():
-            return col
-    raise NoResult(f"no completed trial reports a score; looked for {', '.join(candidates)}")
-
-
 def parse_objectives(specs: Sequence[str], trials: pd.DataFrame) -> dict[str, str]:
     """``COLUMN:max,COLUMN:min`` (repeatable) -> {column: direction}; bare names work too."""
     allowed = numeric_columns(trials)
@@ -187,37 +221,55 @@ def parse_objectives(specs: Sequence[str], trials: pd.DataFrame) -> dict[str, st
 def configurations(done: pd.DataFrame) -> pd.DataFrame:
     """One row per seed group of ``done``: every metric and memory column as ``<col>.mean``,
     ``.std``, ``.count``, ``.ci95``; the group's config columns (its first trial's, seed
-    dropped); ``n`` trials; ``techniques`` (e.g. ``fp16 + sparsity``), ``configuration`` (e.g.
-    ``fp16, 30% nonzeros, microbatch 10``) and ``other_settings`` (fields that vary besides)."""
+    dropped); ``n`` trials, their ``trial_ids`` and the sweep ``points`` that proposed them;
+    ``techniques`` (e.g. ``fp16 + sparsity``), ``configuration`` (e.g. ``fp16, 30% nonzeros,
+    microbatch 10``) and ``other_settings`` (fields that vary besides)."""
     stats = pareto.aggregate_seeds(done, "seed_group", numeric_columns(done))
     config_cols = [c for c in done.columns if c.startswith("config.") and c != "config.seed"]
-    first = done.drop_duplicates("seed_group").set_index("seed_group")[["trial_id", *config_cols]]
+    first = done.drop_duplicates("seed_group").set_index("seed_group")[config_cols]
     groups = stats.join(first, on="seed_group")
-    groups["n"] = groups["seed_group"].map(done.groupby("seed_group").size()).astype(int)
+    members: dict[str, list[str]] = {}
+    proposed: dict[str, set[int]] = {}
+    points = done["point"] if "point" in done else pd.Series(pd.NA, index=done.index)
+    for group, trial, point in zip(done["seed_group"], done["trial_id"], points, strict=True):
+        members.setdefault(group, []).append(trial)
+        if not pd.isna(point):
+            proposed.setdefault(group, set()).add(int(point))
+    groups["trial_ids"] = [sorted(members[g]) for g in groups["seed_group"]]
+    groups["points"] = [sorted(proposed.get(g, ())) for g in groups["seed_group"]]
+    groups["n"] = [len(members[g]) for g in groups["seed_group"]]
     largest = largest_model(groups)
     varying = [c for c in config_cols if groups[c].astype(str).nunique() > 1]
-    model_varies = any(c.startswith("config.model.") for c in varying)
-    rows = [row for _, row in groups.iterrows()]
-    groups["techniques"] = [" + ".join(techniques(row, largest)) or "no technique" for row in rows]
-    groups["configuration"] = [describe(row, model_varies) for row in rows]
-    others = [
-        c
-        for c in varying
-        if c not in _DESCRIBED and not (model_varies and c.startswith("config.model."))
-    ]
-    groups["other_settings"] = [
-        ", ".join(
-            f"{c.removeprefix('config.')}={_plain(row[c])}"
-            for c in others
-            if row["config.sparsity.density"] < 1 or not c.startswith("config.sparsity.")
-        )
-        for row in rows
+    model_fields = [c for c in varying if c.startswith("config.model.")]
+    # Labels depend on a few fields only: worked out once per distinct combination of them.
+    wanted = dict.fromkeys((*_DESCRIBED, *BATCH_FIELDS, *largest, *model_fields))
+    labelled = [c for c in wanted if c in groups]
+    keys = list(zip(*(groups[c].astype(str) for c in labelled), strict=True))
+    first_of = {key: i for i, key in reversed(list(enumerate(keys)))}
+    rows = groups.iloc[list(first_of.values())][labelled].to_dict("records")
+    names = {
+        key: (" + ".join(techniques(row, largest)) or NO_TECHNIQUE, describe(row, model_fields))
+        for key, row in zip(first_of, rows, strict=True)
+    }
+    groups["techniques"] = [names[k][0] for k in keys]
+    groups["configuration"] = [names[k][1] for k in keys]
+    others = [c for c in varying if c not in _DESCRIBED and c not in model_fields]
+    dense = (groups["config.sparsity.density"] >= 1).to_numpy()
+    settings = [
+        [
+            "" if is_dense and c.startswith("config.sparsity.") else f"{c[7:]}={plain(v)}"
+            for v, is_dense in zip(groups[c], dense, strict=True)
+        ]
+        for c in others
     ]  # the rewiring knobs of a dense model change nothing: left out
+    joined = (", ".join(filter(None, row)) for row in zip(*settings, strict=True))
+    groups["other_settings"] = list(joined) if others else ""
     return groups
 
 
 def techniques(row: Mapping, largest: Mapping[str, float] | None = None) -> list[str]:
-    """The paper's technique names a configuration uses; ``largest`` model sizes mark baselines."""
+    """The paper's technique names a configuration uses; a model field below the ``largest``
+    value of the store (e.g. a smaller width) marks a smaller-model baseline."""
     names = []
     if row["config.precision"] != "fp32":
         names.append(row["config.precision"])
@@ -227,15 +279,15 @@ def techniques(row: Mapping, largest: Mapping[str, float] | None = None) -> list
         names.append("microbatch")
     if row["config.checkpoint"] != "none":
         names.append("checkpoint")
-    for name, col in SIZE_FIELDS[row["config.task"]].items():
-        if largest and col in largest and row[col] < largest[col]:
-            names.append(name)
+    for col, size in (largest or {}).items():
+        if col in row and pd.notna(row[col]) and row[col] < size:
+            names.append(f"smaller {col.rsplit('.', 1)[1].replace('_', ' ')}")
     return names
 
 
-def describe(row: Mapping, with_model: bool = False) -> str:
-    """A short name for one configuration: model (when it varies), precision, technique settings."""
-    parts = [model_name(row)] if with_model else []
+def describe(row: Mapping, model_fields: Sequence[str] = ()) -> str:
+    """A short name for one configuration: the model fields that vary, precision, techniques."""
+    parts = [model_name(row, model_fields)] if model_fields else []
     parts.append(row["config.precision"])
     if row["config.sparsity.density"] < 1:
         parts.append(f"{100 * row['config.sparsity.density']:.3g}% nonzeros")
@@ -247,42 +299,47 @@ def describe(row: Mapping, with_model: bool = False) -> str:
     return ", ".join(parts)
 
 
-def model_name(row: Mapping) -> str:
-    if row["config.task"] == "wrn-cifar10":
-        return f"WRN-{int(row['config.model.depth'])}-{int(row['config.model.width'])}"
-    return (
-        f"DCT {int(row['config.model.encoder_layers'])}+{int(row['config.model.decoder_layers'])}"
-        f" layers, d={int(row['config.model.embed_dim'])}"
+def model_name(row: Mapping, model_fields: Sequence[str]) -> str:
+    """``model depth=16 width=2``: the model fields that tell a store's models apart."""
+    return "model " + " ".join(
+        f"{c.removeprefix('config.model.')}={plain(row[c])}" for c in model_fields
     )
 
 
-def batch_size(row: Mapping) -> int:
-    """The minibatch the microbatch splits: images for WRN, tokens for the transformer."""
-    key = (
-        "config.schedule.batch_size"
-        if row["config.task"] == "wrn-cifar10"
-        else "config.schedule.max_tokens"
-    )
-    return int(row[key])
+def batch_field(row: Mapping) -> str:
+    """The config field of the minibatch a microbatch splits (images or tokens)."""
+    return next(c for c in BATCH_FIELDS if c in row and pd.notna(row[c]))
 
 
 def microbatch_size(row: Mapping) -> int:
     """The microbatch a step computes at once; the whole minibatch without microbatching."""
     size = row["config.microbatch.size"]
-    return batch_size(row) if pd.isna(size) else int(size)
+    return int(row[batch_field(row)]) if pd.isna(size) else int(size)
 
 
 def microbatched(row: Mapping) -> bool:
-    return microbatch_size(row) < batch_size(row)
+    return microbatch_size(row) < int(row[batch_field(row)])
 
 
-def is_baseline(row: Mapping, largest: Mapping[str, float]) -> bool:
-    """fp32, dense, whole batches, no checkpointing, the largest model: the paper's baseline."""
-    return not techniques(row, largest)
+def batch_sizes(frame: pd.DataFrame) -> pd.Series:
+    """Each row's minibatch (`batch_field` of every row at once)."""
+    present = [frame[c] for c in BATCH_FIELDS if c in frame]
+    sizes = present[0]
+    for other in present[1:]:
+        sizes = sizes.fillna(other)
+    return sizes.astype(int)
 
 
 def largest_model(groups: pd.DataFrame) -> dict[str, float]:
-    return {col: groups[col].max() for col in _size_fields(groups)}
+    """The largest value of each integer model field that varies in the store (its sizes)."""
+    sizes = [
+        c
+        for c in groups.columns
+        if c.startswith("config.model.")
+        and pd.api.types.is_integer_dtype(groups[c])
+        and groups[c].nunique() > 1
+    ]
+    return {col: groups[col].max() for col in sizes}
 
 
 def trial_config(done: pd.DataFrame, seed_group: str) -> TrialConfig:
@@ -291,12 +348,8 @@ def trial_config(done: pd.DataFrame, seed_group: str) -> TrialConfig:
     return store.trial_config(row).replace(seed=0)
 
 
-def _size_fields(groups: pd.DataFrame) -> list[str]:
-    tasks = groups["config.task"].unique()
-    return [col for task in tasks for col in SIZE_FIELDS[task].values() if col in groups.columns]
-
-
-def _plain(value: object) -> str:
+def plain(value: object) -> str:
+    """A config value as a label shows it: 4 digits, lists without brackets."""
     if isinstance(value, (float, np.floating)):
         return f"{value:.4g}"
     if isinstance(value, str) and value.startswith("["):

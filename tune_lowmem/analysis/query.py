@@ -1,26 +1,29 @@
-"""The Pareto query behind `tune-lowmem pareto`: seed-averaged configurations of a store, their
-non-dominated front by memory, or the most accurate one within a memory budget as TrialConfig
-YAML; rendered as a table, JSON or CSV."""
+"""The Pareto query behind `tune-lowmem pareto` and `status`: seed-averaged configurations of a
+store, their non-dominated front on the sweeps' validation objectives, or the best one within a
+memory budget; every row traceable to its trials and ready to run, as a table, JSON or CSV."""
 
 from __future__ import annotations
 
 import json
 import math
+import shlex
 
 import pandas as pd
 
 from .. import pareto
 from ..config import ConfigError, TrialConfig
+from . import objectives as chosen
 from .points import (
-    MEMORY,
     NoResult,
     completed,
     configurations,
     load_trials,
+    metric_name,
     parse_objectives,
-    score_column,
     trial_config,
 )
+
+PREDICTED, MEASURED = "memory.predicted_total_mb", "memory.measured_total_mb"
 
 
 def answer(
@@ -33,15 +36,16 @@ def answer(
     form: str = "table",
 ) -> str:
     """The front (or, given ``max_memory_mb``, the best configuration within it) as text."""
-    done = completed(load_trials(root, sweep, task))
-    if objectives:
-        chosen = parse_objectives(objectives, done)
-    else:
-        chosen = {score_column(done, prefer="val"): "maximize", MEMORY: "minimize"}
-    names = list(chosen)
+    trials = load_trials(root, sweep, task)
+    done = completed(trials)
+    given = parse_objectives(objectives, done) if objectives else None
+    goals = chosen.choose(root, trials, given, "--objectives")
+    for column in (c for c in goals if c.startswith("metric.")):
+        chosen.require_values(done, column)
     groups = configurations(done)
+    beside = _beside(goals, done)
     if min_accuracy is not None:
-        score = _objective(chosen, "maximize", "--min-accuracy")
+        score = _objective(goals, "maximize", "--min-accuracy")
         values = groups[f"{score}.mean"]
         groups = groups[values >= min_accuracy]
         if groups.empty:
@@ -50,12 +54,12 @@ def answer(
                 f"the best found is {values.max():.4g}"
             )
     if max_memory_mb is None:
-        front = pareto.pareto_front(groups, {f"{col}.mean": way for col, way in chosen.items()})
+        front = pareto.pareto_front(groups, {f"{col}.mean": way for col, way in goals.items()})
         if front.empty:
-            raise NoResult(f"no completed trial reports all of {', '.join(names)}")
-        return _render(front, done, names, form)
-    score = _objective(chosen, "maximize", "--max-memory-mb")
-    memory = _objective(chosen, "minimize", "--max-memory-mb")
+            raise NoResult(f"no completed trial reports all of {', '.join(goals)}")
+        return render(front, done, goals, beside, form)
+    score = _objective(goals, "maximize", "--max-memory-mb")
+    memory = _objective(goals, "minimize", "--max-memory-mb")
     best = pareto.best_under_budget(groups, f"{memory}.mean", max_memory_mb, f"{score}.mean")
     if best is None:
         smallest = groups[f"{memory}.mean"].min()
@@ -66,9 +70,17 @@ def answer(
         )
         raise NoResult(f"no configuration within {max_memory_mb:g} MB of {memory}; {found}")
     if form != "table":
-        return _render(groups.loc[[best.name]], done, names, form, single=True)
+        return render(groups.loc[[best.name]], done, goals, beside, form, single=True)
     where = f"store {root}" + (f", sweep {sweep}" if sweep else "")
-    return _yaml(best, done, names, f"within {max_memory_mb:g} MB ({where})")
+    return _yaml(best, done, goals, beside, f"within {max_memory_mb:g} MB ({where})")
+
+
+def _beside(goals: dict[str, str], done: pd.DataFrame) -> list[str]:
+    """Reported next to each chosen row, never used to choose: memory predicted and measured,
+    and the test metric of each validation objective."""
+    tests = [chosen.test_of(c, done) for c in goals if c.startswith(chosen.VALIDATION)]
+    extra = [PREDICTED, MEASURED, *(t for t in tests if t)]
+    return [c for c in extra if c not in goals and c in done.columns]
 
 
 def _objective(objectives: dict[str, str], direction: str, flag: str) -> str:
@@ -85,30 +97,50 @@ def _objective(objectives: dict[str, str], direction: str, flag: str) -> str:
 
 def _interval(row: pd.Series, col: str) -> str:
     mean, ci = row[f"{col}.mean"], row[f"{col}.ci95"]
+    if math.isnan(mean):
+        return "-"
     return f"{mean:.4g}" if math.isnan(ci) or ci == 0 else f"{mean:.4g} ± {ci:.2g}"
 
 
-def _render(
-    rows: pd.DataFrame, done: pd.DataFrame, objectives: list[str], form: str, single: bool = False
+def render(
+    rows: pd.DataFrame,
+    done: pd.DataFrame,
+    goals: dict[str, str],
+    beside: list[str],
+    form: str,
+    single: bool = False,
 ) -> str:
+    """Rows as an aligned table with a command line to train each, as JSON, or as CSV."""
     if form == "table":
-        table = pd.DataFrame({"configuration": rows["configuration"]})
-        for col in objectives:
-            table[col] = [_interval(row, col) for _, row in rows.iterrows()]
-        table["seeds"] = rows["n"]
-        table["seed_group"] = rows["seed_group"]
+        table = pd.DataFrame({"point": [_ids(p) for p in rows["points"]]})
+        table["configuration"] = rows["configuration"].to_numpy()
+        for col in goals:
+            table[f"{col} ({goals[col][:3]})"] = [_interval(row, col) for _, row in rows.iterrows()]
+        table["seeds"] = rows["n"].to_numpy()
+        for col in beside:
+            table[_short(col)] = [_interval(row, col) for _, row in rows.iterrows()]
         if rows["other_settings"].astype(bool).any():
-            table["other settings"] = rows["other_settings"]
-        return _aligned(table)
-    records = [_record(row, done, objectives) for _, row in rows.iterrows()]
+            table["other settings"] = rows["other_settings"].to_numpy()
+        runs = [
+            f"  point {_ids(row['points'])} (trials {', '.join(row['trial_ids'])}): "
+            + run_line(trial_config(done, row["seed_group"]))
+            for _, row in rows.iterrows()
+        ]
+        return aligned(table) + "\nTo train a row:\n" + "\n".join(runs) + "\n"
+    records = [_record(row, done, goals, beside) for _, row in rows.iterrows()]
     if form == "json":
         return json.dumps(records[0] if single else records, indent=2) + "\n"
     flat = [
         {
-            **{key: value for key, value in record.items() if key not in ("objectives", "config")},
+            **{
+                key: json.dumps(value) if isinstance(value, list) else value
+                for key, value in record.items()
+                if key not in ("objectives", "reported", "config")
+            },
             **{
                 f"{col}.{stat}": v
-                for col, stats in record["objectives"].items()
+                for part in ("objectives", "reported")
+                for col, stats in record[part].items()
                 for stat, v in stats.items()
             },
             **{
@@ -121,31 +153,61 @@ def _render(
     return pd.DataFrame(flat, dtype=object).to_csv(index=False)  # ints stay ints beside nulls
 
 
-def _aligned(table: pd.DataFrame) -> str:
+def run_line(config: TrialConfig) -> str:
+    """``tune-lowmem train --set ...`` with every field that differs from the task's defaults."""
+    defaults = TrialConfig.from_dict({"task": config.task}).to_flat()
+    changed = {k: v for k, v in config.to_flat().items() if v != defaults.get(k) or k == "task"}
+    sets = " ".join(
+        f"--set {shlex.quote(f'{key}={_yaml_value(value)}')}" for key, value in changed.items()
+    )
+    return f"tune-lowmem train {sets}"
+
+
+def _yaml_value(value) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return json.dumps(list(value)) if isinstance(value, (list, tuple)) else str(value)
+
+
+def _ids(points: list[int]) -> str:
+    return ",".join(map(str, points)) or "-"
+
+
+def _short(col: str) -> str:
+    return f"{metric_name(col)} (not used to choose)" if col.startswith(chosen.TEST) else col
+
+
+def aligned(table: pd.DataFrame) -> str:
     """Left-aligned columns two spaces apart: long configuration names stay readable."""
     cells = [list(map(str, table.columns))] + [
         list(map(str, row)) for row in table.itertuples(index=False)
     ]
     widths = [max(len(line[i]) for line in cells) for i in range(len(table.columns))]
     return "".join(
-        "  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() + "\n" for line in cells
+        "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() + "\n"
+        for line in cells
     )
 
 
-def _record(row: pd.Series, done: pd.DataFrame, objectives: list[str]) -> dict:
-    stats = {
-        col: {
-            **{stat: _number(row[f"{col}.{stat}"]) for stat in ("mean", "ci95", "std")},
-            "count": int(row[f"{col}.count"]),
-        }
-        for col in objectives
+def _stats(row: pd.Series, col: str) -> dict:
+    return {
+        **{stat: _number(row[f"{col}.{stat}"]) for stat in ("mean", "ci95", "std")},
+        "count": int(row[f"{col}.count"]),
     }
+
+
+def _record(row: pd.Series, done: pd.DataFrame, goals: dict[str, str], beside: list[str]) -> dict:
     return {
         "seed_group": row["seed_group"],
+        "points": list(row["points"]),
+        "trial_ids": list(row["trial_ids"]),
         "configuration": row["configuration"],
         "techniques": row["techniques"],
         "seeds": int(row["n"]),
-        "objectives": stats,
+        "objectives": {col: {"direction": goals[col], **_stats(row, col)} for col in goals},
+        "reported": {col: _stats(row, col) for col in beside},
         "config": trial_config(done, row["seed_group"]).to_dict(),
     }
 
@@ -164,17 +226,22 @@ def _number(value) -> float | None:
     return None if math.isnan(value) else value
 
 
-def _yaml(best: pd.Series, done: pd.DataFrame, objectives: list[str], where: str) -> str:
-    """The config as YAML, after comment lines that say what it is and how well it did."""
+def _yaml(
+    best: pd.Series, done: pd.DataFrame, goals: dict[str, str], beside: list[str], where: str
+) -> str:
+    """The config as YAML, after comment lines that say what it is, where it comes from and how
+    well it did."""
     config = trial_config(done, best["seed_group"])
     other = f"; {best['other_settings']}" if best["other_settings"] else ""
     lines = [
-        f"# The most accurate configuration {where}:",
+        f"# The best configuration on validation data {where}:",
         f"#   {best['configuration']}{other}",
+        f"#   point {_ids(best['points'])}, trials {', '.join(best['trial_ids'])}",
         *(
             f"#   {col}: {_interval(best, col)} ({_seeds(int(best[f'{col}.count']))})"
-            for col in objectives
+            for col in goals
         ),
+        *(f"#   {_short(col)}: {_interval(best, col)}" for col in beside),
         "# Check it: tune-lowmem profile THIS.yaml; train it: tune-lowmem train THIS.yaml",
     ]
     return "\n".join(lines) + "\n" + config.to_yaml()

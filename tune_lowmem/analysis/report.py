@@ -1,6 +1,8 @@
 """The whole report of a store: every figure as PNG, Table 3 as Markdown and CSV, one static
-``index.html`` that shows them (and says why a figure is missing when the store lacks the
-variation it needs). `tune-lowmem report` and the scripts in ``analysis/`` both land here."""
+``index.html`` that a reviewer reads without the code: the training setup it summarises, the
+rule every choice was made by, the paper's published figures beside the store's (for
+reproduction sweeps), Table 3 and the figures (or why a figure is missing when the store lacks
+the variation it needs). `tune-lowmem report` and the scripts in ``analysis/`` both land here."""
 
 from __future__ import annotations
 
@@ -16,7 +18,9 @@ from . import (
     accuracy_microbatch,
     hypervolume,
     memory_parts,
+    paper,
     table3,
+    training_setup,
 )
 from .plotting import Drawn
 from .points import Points
@@ -57,22 +61,22 @@ def write_report(points: Points, out: str | Path, only: str | None = None) -> li
 
 
 def page(points: Points, drawn: list[Drawn], table: pd.DataFrame | None) -> str:
-    """The static page: what the store holds, Table 3, then each figure or why it is missing."""
-    trials = points.trials
-    statuses = ", ".join(f"{n} {s}" for s, n in trials["status"].value_counts().items())
-    sweeps = ", ".join(sorted(trials["sweep"].unique()))
+    """The static page: setup, selection rule, the paper beside the store, Table 3, figures."""
     parts = [
         "<!doctype html>",
         '<html lang="en"><head><meta charset="utf-8">',
         "<title>tune-lowmem report</title>",
         f"<style>{_STYLE}</style></head><body>",
         "<h1>tune-lowmem report</h1>",
+        "<h2>Training setup</h2>",
+        _pairs_html(training_setup.rows(points)),
+        "<h2>How configurations were chosen</h2>",
         (
-            f"<p>Sweeps: {_e(sweeps)}. Trials: {len(trials)} ({_e(statuses)}); "
-            f"{len(points.groups)} completed configurations. "
-            f"Score: <code>{_e(points.score)}</code>; "
-            f"memory: <code>{_e(points.memory)}</code> (predicted by the profiler).</p>"
+            f"<p>{_e(points.rule)} Memory: <code>{_e(points.memory)}</code> (predicted by the "
+            "profiler from shapes, before training).</p>"
         ),
+        "<h2>Against the paper</h2>",
+        _paper_html(points),
         f"<h2>{_e(table3.TITLE)}</h2>",
     ]
     if table is None:
@@ -81,11 +85,10 @@ def page(points: Points, drawn: list[Drawn], table: pd.DataFrame | None) -> str:
             "memory</p>"
         )
     else:
-        parts.append(_table_html(table))
+        parts.append(_table_html(table.drop(columns="seed_group"), table3.format_cell))
         parts.append(
-            f'<p class="note">Also as <a href="{table3.NAME}.md">Markdown</a> and '
-            f'<a href="{table3.NAME}.csv">CSV</a>. Reduction and change are against the first row; '
-            "95% CI = 1.96 standard errors over seeds.</p>"
+            f'<p class="note">{_e(table3.note(points))} Also as <a href="{table3.NAME}.md">'
+            f'Markdown</a> and <a href="{table3.NAME}.csv">CSV</a>.</p>'
         )
     for figure in drawn:
         parts.append(f"<h2>{_e(figure.title)}</h2>")
@@ -100,14 +103,43 @@ def page(points: Points, drawn: list[Drawn], table: pd.DataFrame | None) -> str:
     return "\n".join(parts) + "\n"
 
 
-def _table_html(table: pd.DataFrame) -> str:
-    shown = table.drop(columns="seed_group")
+def _pairs_html(pairs: list[tuple[str, str]]) -> str:
+    rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in pairs)
+    return f"<table><tbody>{rows}</tbody></table>"
+
+
+def _paper_html(points: Points) -> str:
+    """The paper's figures beside the store's, or why there is nothing to put beside them."""
+    lines = paper.comparison(points)
+    source = _e(paper.published()["source"])
+    if lines.empty:
+        return (
+            '<p class="note">None of the configurations the paper publishes figures for '
+            "(WideResNet-28-2 and DC-Transformer rows of its Table 3 and headline ratios) is in "
+            "this store, so there is nothing to put beside them; a reproduction sweep (e.g. "
+            f"<code>search_spaces/paper-*.yaml</code>) gets the side-by-side table. {source}</p>"
+        )
+
+    def cell(column: str, value, _row) -> str:
+        if isinstance(value, str):
+            return value
+        return "not in this store" if pd.isna(value) else f"{value:.4g}"
+
+    return _table_html(lines, cell) + (
+        f'<p class="note">Paper: {source}. This store: predicted memory; test score (mean over '
+        "seeds) of the configuration with the same fields, the best on validation data where "
+        "several match; reduction and change against the store's own baseline of the same "
+        "model. Difference = this store - paper.</p>"
+    )
+
+
+def _table_html(shown: pd.DataFrame, format_cell) -> str:
     head = "".join(f"<th>{_e(col)}</th>" for col in shown.columns)
     rows = []
     for _, row in shown.iterrows():
         cells = "".join(
             f"<td{'' if isinstance(row[col], str) else ' class=num'}>"
-            f"{_e(table3.format_cell(col, row[col]))}</td>"
+            f"{_e(format_cell(col, row[col], row))}</td>"
             for col in shown.columns
         )
         rows.append(f"<tr>{cells}</tr>")

@@ -1,5 +1,9 @@
 """The paper's Table 3: configurations on the memory-score front against the fp32 dense baseline
-with no technique (configuration, memory, reduction factor, score, score change)."""
+with no technique (configuration, memory, reduction factor, score, score change).
+
+The rows are chosen on the validation metric; the test metric stands beside them, with its own
+interval and change, as the paper reports test figures. An empty cell says why it is empty.
+"""
 
 from __future__ import annotations
 
@@ -9,13 +13,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..memory import MB, baseline_config, predict
+from . import baselines
 from .points import (
+    NO_TECHNIQUE,
     Points,
     describe,
-    is_baseline,
-    largest_model,
-    techniques,
+    metric_name,
+    metric_scale,
     trial_config,
 )
 
@@ -27,28 +31,20 @@ TITLE = (
 
 def build(points: Points) -> pd.DataFrame:
     """Baseline first, then the front from most memory to least, in display units (%, MB)."""
-    scored, largest = points.scored(), largest_model(points.groups)
-    mem, score = f"{points.memory}.mean", f"{points.score}.mean"
-    trained = scored[[is_baseline(row, largest) for _, row in scored.iterrows()]]
+    scored = points.scored()
+    score = f"{points.score}.mean"
+    trained = scored[scored["techniques"] == NO_TECHNIQUE]
     if not trained.empty:
-        base = trained.loc[trained[score].idxmax()]
-        base_row = _row(
-            points, base["configuration"] + " (baseline)", base, base[mem], base[mem], base[score]
-        )
+        means = trained[score]
+        base = trained.loc[means.idxmax() if points.direction == "maximize" else means.idxmin()]
+        base_row = _row(points, base["configuration"] + " (baseline)", base, base)
     else:
-        base_row = _predicted_baseline(points, scored, largest)
+        base, base_row = None, _predicted_baseline(points, scored)
     front = points.front().iloc[::-1]
     rows = [base_row] + [
-        _row(
-            points,
-            group["configuration"],
-            group,
-            group[mem],
-            base_row["memory (MB)"],
-            base_row[points.score_label] / points.scale,
-        )
+        _row(points, group["configuration"], group, base, base_row["memory (MB)"])
         for _, group in front.iterrows()
-        if trained.empty or group["seed_group"] != base["seed_group"]
+        if base is None or group["seed_group"] != base["seed_group"]
     ]
     table = pd.DataFrame(rows)
     if not table["other settings"].astype(bool).any():
@@ -60,53 +56,74 @@ def _row(
     points: Points,
     label: str,
     group: pd.Series,
-    memory: float,
-    base_memory: float,
-    base_score: float,
+    base: pd.Series | None,
+    base_memory: float | None = None,
 ) -> dict:
-    mean, ci = group[f"{points.score}.mean"], group[f"{points.score}.ci95"]
-    return {
+    """One configuration against the baseline (``base``: a trained one; else its memory alone)."""
+    memory = group[f"{points.memory}.mean"]
+    if base is not None:
+        base_memory = base[f"{points.memory}.mean"]
+    row = {
         "configuration": label,
         "other settings": group["other_settings"],
         "memory (MB)": memory,
         "reduction (x)": base_memory / memory,
-        points.score_label: mean * points.scale,
-        "95% CI (±)": ci * points.scale,
-        _change(points): (mean - base_score) * points.scale,
-        "seeds": int(group["n"]),
-        "seed_group": group["seed_group"],
     }
+    for metric in (points.score, points.test):
+        if metric is None:
+            continue
+        scale, split = metric_scale(metric), metric_name(metric).split()[0]
+        mean = group[f"{metric}.mean"]
+        row[_label(metric)] = mean * scale
+        row[f"{split} 95% CI (±)"] = group[f"{metric}.ci95"] * scale
+        row[f"{split} change{' (pp)' if scale == 100 else ''}"] = (
+            math.nan if base is None else (mean - base[f"{metric}.mean"]) * scale
+        )
+    row["seeds"] = int(group["n"])
+    row["trials"] = ", ".join(group["trial_ids"])
+    row["seed_group"] = group["seed_group"]
+    return row
 
 
-def _predicted_baseline(points: Points, scored: pd.DataFrame, largest: dict) -> dict:
-    """No baseline trial: the profiler's memory for the best full-size point, techniques off."""
-    full_size = scored[
-        [
-            not ({"narrower", "shallower"} & set(techniques(row, largest)))
-            for _, row in scored.iterrows()
-        ]
-    ]
-    reference = full_size.loc[full_size[f"{points.score}.mean"].idxmax()]
-    config = baseline_config(trial_config(points.trials, reference["seed_group"]))
-    memory = predict(config).total_bytes / MB
-    label = describe(
-        {f"config.{key}": value for key, value in config.to_flat().items()}, with_model=True
+def _label(metric: str) -> str:
+    return f"{metric_name(metric)} (%)" if metric_scale(metric) == 100 else metric_name(metric)
+
+
+def _predicted_baseline(points: Points, scored: pd.DataFrame) -> dict:
+    """No baseline trial: the profiler's memory for the best full-size point, techniques off,
+    as the sweep recorded it when it ended (else predicted now, which needs torch)."""
+    reference = baseline_reference(scored, points)
+    label, memory = baselines.saved(points).get(reference["seed_group"]) or predict_baseline(
+        points, reference
     )
+    empty = _row(points, "", reference, None, 1.0)
     return {
+        **dict.fromkeys(empty, math.nan),
         "configuration": f"{label}, dense, no technique (baseline; predicted, not trained)",
         "other settings": "",  # the baseline's memory does not depend on them
         "memory (MB)": memory,
         "reduction (x)": 1.0,
-        points.score_label: math.nan,
-        "95% CI (±)": math.nan,
-        _change(points): math.nan,
         "seeds": 0,
+        "trials": "",
         "seed_group": "",
     }
 
 
-def _change(points: Points) -> str:
-    return "change (pp)" if points.scale == 100 else "change"
+def baseline_reference(scored: pd.DataFrame, points: Points) -> pd.Series:
+    """The configuration whose model the baseline trains: the best full-size one on validation."""
+    full_size = scored[~scored["techniques"].str.contains("smaller ", regex=False)]
+    means = full_size[f"{points.score}.mean"]
+    return full_size.loc[means.idxmax() if points.direction == "maximize" else means.idxmin()]
+
+
+def predict_baseline(points: Points, reference: pd.Series) -> tuple[str, float]:
+    """The baseline's label and predicted memory (MB): the one place the analysis needs the
+    profiler, and so torch, imported only here."""
+    from ..memory import MB, baseline_config, predict
+
+    config = baseline_config(trial_config(points.trials, reference["seed_group"]))
+    label = describe({f"config.{key}": value for key, value in config.to_flat().items()})
+    return label, predict(config).total_bytes / MB
 
 
 def to_markdown(table: pd.DataFrame, points: Points) -> str:
@@ -116,33 +133,49 @@ def to_markdown(table: pd.DataFrame, points: Points) -> str:
         "| " + " | ".join(shown.columns) + " |",
         "| "
         + " | ".join(
-            "---" if c in ("configuration", "other settings") else "---:" for c in shown.columns
+            "---:" if pd.api.types.is_numeric_dtype(shown[c]) else "---" for c in shown.columns
         )
         + " |",
     ]
     for _, row in shown.iterrows():
-        lines.append("| " + " | ".join(format_cell(col, row[col]) for col in shown.columns) + " |")
-    note = (
-        f"\nMemory: predicted total training memory. {points.score_label}: mean over seeds; "
-        "95% CI = 1.96 standard errors (blank with one seed). "
-        "Reduction and change are against the first row.\n"
+        cells = (format_cell(col, row[col], row) for col in shown.columns)
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines) + "\n\n" + note(points) + "\n"
+
+
+def note(points: Points) -> str:
+    """What the table's columns mean, and the rule its rows were chosen by."""
+    beside = (
+        f"; {points.test} is shown beside them and was not used to choose" if points.test else ""
     )
-    return "\n".join(lines) + "\n" + note
+    return (
+        f"Rows: the baseline, then the configurations non-dominated on {points.score} "
+        f"({points.direction}d) and {points.memory} (minimized), by memory{beside}. Memory: "
+        "predicted total training memory. Scores: mean over seeds; 95% CI = 1.96 standard "
+        "errors over seeds. Reduction and change are against the first row."
+    )
 
 
-def format_cell(column: str, value) -> str:
-    """A cell as the paper prints it: MB to 4 digits, reductions as 60.7×, scores to 0.01."""
+def format_cell(column: str, value, row: pd.Series) -> str:
+    """A cell as the paper prints it (MB to 4 digits, reductions as 60.7×, scores to 0.01), or
+    why it is empty: one seed has no interval, an untrained baseline no score."""
     if isinstance(value, str):
-        return value.replace("|", "\\|")
+        return value
     if isinstance(value, (float, np.floating)) and math.isnan(value):
-        return ""
+        if row["seeds"] == 0:
+            return "not trained"
+        if column.endswith("CI (±)") and row["seeds"] == 1:
+            return "n/a: 1 seed"
+        if "change" in column and row["seeds"] > 0:
+            return "n/a: baseline not trained"
+        return "n/a"
     if column == "reduction (x)":
         return f"{value:.1f}×"
     if column == "memory (MB)":
         return f"{value:.4g}"
     if column == "seeds":
         return str(int(value))
-    return f"{value:+.2f}" if column.startswith("change") else f"{value:.2f}"
+    return f"{value:+.2f}" if "change" in column else f"{value:.2f}"
 
 
 def write(points: Points, out: Path) -> tuple[pd.DataFrame, list[Path]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Any
 
 import yaml
@@ -12,9 +13,15 @@ from ..config import ConfigError, TrialConfig
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     """A trial config as an optional YAML file plus `--set key=value` overrides (dotted keys)."""
-    parser.add_argument("config", nargs="?", help="a TrialConfig YAML file (default: the paper's WRN-28-2)")
     parser.add_argument(
-        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        "config", nargs="?", help="a TrialConfig YAML file (default: the paper's WRN-28-2)"
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
         help="override one field, e.g. --set precision=fp16 --set sparsity.density=0.3 (repeatable)",
     )
 
@@ -35,7 +42,8 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     """Where a sweep's results go and which Ray cluster runs it."""
     parser.add_argument("--store", default="runs", help="the store's folder (default: ./runs)")
     parser.add_argument(
-        "--address", help="a Ray cluster: auto, HOST:PORT or ray://HOST:10001 (default: start one here)"
+        "--address",
+        help="a Ray cluster: auto, HOST:PORT or ray://HOST:10001 (default: start one here)",
     )
 
 
@@ -45,8 +53,37 @@ def print_outcome(outcome) -> None:
     from ..search import status_counts
 
     counts = status_counts(outcome.trials)
-    print(f"\nsweep {outcome.sweep} done: " + ", ".join(f"{n} {status}" for status, n in counts.items()))
+    print(
+        f"\nsweep {outcome.sweep} done: "
+        + ", ".join(f"{n} {status}" for status, n in counts.items())
+    )
     objectives = ", ".join(f"{m} {d}" for m, d in outcome.space.objectives.items())
     print(f"Pareto front ({objectives}):")
     print(front_table(outcome.front))
-    print(f"store: {outcome.root} (trials/, epochs/; Tune and Optuna state in ray/{outcome.sweep}/)")
+    print(
+        f"store: {outcome.root} (trials/, epochs/; Tune and Optuna state in ray/{outcome.sweep}/)"
+    )
+
+
+def number(text: str | None, flag: str, positive: bool = False) -> float | None:
+    """A numeric flag's value: a finite number, above zero (``positive``) or at least zero;
+    anything else is one line naming the flag (argparse's own `type=float` would print two)."""
+    if text is None:
+        return None
+    rule = "a number > 0" if positive else "a number >= 0"
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        raise ConfigError(flag, f"{text!r} is not allowed; {rule} is required")
+    return value
+
+
+def count(text: str | None, flag: str) -> int | None:
+    """A flag that counts something: a whole number above zero, else one line naming it."""
+    if text is None:
+        return None
+    if not text.strip().isdigit() or int(text) == 0:
+        raise ConfigError(flag, f"{text!r} is not allowed; a whole number > 0 is required")
+    return int(text)

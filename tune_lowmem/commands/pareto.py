@@ -1,14 +1,17 @@
 """`tune-lowmem pareto`: which configuration to train with, answered from the store alone.
 
 Completed trials are averaged across seeds (mean and 95% interval, 1.96 standard errors); the
-non-dominated configurations are printed by memory, or, given a memory budget, the single most
-accurate one under it as a TrialConfig YAML that `tune-lowmem profile` and `train` take as is.
+configurations non-dominated on the sweep's validation objectives are printed by memory, with
+their points, trials and a command to train each, or, given a memory budget, the single best
+one under it as a TrialConfig YAML that `tune-lowmem profile` and `train` take as is.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+
+from . import number
 
 
 def add_parser(subparsers) -> None:
@@ -23,19 +26,17 @@ def add_parser(subparsers) -> None:
         action="append",
         default=[],
         metavar="COLUMN:max|min,...",
-        help="store columns to trade off (default: the validation score, maximised, and "
-        "memory.predicted_total_mb, minimised); repeatable or comma-separated",
+        help="store columns to trade off, validation metrics only (default: the sweep's own "
+        "objectives); repeatable or comma-separated",
     )
     parser.add_argument(
         "--max-memory-mb",
-        type=float,
         help="print only the most accurate configuration within this memory, as TrialConfig YAML",
     )
     parser.add_argument(
         "--min-accuracy",
-        type=float,
-        help="keep configurations whose mean score is at least this, in the store's units "
-        "(accuracy as a fraction, e.g. 0.9; BLEU as it is)",
+        help="keep configurations whose mean validation score is at least this, in the store's "
+        "units (accuracy as a fraction, e.g. 0.9; BLEU as it is)",
     )
     parser.add_argument(
         "--format",
@@ -49,7 +50,11 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..analysis.points import NoResult
     from ..analysis.query import answer
+    from ..store import compact
 
+    max_memory_mb = number(args.max_memory_mb, "--max-memory-mb", positive=True)
+    min_accuracy = number(args.min_accuracy, "--min-accuracy")
+    compact(args.store)
     try:
         print(
             answer(
@@ -57,8 +62,8 @@ def run(args: argparse.Namespace) -> int:
                 sweep=args.sweep,
                 task=args.task,
                 objectives=args.objectives,
-                max_memory_mb=args.max_memory_mb,
-                min_accuracy=args.min_accuracy,
+                max_memory_mb=max_memory_mb,
+                min_accuracy=min_accuracy,
                 form=args.format,
             ),
             end="",

@@ -17,8 +17,8 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--task", help="one task, when the store holds several")
     parser.add_argument(
         "--metric",
-        help="the score column (default: metric.test_accuracy or metric.test_bleu, "
-        "else the validation one)",
+        help="the validation metric to choose and plot by (default: the one the sweep "
+        "optimised, e.g. metric.val_accuracy); test metrics are shown beside, never chosen on",
     )
     parser.add_argument(
         "--only",
@@ -32,7 +32,9 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..analysis.points import NoResult, load_points
     from ..analysis.report import write_report
+    from ..store import compact
 
+    compact(args.store)
     try:
         points = load_points(args.store, sweep=args.sweep, task=args.task, metric=args.metric)
         written = write_report(points, args.out, only=args.only)
