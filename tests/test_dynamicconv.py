@@ -246,13 +246,15 @@ def test_forward_and_backward_run_on_shapes_alone():
     assert all(p.grad is not None and p.grad.shape == p.shape for p in model.parameters())
 
 
-def test_build_model_takes_the_vocabulary_sizes_from_the_data():
+def test_the_task_builds_the_model_for_its_vocabulary_sizes(monkeypatch):
+    import torch as _torch
+
     from tune_lowmem.config import TrialConfig
-    from tune_lowmem.models import build_model
+    from tune_lowmem.tasks.translation import DynamicConvIwslt14
 
     flat = {f"model.{k}": v for k, v in tiny_config().__dict__.items() if k.startswith(("embed", "ffn", "encoder", "decoder"))}
     config = TrialConfig.from_dict({"task": "dct-iwslt14", **flat})
-    model = build_model(config, (30, 50))
+    task = DynamicConvIwslt14(config, _torch.device("cpu"))
+    monkeypatch.setattr(task, "vocab_sizes", lambda: (30, 50))  # what the data's dictionaries say
+    model = task.build_model()
     assert model.encoder.embed_tokens.num_embeddings == 30 and model.decoder.embed_tokens.num_embeddings == 50
-    with pytest.raises(ValueError, match="vocab_sizes: .* required for task dct-iwslt14"):
-        build_model(config)

@@ -263,7 +263,7 @@ def test_adam_moments_share_the_mask():
 )
 def test_masks_hold_through_training_steps(setting):
     trainer = Trainer(tiny_wrn_config(**CHURN, **setting))
-    sparsity = trainer.sparsity
+    sparsity = trainer.technique(Sparsity).engine
     masks_at_start = {name: mask.clone() for name, mask in sparsity.masks.items()}
     for batch in trainer.task.train_batches(0):
         trainer.train_step(batch)
@@ -287,9 +287,9 @@ def test_resume_from_state_dict_continues_identically():
     strip = lambda h: [{k: v for k, v in m.items() if k != "epoch_seconds"} for m in h]
     assert strip(resumed.run()) == strip(history)
     assert all(
-        torch.equal(resumed.sparsity.masks[n], m) for n, m in straight.sparsity.masks.items()
+        torch.equal(resumed.technique(Sparsity).engine.masks[n], m) for n, m in straight.technique(Sparsity).engine.masks.items()
     )
-    assert resumed.sparsity.threshold == straight.sparsity.threshold
+    assert resumed.technique(Sparsity).engine.threshold == straight.technique(Sparsity).engine.threshold
 
 
 @pytest.mark.slow
@@ -310,7 +310,7 @@ def test_real_run_at_30_percent_density_learns_and_keeps_its_density():
     )
     trainer = Trainer(config)
     history = trainer.run()
-    sparsity = trainer.sparsity
+    sparsity = trainer.technique(Sparsity).engine
     final = history[-1]
     print(
         f"sparse WRN-10-2 at density 0.3: val {final['val_accuracy']:.3f} test {final['test_accuracy']:.3f}, "

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from tune_lowmem.config import TrialConfig
+from tune_lowmem.techniques.sparsity import Sparsity
 from tune_lowmem.train import Trainer
 
 
@@ -80,14 +81,14 @@ def test_sparse_transformer_keeps_its_density():
     batches = iter(trainer.task.train_batches(0))
     for _ in range(5):
         trainer.train_step(next(batches))
-    metrics = trainer.sparsity.metrics()
+    metrics = trainer.technique(Sparsity).engine.metrics()
     assert metrics["sparsity_rewirings"] >= 2
     assert metrics["sparsity_density"] == pytest.approx(0.4, abs=1e-3)
-    names = set(trainer.sparsity.names)
+    names = set(trainer.technique(Sparsity).engine.names)
     assert not any("embed" in n or "layer_norm" in n for n in names)
     for name, p in trainer.model.named_parameters():
         if name in names:
-            assert int((p != 0).sum()) <= int(trainer.sparsity.masks[name].sum())
+            assert int((p != 0).sum()) <= int(trainer.technique(Sparsity).engine.masks[name].sum())
 
 
 def test_inverse_sqrt_schedule():
