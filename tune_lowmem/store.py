@@ -26,7 +26,6 @@ file that every reader skips.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
 import importlib.metadata
@@ -35,8 +34,7 @@ import math
 import os
 import platform
 import re
-import types
-import typing
+import sys
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -51,6 +49,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .config import ConfigError, TrialConfig
+from .schema import Kind, config_kinds, scalar_fits
 
 SCHEMA_VERSION = 1
 STATUSES = ("completed", "failed", "infeasible")
@@ -78,13 +77,22 @@ _KINDS = {  # column type -> (what to call it, the Python values it takes)
     pa.int64(): ("an integer", (int, np.integer)),
     pa.string(): ("a string", (str,)),
 }
-_ARROW_TYPES = {
-    bool: pa.bool_(),
-    int: pa.int64(),
-    float: pa.float64(),
-    str: pa.string(),
-    tuple: pa.string(),
+_BASE_COLUMNS = {  # every row file's own columns, with their types
+    "schema_version": pa.int64(),
+    "trial_id": pa.string(),
+    "status": pa.string(),
+    "failure_reason": pa.string(),
+    "seed_group": pa.string(),
+    "started_at": pa.timestamp("us", tz="UTC"),
+    "finished_at": pa.timestamp("us", tz="UTC"),
+    "wall_seconds": pa.float64(),
+    "epochs_completed": pa.int64(),
+    "node_id": pa.string(),
+    "sampler": pa.string(),
+    "point": pa.int64(),
 }
+_EPOCH_COLUMNS = {"schema_version": pa.int64(), "trial_id": pa.string(), "epoch": pa.int64()}
+QUARANTINE = "quarantine"  # DIR/quarantine/: unreadable files moved aside, never deleted
 
 
 class StoreError(ValueError):
@@ -161,8 +169,11 @@ def write_trial(
     trial = _trial_table(record)
     epoch_table = None if epochs is None else _epochs_table(record.trial_id, epochs)
     if epoch_table is not None:
-        _atomic_write(_file(root, EPOCHS, record.sweep, record.trial_id), epoch_table)
+        epochs_path = _file(root, EPOCHS, record.sweep, record.trial_id)
+        _quarantine_if_bad(root, epochs_path, EPOCHS)
+        _atomic_write(epochs_path, epoch_table)
     path = _file(root, TRIALS, record.sweep, record.trial_id)
+    _quarantine_if_bad(root, path, TRIALS)
     _atomic_write(path, trial)
     return path
 
@@ -187,7 +198,7 @@ def _trial_table(record: TrialRecord) -> pa.Table:
     }
     columns.update((f"config.{key}", array) for key, array in config.items())
     for name in sorted(record.metrics):
-        columns[f"metric.{check_name(name, 'metrics')}"] = _floats(
+        columns[f"metric.{check_name(name, 'metrics')}"] = _numbers(
             [record.metrics[name]], f"metrics.{name}"
         )
     for name, kind in MEMORY_COLUMNS.items():
@@ -219,51 +230,32 @@ def _epochs_table(trial_id: str, epochs: Sequence[Mapping[str, Any]]) -> pa.Tabl
     }
     for name in names:
         check_name(name, "epochs")
-        columns[f"metric.{name}"] = _floats([row.get(name) for row in epochs], f"epochs.{name}")
+        columns[f"metric.{name}"] = _numbers([row.get(name) for row in epochs], f"epochs.{name}")
     return pa.table(columns)
 
 
 def _config_columns(config: Mapping[str, Any]) -> dict[str, pa.Array]:
     """Every config field of the trial's task as a typed one-value column (null when absent)."""
     task = config.get("task", TrialConfig.task)
-    try:
-        fields = config_fields(task)
-    except ConfigError as error:
-        raise ConfigError(f"config.{error.field}", error.reason) from None
-    unknown = sorted(set(config) - set(fields))
+    kinds = _task_kinds(task, "config.")
+    unknown = sorted(set(config) - set(kinds))
     if unknown:
         raise ConfigError(f"config.{unknown[0]}", f"not a TrialConfig field of task {task}")
     columns = {}
-    for key, base in fields.items():
+    for key, kind in kinds.items():  # the validator's own types (`schema`): lists stay lists
         value = config.get(key)
-        if base is tuple and value is not None:
-            if not isinstance(value, (list, tuple)):
-                raise ConfigError(f"config.{key}", f"{value!r} is not allowed; a list is required")
-            value = json.dumps(list(value))  # JSON text keeps the column scalar
-        columns[key] = _column(value, _ARROW_TYPES[base], f"config.{key}")
+        if value is not None:
+            Kind(kind.scalar, kind.is_list, kind.length).check(value, f"config.{key}")
+            value = list(value) if kind.is_list else value
+        columns[key] = pa.array([value], kind.arrow)
     return columns
 
 
-@functools.cache
-def config_fields(task: str) -> dict[str, type]:
-    """Dotted config key -> its Python type (bool, int, float, str, tuple), from the annotations."""
-    return dict(_field_types(TrialConfig.from_dict({"task": task}), ""))
-
-
-def _field_types(section: Any, prefix: str) -> Iterable[tuple[str, type]]:
-    hints = typing.get_type_hints(type(section))
-    for f in dataclasses.fields(section):
-        value = getattr(section, f.name)
-        if dataclasses.is_dataclass(value):
-            yield from _field_types(value, f"{prefix}{f.name}.")
-        else:
-            yield f"{prefix}{f.name}", _base_type(hints[f.name])
-
-
-def _base_type(hint: Any) -> type:
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):  # X | None
-        (hint,) = [a for a in typing.get_args(hint) if a is not type(None)]
-    return typing.get_origin(hint) or hint
+def _task_kinds(task: Any, prefix: str) -> dict[str, Kind]:
+    try:
+        return config_kinds(task)
+    except ConfigError as error:
+        raise ConfigError(f"{prefix}{error.field}", error.reason) from None
 
 
 def _column(value: Any, kind: pa.DataType, field_name: str) -> pa.Array:
@@ -289,10 +281,25 @@ def _floats(values: list[Any], field_name: str) -> pa.Array:
     return pa.array([None if v is None else float(v) for v in values], pa.float64())
 
 
+def _numbers(values: list[Any], field_name: str) -> pa.Array:
+    """A metric column: int64 when every value is an integer (counts: epoch, updates), else
+    float64; pyarrow, pandas and DuckDB promote int64 to float64 where files differ."""
+    floats = _floats(values, field_name)
+    given = [v for v in values if v is not None]
+    if given and all(scalar_fits(v, int) for v in given):
+        return pa.array([None if v is None else int(v) for v in values], pa.int64())
+    return floats
+
+
 def _seed_group(config: Mapping[str, pa.Array]) -> str:
-    """The same point with another seed gets the same id: a hash of the typed config but seed."""
-    point = {key: array[0].as_py() for key, array in config.items() if key != "seed"}
+    """The same point with another seed gets the same id: a hash of the typed config but seed.
+    Lists enter as the JSON text that stores before list columns held, so ids stay the same."""
+    point = {key: _hashable(array[0].as_py()) for key, array in config.items() if key != "seed"}
     return hashlib.sha256(json.dumps(point, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _hashable(value: Any) -> Any:
+    return json.dumps(value) if isinstance(value, list) else value
 
 
 @functools.cache
@@ -382,7 +389,9 @@ def _read(root: str | Path, table: str, sweep: str | None, trial_id: str | None)
         folder = Path(root) / table / f"sweep={name}"
         paths = [folder / f"{trial_id}{_SUFFIX}"] if trial_id else sorted(_parquet_files(folder))
         for path in (p for p in paths if p.is_file()):
-            data = _read_file(path)
+            data = _read_file(path, table)
+            if data is None:  # named on stderr, left as it is; the other files still count
+                continue
             parts.append(data.add_column(0, "sweep", pa.array([name] * data.num_rows, pa.string())))
     keys = ["sweep", "trial_id"] + (["epoch"] if table == EPOCHS else [])
     if not parts:
@@ -404,28 +413,134 @@ def _column_group(name: str) -> int:
     return next((i for i, p in enumerate(_GROUPS, 1) if name.startswith(p)), 0)
 
 
-def _read_file(path: Path) -> pa.Table:
-    data = pq.ParquetFile(path).read()
-    if "schema_version" not in data.column_names:
-        raise StoreError(f"{path}: no schema_version column; not a file of the tune-lowmem store")
-    newest = pc.max(data["schema_version"]).as_py()
-    if newest is not None and newest > SCHEMA_VERSION:
-        raise StoreError(
-            f"{path}: schema_version {newest} is newer than this tune-lowmem reads "
-            f"({SCHEMA_VERSION}); upgrade tune-lowmem to read this store"
-        )
+def _read_file(path: Path, table: str) -> pa.Table | None:
+    """The file's rows (old list columns converted), or None after one line on stderr naming
+    it, when it is not a file this version can read: truncated, empty, foreign or newer."""
+    data, problem = _checked_file(path, table)
+    if problem is not None:
+        _say_skipped(path, problem)
     return data
+
+
+def _checked_file(path: Path, table: str) -> tuple[pa.Table | None, str | None]:
+    try:
+        data = pq.ParquetFile(path).read()
+    except (OSError, pa.ArrowException) as error:
+        return None, f"not a readable Parquet file ({_one_line(error)})"
+    problem = _schema_problem(data, table, path.name.removesuffix(_SUFFIX))
+    if problem is None:
+        try:
+            return _lists_from_json(data), None
+        except (ValueError, TypeError):
+            problem = "a list column holds text that is not a JSON list"
+    return None, problem
+
+
+def _schema_problem(data: pa.Table, table: str, trial_id: str) -> str | None:
+    """What makes `data` not a file of this store's `table`, or None: the same types as written."""
+    base = _BASE_COLUMNS if table == TRIALS else _EPOCH_COLUMNS
+    if "schema_version" not in data.column_names:
+        return "no schema_version column; not a file of the tune-lowmem store"
+    newest = pc.max(data["schema_version"]).as_py() if data.num_rows else None
+    if newest is not None and newest > SCHEMA_VERSION:
+        return (
+            f"schema_version {newest} is newer than this tune-lowmem reads ({SCHEMA_VERSION});"
+            " upgrade tune-lowmem to read it"
+        )
+    required = ("trial_id", "status") if table == TRIALS else ("trial_id", "epoch")
+    missing = [name for name in required if name not in data.column_names]
+    if missing or (table == TRIALS and data.num_rows != 1):
+        return f"not a {table} file of the store ({missing or data.num_rows} rows)"
+    if set(data["trial_id"].to_pylist()) - {trial_id}:
+        return f"holds rows of another trial than {trial_id}"
+    if table == TRIALS and data["status"][0].as_py() not in STATUSES:
+        return f"status {data['status'][0].as_py()!r} is not one of {', '.join(STATUSES)}"
+    kinds = _stored_kinds(data) if table == TRIALS else {}
+    for column in data.schema:
+        allowed = _allowed_types(column.name, base, kinds)
+        if allowed is None:
+            return f"column {column.name!r} is not a column of the store's {table}"
+        if column.type not in allowed:
+            return f"column {column.name!r} is {column.type}, not {allowed[0]}"
+    return None
+
+
+def _stored_kinds(data: pa.Table) -> dict[str, Kind]:
+    """The config kinds of the file's task; none when the task is unknown here (then unchecked)."""
+    task = data["config.task"][0].as_py() if "config.task" in data.column_names else None
+    try:
+        return {f"config.{key}": kind for key, kind in config_kinds(task).items()}
+    except ConfigError:
+        return {}
+
+
+def _allowed_types(name: str, base: Mapping[str, pa.DataType], kinds: Mapping[str, Kind]):
+    """The types a column may have (first: the one written now); None: not a column of ours."""
+    numbers = (pa.float64(), pa.int64(), pa.null())
+    if name in base:
+        return (base[name], pa.null())
+    if name.startswith("metric."):
+        return numbers
+    if base is _EPOCH_COLUMNS:
+        return None
+    if name.startswith("memory."):
+        return (MEMORY_COLUMNS.get(name.removeprefix("memory."), pa.float64()), *numbers)
+    if name.startswith("version."):
+        return (pa.string(), pa.null())
+    if name in kinds:  # lists were JSON text before version 0.2: read both
+        return (kinds[name].arrow, pa.null(), *((pa.string(),) if kinds[name].is_list else ()))
+    if name.startswith("config."):
+        return None if kinds else (pa.bool_(), pa.int64(), pa.float64(), pa.string(), pa.null())
+    return None
+
+
+def _lists_from_json(data: pa.Table) -> pa.Table:
+    """Stores written before list columns held lists as JSON text: read as lists."""
+    for name, kind in _stored_kinds(data).items():
+        if kind.is_list and name in data.column_names and data[name].type == pa.string():
+            values = [None if v is None else json.loads(v) for v in data[name].to_pylist()]
+            index = data.column_names.index(name)
+            data = data.set_column(index, name, pa.array(values, kind.arrow))
+    return data
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+_SAID: set[tuple[str, str]] = set()
+
+
+def _say_skipped(path: Path, problem: str) -> None:
+    """One line on stderr per bad file and process: the command goes on without it."""
+    if (str(path), problem) not in _SAID:
+        _SAID.add((str(path), problem))
+        print(f"tune-lowmem: skipped {path}: {problem}; the file is left as it is", file=sys.stderr)
+
+
+def _quarantine_if_bad(root: str | Path, path: Path, table: str) -> None:
+    """Before a trial's file is written again: an unreadable old copy is moved aside to
+    ``DIR/quarantine/<table>/sweep=<name>/`` (named with the time), never overwritten."""
+    if not path.is_file() or _checked_file(path, table)[1] is None:
+        return
+    stamp = datetime.now().astimezone().strftime("%Y%m%dT%H%M%S%f")
+    target = Path(root) / QUARANTINE / table / path.parent.name / f"{path.name}.{stamp}"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(path, target)
+    print(f"tune-lowmem: moved unreadable {path} to {target}", file=sys.stderr)
 
 
 def trial_config(row: Mapping[str, Any]) -> TrialConfig:
     """The `TrialConfig` of one stored trial row (a `read_trials` row), ready to train or profile."""
     flat: dict[str, Any] = {}
-    for key, base in config_fields(row["config.task"]).items():
+    for key, kind in config_kinds(row["config.task"]).items():
         value = row.get(f"config.{key}")
+        if isinstance(value, str) and kind.is_list:  # a row of a store older than list columns
+            value = json.loads(value)
         if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
             flat[key] = None
-        elif base is tuple:
-            flat[key] = json.loads(value)
+        elif kind.is_list:
+            flat[key] = [kind.scalar(v) for v in value]
         else:
-            flat[key] = base(value)  # pandas may hand back numpy scalars
+            flat[key] = kind.scalar(value)  # pandas may hand back numpy scalars
     return TrialConfig.from_dict(flat)

@@ -20,6 +20,11 @@ class ConfigError(ValueError):
         self.reason = message
         super().__init__(f"{field_name}: {message}")
 
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:
+        # Pickling (Ray sends a worker's errors to the driver) and copying rebuild an exception
+        # from its args, which hold the joined message: rebuild it from its two parts instead.
+        return type(self), (self.field, self.reason)
+
 
 def require(ok: bool, field_name: str, message: str) -> None:
     if not ok:
