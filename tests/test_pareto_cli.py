@@ -18,7 +18,7 @@ import pytest
 from tests.conftest import tiny_wrn_config
 from tune_lowmem.cli import main
 from tune_lowmem.config import TrialConfig
-from tune_lowmem.memory import predict
+from tune_lowmem.memory.predict import predict
 from tune_lowmem.store import TrialRecord, write_trial
 
 START = datetime(2024, 5, 1, tzinfo=UTC)

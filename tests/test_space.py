@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from tune_lowmem import cli
-from tune_lowmem.memory import predict
+from tune_lowmem.memory.predict import predict
 from tune_lowmem.search import trial_resources
 from tune_lowmem.space import SearchSpace
 

@@ -52,8 +52,8 @@ from ray.tune.search.optuna import OptunaSearch
 from . import pareto, store
 from .config import ConfigError
 from .progress import ProgressPrinter, say
-from .tasks.registry import module_directory
 from .space import CONSTRAINT, SearchSpace, store_column, worst_value
+from .tasks.registry import module_directory
 from .trainable import (
     Screening,
     memory_metrics,
@@ -359,7 +359,7 @@ def trial_resources(space: SearchSpace, tune_config: dict[str, Any]) -> dict[str
     resources = space.resources
     gpu = resources.gpu
     if gpu == "auto":
-        from .memory import predict
+        from .memory.predict import predict
 
         total = predict(space.trial_config(tune_config["params"])).total_mb
         gpu = resources.gpu_share(total)

@@ -38,7 +38,9 @@ import torch
 
 from . import store
 from .config import ConfigError, TrialConfig
-from .memory import MemoryReport, measure, predict
+from .memory import MemoryReport
+from .memory.measure import measure
+from .memory.predict import predict
 from .space import MEASURED_METRICS, MEMORY_OBJECTIVE, PREDICTED_METRICS, SearchSpace, store_column
 from .train import Trainer
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..memory import MB, baseline_config, predict
+from ..memory import MB, baseline_config
+from ..memory.predict import predict
 from .points import (
     Points,
     describe,

@@ -33,7 +33,9 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from ..memory import baseline_config, measure, predict
+    from ..memory import baseline_config
+    from ..memory.measure import measure
+    from ..memory.predict import predict
     from ..memory.synthetic import synthetic_task
 
     config = config_from_arguments(args)
