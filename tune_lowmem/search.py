@@ -49,7 +49,7 @@ from ray.tune import Callback
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
-from . import pareto, store
+from . import pareto, preflight, store
 from .config import ConfigError
 from .progress import ProgressPrinter, say
 from .space import CONSTRAINT, SearchSpace, store_column, worst_value
@@ -63,6 +63,7 @@ from .trainable import (
     train_trial,
     write_screened,
 )
+from .yaml_loading import load_file
 
 JOURNAL = "optuna.journal"
 SPACE_FILE = "space.yaml"
@@ -409,6 +410,7 @@ def _ray(address: str | None, task: str) -> Iterator[None]:
     if ray.is_initialized():
         yield
         return
+    preflight.reachable(address)  # an unreachable address: one line, nothing started
     passed = {k: os.environ[k] for k in ("TUNE_LOWMEM_DATA", "TUNE_LOWMEM_CACHE") if k in os.environ}
     task_folder = module_directory(task)
     if task_folder is not None:
@@ -416,10 +418,13 @@ def _ray(address: str | None, task: str) -> Iterator[None]:
     options: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING}
     if passed:
         options["runtime_env"] = {"env_vars": passed}
-    if address is None:
-        ray.init(address="local", include_dashboard=False, **options)
-    else:
-        ray.init(address=address, **options)
+    try:
+        if address is None:
+            ray.init(address="local", include_dashboard=False, **options)
+        else:
+            ray.init(address=address, **options)
+    except ConnectionError as error:
+        raise preflight.connection_refused(address, error) from None
     try:
         yield
     finally:
@@ -442,13 +447,15 @@ def launch(space_path: str | Path, name: str | None = None, store_root: str | Pa
            address: str | None = None, num_samples: int | None = None) -> SweepResult:
     """Validate the space, then run the sweep to the end (nothing is created if it is invalid)."""
     space = SearchSpace.load(space_path, num_samples=num_samples)
-    sweep = store.check_name(name or space.name, "--name")
-    root = storage_root(store_root)
+    sweep = store.check_name(space.name if name is None else name, "--name")
+    root = preflight.writable_folder(storage_root(store_root), "--store")
     folder = sweep_folder(root, sweep)
     if folder.exists() or sweep in store.list_sweeps(root):
         raise ConfigError("--name", f"sweep {sweep!r} already exists in {root}; continue it with "
                           f"`tune-lowmem resume {sweep} --store {root}` or choose another --name")
+    _check_machines(space, address)
     with _ray(address, space.base["task"]):
+        _check_cluster(space)
         folder.mkdir(parents=True)
         (folder / SPACE_FILE).write_text(yaml.safe_dump(space.to_dict(), sort_keys=False))
         say(f"sweep {sweep}: {space.num_samples} points x {space.seeds_per_point} seed(s), "
@@ -461,8 +468,11 @@ def resume(name: str, store_root: str | Path = "runs", address: str | None = Non
     """Continue a stopped sweep: unfinished trials run again, finished ones are not repeated."""
     root = storage_root(store_root)
     space = saved_space(name, root)
+    preflight.writable_folder(root, "--store")
     folder = sweep_folder(root, name)
+    _check_machines(space, address)
     with _ray(address, space.base["task"]):
+        _check_cluster(space)
         if _tune_saved(folder):
             say(f"sweep {name}: resuming from {folder}")
             tuner = tune.Tuner.restore(str(folder), trainable=_trainable(space, name, root),
@@ -474,13 +484,27 @@ def resume(name: str, store_root: str | Path = "runs", address: str | None = Non
     return _finish(space, name, root, results)
 
 
+def _check_machines(space: SearchSpace, address: str | None) -> None:
+    """Before Ray: a local cluster is this machine, so a trial must fit in it."""
+    if address is None:
+        preflight.fits(space, preflight.local_resources(), "this machine")
+        preflight.cuda_present(space.base["device"], "base.device")
+
+
+def _check_cluster(space: SearchSpace) -> None:
+    """Once joined, before any trial: a trial bigger than the whole cluster would wait forever."""
+    import ray
+
+    preflight.fits(space, ray.cluster_resources(), "the Ray cluster")
+
+
 def saved_space(name: str, root: str | Path) -> SearchSpace:
     """The search space a sweep was launched with."""
     path = sweep_folder(root, name) / SPACE_FILE
     if not path.is_file():
         known = sorted(p.parent.name for p in Path(root).glob(f"ray/*/{SPACE_FILE}"))
         raise ConfigError("NAME", f"no sweep {name!r} in {root}; sweeps there: {', '.join(known) or 'none'}")
-    return SearchSpace.from_dict(yaml.safe_load(path.read_text()))
+    return SearchSpace.from_dict(load_file(path, "sweep space file"))
 
 
 def _finish(space: SearchSpace, sweep: str, root: Path, results) -> SweepResult:

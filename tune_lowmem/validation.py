@@ -63,6 +63,10 @@ def positive_float(value: Any, field_name: str) -> float:
     return checked(value, ok, field_name, "a positive finite number")
 
 
+def optional_positive_float(value: Any, field_name: str) -> float | None:
+    return None if value is None else positive_float(value, field_name)
+
+
 def nonnegative_float(value: Any, field_name: str) -> float:
     ok = is_number(value) and value >= 0
     return checked(value, ok, field_name, "a finite number >= 0")
