@@ -45,7 +45,7 @@ def predicted_memory(config: TrialConfig) -> dict:
     """The memory columns of a trial of ``config``, as the profiler predicts them."""
     report = predict(config).to_dict()
     parts = {
-        f"predicted_{p}_mb": report[f"{p}_mb"]
+        f"predicted_{p}_mb": report[f"predicted_{p}_mb"]
         for p in ("model", "optimizer", "activation", "total")
     }
     return {**parts, "flops_per_step": report["flops_per_step"]}
@@ -177,8 +177,8 @@ def test_best_under_budget_is_yaml_that_profiles_under_the_budget(
     assert chosen == configs[expected].replace(seed=0)  # list fields decoded from the store's JSON
     assert main(["profile", str(path), "--json"]) == 0
     profiled = json.loads(capsys.readouterr().out)
-    assert profiled["predicted"]["total_mb"] <= budget
-    assert profiled["predicted"]["total_mb"] == pytest.approx(
+    assert profiled["predicted"]["predicted_total_mb"] <= budget
+    assert profiled["predicted"]["predicted_total_mb"] == pytest.approx(
         memory[expected]["predicted_total_mb"]
     )
 

@@ -29,11 +29,10 @@ def writable_folder(path: str | Path, flag: str) -> Path:
     return path
 
 
-def existing_folder(path: str | Path, flag: str) -> Path:
-    """A store to read: it must exist and be a folder."""
+def store_folder(path: str | Path, flag: str) -> Path:
+    """A store to read: a folder (a missing one holds no trials, as the readers then say)."""
     path = Path(path).expanduser().resolve()
-    require(path.exists(), flag, f"{path} does not exist")
-    require(path.is_dir(), flag, f"{path} is a file; the store's folder is required")
+    require(not path.exists() or path.is_dir(), flag, f"{path} is a file; the store's folder is required")
     return path
 
 

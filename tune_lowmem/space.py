@@ -428,10 +428,13 @@ def _param(name: str, spec: dict[str, Any], prefix: str) -> Param:
     if step is not None:
         require(check(step) and step > 0, f"{prefix}.step", f"{step!r} is not allowed; {what} > 0 is required")
         count = (high - low) / step
-        require(abs(count - round(count)) < 1e-9, f"{prefix}.step",
+        require(math.isfinite(count) and abs(count - round(count)) < 1e-9, f"{prefix}.step",
                  f"{step!r} is not allowed; high - low ({high - low!r}) must be a multiple of it")
-        require(round(count) + 1 <= _GRID_LIMIT, f"{prefix}.step",
-                f"{step!r} is not allowed; it gives {round(count) + 1:.3g} values, at most {_GRID_LIMIT} are allowed")
+    if kind == "int" or step is not None:  # a grid of values: a sampler must be able to list it
+        values = round((high - low) / (step or 1)) + 1
+        require(values <= _GRID_LIMIT, f"{prefix}.{'high' if step is None else 'step'}",
+                f"{high if step is None else step!r} is not allowed; the range has {values:.3g} values, "
+                f"at most {_GRID_LIMIT} are allowed")
     return Param(name, kind, low=low, high=high, step=step)
 
 

@@ -283,7 +283,8 @@ def _stored_row(root: str, sweep: str, trial_id: str) -> Mapping[str, Any] | Non
     if trial_id not in store.trial_ids(root, sweep):
         return None
     rows = store.read_trials(root, sweep)
-    return rows[rows["trial_id"] == trial_id].iloc[0].to_dict()
+    mine = rows[rows["trial_id"] == trial_id] if "trial_id" in rows else rows.iloc[:0]
+    return mine.iloc[0].to_dict() if len(mine) else None  # an unreadable file: trained again
 
 
 def result_from_row(space: SearchSpace, row: Mapping[str, Any]) -> dict[str, Any]:

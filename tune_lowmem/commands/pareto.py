@@ -51,10 +51,10 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..analysis.points import NoResult
     from ..analysis.query import answer
-    from ..preflight import existing_folder
+    from ..preflight import store_folder
     from ..validation import is_number, optional_positive_float
 
-    existing_folder(args.store, "--store")
+    store_folder(args.store, "--store")
     optional_positive_float(args.max_memory_mb, "--max-memory-mb")
     if args.min_accuracy is not None and not is_number(args.min_accuracy):
         raise ConfigError("--min-accuracy", f"{args.min_accuracy!r} is not allowed; a finite number is required")

@@ -32,10 +32,10 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..analysis.points import NoResult, load_points
     from ..analysis.report import KINDS, write_report
-    from ..preflight import existing_folder, writable_folder
+    from ..preflight import store_folder, writable_folder
     from ..validation import choice
 
-    existing_folder(args.store, "--store")
+    store_folder(args.store, "--store")
     writable_folder(args.out, "--out")
     if args.only is not None:
         choice(args.only, KINDS, "--only")

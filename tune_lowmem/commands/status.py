@@ -14,11 +14,11 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from .. import store
-    from ..preflight import existing_folder
+    from ..preflight import store_folder
     from ..progress import front_table
     from ..search import front, saved_space, status_counts
 
-    root = existing_folder(args.store, "--store")
+    root = store_folder(args.store, "--store")
     space = saved_space(args.name, root)
     trials = store.read_trials(root, args.name)
     counts = status_counts(trials)
