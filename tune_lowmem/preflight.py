@@ -24,7 +24,9 @@ def writable_folder(path: str | Path, flag: str) -> Path:
     existing = next(p for p in (path, *path.parents) if p.exists())
     require(existing.is_dir(), flag, f"{existing} is a file; a folder is required")
     require(
-        os.access(existing, os.W_OK | os.X_OK), flag, f"{existing} is read-only; a writable folder is required"
+        os.access(existing, os.W_OK | os.X_OK),
+        flag,
+        f"{existing} is read-only; a writable folder is required",
     )
     return path
 
@@ -32,7 +34,11 @@ def writable_folder(path: str | Path, flag: str) -> Path:
 def store_folder(path: str | Path, flag: str) -> Path:
     """A store to read: a folder (a missing one holds no trials, as the readers then say)."""
     path = Path(path).expanduser().resolve()
-    require(not path.exists() or path.is_dir(), flag, f"{path} is a file; the store's folder is required")
+    require(
+        not path.exists() or path.is_dir(),
+        flag,
+        f"{path} is a file; the store's folder is required",
+    )
     return path
 
 
@@ -56,7 +62,9 @@ def reachable(address: str | None, flag: str = "--address") -> None:
         raise ConfigError(flag, f"nothing answers at {address} ({reason})") from None
 
 
-def connection_refused(address: str | None, error: BaseException, flag: str = "--address") -> ConfigError:
+def connection_refused(
+    address: str | None, error: BaseException, flag: str = "--address"
+) -> ConfigError:
     """Ray's own refusal to connect, as one line."""
     text = " ".join(str(error).split())[:300]
     return ConfigError(flag, f"cannot join a Ray cluster at {address or 'auto'}: {text}")

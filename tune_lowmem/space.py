@@ -353,7 +353,7 @@ def _sampler_options(sampler: str, raw: Any) -> dict[str, Any]:
                     f"{value!r} is not allowed; an integer >= {low} is required")
         elif isinstance(default, float):
             require(is_number(value), field_name, f"{value!r} is not allowed; a finite number is required")
-        elif callable(default):
+        if callable(default) or "Callable" in str(parameters[name].annotation):
             raise ConfigError(field_name, "a function in Optuna; it cannot be set from YAML")
     return options
 
