@@ -11,7 +11,7 @@ import importlib
 import sys
 
 from .config import ConfigError
-from .store import StoreError
+from .store import StoreError, forget_reported_files
 
 COMMANDS = ("train", "pareto", "report", "profile", "launch", "resume", "status")
 
@@ -35,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    forget_reported_files()
     try:
         return args.run(args)
     except (ConfigError, StoreError, FileNotFoundError) as error:

@@ -449,8 +449,10 @@ def _schema_problem(data: pa.Table, table: str, trial_id: str) -> str | None:
         )
     required = ("trial_id", "status") if table == TRIALS else ("trial_id", "epoch")
     missing = [name for name in required if name not in data.column_names]
-    if missing or (table == TRIALS and data.num_rows != 1):
-        return f"not a {table} file of the store ({missing or data.num_rows} rows)"
+    if missing:
+        return f"lacks the column {missing[0]}; not a {table} file of the store"
+    if table == TRIALS and data.num_rows != 1:
+        return f"has {data.num_rows} rows; a trials file holds one"
     if set(data["trial_id"].to_pylist()) - {trial_id}:
         return f"holds rows of another trial than {trial_id}"
     if table == TRIALS and data["status"][0].as_py() not in STATUSES:
@@ -511,8 +513,13 @@ def _one_line(error: BaseException) -> str:
 _SAID: set[tuple[str, str]] = set()
 
 
+def forget_reported_files() -> None:
+    """A new command (the CLI calls this) names each bad file again, once."""
+    _SAID.clear()
+
+
 def _say_skipped(path: Path, problem: str) -> None:
-    """One line on stderr per bad file and process: the command goes on without it."""
+    """One line on stderr per bad file and command: the command goes on without it."""
     if (str(path), problem) not in _SAID:
         _SAID.add((str(path), problem))
         print(f"tune-lowmem: skipped {path}: {problem}; the file is left as it is", file=sys.stderr)
