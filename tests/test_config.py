@@ -79,3 +79,21 @@ def test_invalid_configs_name_the_field(values, field, allowed):
     assert str(error.value).startswith(f"{field}: ")
     assert allowed in str(error.value)
     assert "\n" not in str(error.value)
+
+
+def test_config_error_survives_pickling_and_copying():
+    """Ray sends a worker's exceptions to the driver pickled; the message must come back whole."""
+    import copy
+    import pickle
+
+    error = ConfigError("sparsity.density", "0 is not allowed; 0 < value <= 1 is required")
+    for clone in (pickle.loads(pickle.dumps(error)), copy.copy(error)):
+        assert (clone.field, clone.reason, str(clone)) == (error.field, error.reason, str(error))
+
+
+def test_profiler_modules_are_not_hidden_by_their_functions():
+    import importlib
+
+    for name in ("predict", "measure"):
+        module = importlib.import_module(f"tune_lowmem.memory.{name}")
+        assert module.__name__ == f"tune_lowmem.memory.{name}" and callable(getattr(module, name))
