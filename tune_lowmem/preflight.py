@@ -89,11 +89,10 @@ def fits(space: Any, available: Mapping[str, float], where: str) -> None:
         "would wait forever",
     )
     gpus = available.get("GPU", 0.0)
-    wants_gpu = resources.gpu == "auto" or float(resources.gpu) > 0
-    if wants_gpu:
-        needed = 1.0 if resources.gpu == "auto" else float(resources.gpu)
+    needed = 1.0 if resources.gpu == "auto" else float(resources.gpu)  # auto: a share of one GPU
+    if needed > 0:
         require(
-            min(needed, 1.0) <= gpus and needed <= max(gpus, 1.0),
+            needed <= gpus,
             "resources.gpu",
             f"{resources.gpu!r} is not allowed; {where} has {gpus:g} GPUs",
         )
@@ -110,3 +109,17 @@ def cuda_present(device: str, field: str = "device") -> None:
         field,
         "'cuda' is not allowed: this machine has no CUDA device; allowed here: auto, cpu",
     )
+
+
+def machine(space: Any, address: str | None) -> None:
+    """Before Ray: a local cluster is this machine, so a trial must fit in it."""
+    if address is None:
+        fits(space, local_resources(), "this machine")
+        cuda_present(space.base["device"], "base.device")
+
+
+def cluster(space: Any) -> None:
+    """Once joined, before any trial: a trial bigger than the whole cluster would wait forever."""
+    import ray
+
+    fits(space, ray.cluster_resources(), "the Ray cluster")

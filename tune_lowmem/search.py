@@ -453,9 +453,9 @@ def launch(space_path: str | Path, name: str | None = None, store_root: str | Pa
     if folder.exists() or sweep in store.list_sweeps(root):
         raise ConfigError("--name", f"sweep {sweep!r} already exists in {root}; continue it with "
                           f"`tune-lowmem resume {sweep} --store {root}` or choose another --name")
-    _check_machines(space, address)
+    preflight.machine(space, address)
     with _ray(address, space.base["task"]):
-        _check_cluster(space)
+        preflight.cluster(space)
         folder.mkdir(parents=True)
         (folder / SPACE_FILE).write_text(yaml.safe_dump(space.to_dict(), sort_keys=False))
         say(f"sweep {sweep}: {space.num_samples} points x {space.seeds_per_point} seed(s), "
@@ -470,9 +470,9 @@ def resume(name: str, store_root: str | Path = "runs", address: str | None = Non
     space = saved_space(name, root)
     preflight.writable_folder(root, "--store")
     folder = sweep_folder(root, name)
-    _check_machines(space, address)
+    preflight.machine(space, address)
     with _ray(address, space.base["task"]):
-        _check_cluster(space)
+        preflight.cluster(space)
         if _tune_saved(folder):
             say(f"sweep {name}: resuming from {folder}")
             tuner = tune.Tuner.restore(str(folder), trainable=_trainable(space, name, root),
@@ -482,20 +482,6 @@ def resume(name: str, store_root: str | Path = "runs", address: str | None = Non
             tuner = _tuner(space, name, root)
         results = tuner.fit()
     return _finish(space, name, root, results)
-
-
-def _check_machines(space: SearchSpace, address: str | None) -> None:
-    """Before Ray: a local cluster is this machine, so a trial must fit in it."""
-    if address is None:
-        preflight.fits(space, preflight.local_resources(), "this machine")
-        preflight.cuda_present(space.base["device"], "base.device")
-
-
-def _check_cluster(space: SearchSpace) -> None:
-    """Once joined, before any trial: a trial bigger than the whole cluster would wait forever."""
-    import ray
-
-    preflight.fits(space, ray.cluster_resources(), "the Ray cluster")
 
 
 def saved_space(name: str, root: str | Path) -> SearchSpace:

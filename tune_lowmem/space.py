@@ -91,7 +91,9 @@ _OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
 }
 _CONDITION = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(<=|>=|==|!=|<|>|not in|in)\s*(.+?)\s*$")
 _GRID_LIMIT = 1_000_000
-_SAMPLER_CLASSES = {"nsga2": "NSGAIISampler", "tpe": "TPESampler", "gp": "GPSampler", "random": "RandomSampler"}
+_SAMPLER_CLASSES = {"nsga2": "NSGAIISampler", "tpe": "TPESampler", "gp": "GPSampler", "random": "RandomSampler",
+                    "grid": "GridSampler"}
+_NOT_OPTIONS = ("self", "seed", "search_space")  # set by the space itself
 _AT_LEAST_ONE = ("n_ei_candidates", "population_size", "n_candidates")  # options counting draws
 _PROBE_COMBINATIONS = 256  # other params' probe values tried before a value is declared impossible
 
@@ -337,14 +339,14 @@ def _sampler_options(sampler: str, raw: Any) -> dict[str, Any]:
     import optuna
 
     options = mapping(raw, "sampler_options")
-    maker = optuna.samplers.GridSampler if sampler == "grid" else getattr(optuna.samplers, _SAMPLER_CLASSES[sampler])
-    parameters = inspect.signature(maker).parameters
+    parameters = inspect.signature(getattr(optuna.samplers, _SAMPLER_CLASSES[sampler])).parameters
+    allowed = [p for p in parameters if p not in _NOT_OPTIONS]
     for name, value in options.items():
         field_name = f"sampler_options.{name}"
-        require(name in parameters and name not in ("seed", "search_space"), field_name,
-                f"not an option of {sampler} here; allowed: "
-                + ", ".join(p for p in parameters if p not in ("seed", "search_space", "self")))
+        require(name in allowed, field_name, f"not an option of {sampler} here; allowed: {', '.join(allowed)}")
         default = parameters[name].default
+        if callable(default) or "Callable" in str(parameters[name].annotation):
+            raise ConfigError(field_name, "a function in Optuna; it cannot be set from YAML")
         if isinstance(default, bool):
             require(isinstance(value, bool), field_name, f"{value!r} is not allowed; true or false is required")
         elif is_int(default):
@@ -353,8 +355,6 @@ def _sampler_options(sampler: str, raw: Any) -> dict[str, Any]:
                     f"{value!r} is not allowed; an integer >= {low} is required")
         elif isinstance(default, float):
             require(is_number(value), field_name, f"{value!r} is not allowed; a finite number is required")
-        if callable(default) or "Callable" in str(parameters[name].annotation):
-            raise ConfigError(field_name, "a function in Optuna; it cannot be set from YAML")
     return options
 
 
@@ -514,7 +514,11 @@ def _validation_split(objectives: Mapping[str, str], base: Mapping[str, Any], pa
     tries = [("base", {})] + [(f"params.{p.name}", {p.name: v}) for p in params
                               if p.name.startswith("data.") for v in p.probes()]
     for field_name, change in tries:
-        if _valid({**base, **change}) is None and task.validation_empty(TrialConfig.from_dict({**base, **change})):
+        try:
+            config = TrialConfig.from_dict({**base, **change})
+        except ConfigError:  # valid only with other params' values: checked by `_probe`
+            continue
+        if task.validation_empty(config):
             shown = ", ".join(f"{k}={v!r}" for k, v in change.items()) or "the base data section"
             raise ConfigError(field_name, f"{shown} leaves no validation split, so objective {needs[0]} "
                               "can never be measured; hold out data (data.val_size > 0, data.split: search)")

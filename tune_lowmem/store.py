@@ -182,20 +182,21 @@ def _trial_table(record: TrialRecord) -> pa.Table:
     config = _config_columns(record.config)
     started, finished = record.started_at, record.finished_at
     wall = (finished - started).total_seconds() if started and finished else None
-    columns: dict[str, pa.Array] = {
-        "schema_version": pa.array([SCHEMA_VERSION], pa.int64()),
-        "trial_id": pa.array([record.trial_id], pa.string()),
-        "status": pa.array([record.status], pa.string()),
-        "failure_reason": pa.array([record.failure_reason], pa.string()),
-        "seed_group": pa.array([_seed_group(config)], pa.string()),
-        "started_at": pa.array([started], pa.timestamp("us", tz="UTC")),
-        "finished_at": pa.array([finished], pa.timestamp("us", tz="UTC")),
-        "wall_seconds": pa.array([wall], pa.float64()),
-        "epochs_completed": pa.array([record.epochs_completed], pa.int64()),
-        "node_id": pa.array([record.node_id], pa.string()),
-        "sampler": pa.array([record.sampler], pa.string()),
-        "point": pa.array([record.point], pa.int64()),
+    values = {
+        "schema_version": SCHEMA_VERSION,
+        "trial_id": record.trial_id,
+        "status": record.status,
+        "failure_reason": record.failure_reason,
+        "seed_group": _seed_group(config),
+        "started_at": started,
+        "finished_at": finished,
+        "wall_seconds": wall,
+        "epochs_completed": record.epochs_completed,
+        "node_id": record.node_id,
+        "sampler": record.sampler,
+        "point": record.point,
     }
+    columns = {name: pa.array([values[name]], kind) for name, kind in _BASE_COLUMNS.items()}
     columns.update((f"config.{key}", array) for key, array in config.items())
     for name in sorted(record.metrics):
         columns[f"metric.{check_name(name, 'metrics')}"] = _numbers(
@@ -223,11 +224,12 @@ def _epochs_table(trial_id: str, epochs: Sequence[Mapping[str, Any]]) -> pa.Tabl
             f"epoch {repeated[0]} appears more than once; one row per epoch is required",
         )
     names = sorted({name for row in epochs for name in row if name != "epoch"})
-    columns: dict[str, pa.Array] = {
-        "schema_version": pa.array([SCHEMA_VERSION] * len(epochs), pa.int64()),
-        "trial_id": pa.array([trial_id] * len(epochs), pa.string()),
-        "epoch": pa.array(numbers, pa.int64()),
+    given = {
+        "schema_version": [SCHEMA_VERSION] * len(epochs),
+        "trial_id": [trial_id] * len(epochs),
+        "epoch": numbers,
     }
+    columns = {name: pa.array(given[name], kind) for name, kind in _EPOCH_COLUMNS.items()}
     for name in names:
         check_name(name, "epochs")
         columns[f"metric.{name}"] = _numbers([row.get(name) for row in epochs], f"epochs.{name}")
@@ -237,7 +239,10 @@ def _epochs_table(trial_id: str, epochs: Sequence[Mapping[str, Any]]) -> pa.Tabl
 def _config_columns(config: Mapping[str, Any]) -> dict[str, pa.Array]:
     """Every config field of the trial's task as a typed one-value column (null when absent)."""
     task = config.get("task", TrialConfig.task)
-    kinds = _task_kinds(task, "config.")
+    try:
+        kinds = config_kinds(task)
+    except ConfigError as error:
+        raise ConfigError(f"config.{error.field}", error.reason) from None
     unknown = sorted(set(config) - set(kinds))
     if unknown:
         raise ConfigError(f"config.{unknown[0]}", f"not a TrialConfig field of task {task}")
@@ -249,13 +254,6 @@ def _config_columns(config: Mapping[str, Any]) -> dict[str, pa.Array]:
             value = list(value) if kind.is_list else value
         columns[key] = pa.array([value], kind.arrow)
     return columns
-
-
-def _task_kinds(task: Any, prefix: str) -> dict[str, Kind]:
-    try:
-        return config_kinds(task)
-    except ConfigError as error:
-        raise ConfigError(f"{prefix}{error.field}", error.reason) from None
 
 
 def _column(value: Any, kind: pa.DataType, field_name: str) -> pa.Array:
