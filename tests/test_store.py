@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import subprocess
 import sys
 import textwrap
@@ -229,7 +231,13 @@ def test_trials_with_different_columns_read_together(tmp_path):
 
 
 def test_seed_group_is_the_point_without_its_seed(tmp_path):
+    """The id is the hash earlier versions gave (lists hashed as their JSON text), so the rows of
+    a sweep resumed across the change still group with the ones written before it."""
     write_trial(tmp_path, record("a"))
+    old = {k: json.dumps(v) if isinstance(v, list) else v for k, v in CONFIG.to_flat().items()}
+    del old["seed"]
+    old_hash = hashlib.sha256(json.dumps(old, sort_keys=True).encode()).hexdigest()[:16]
+    assert read_trials(tmp_path)["seed_group"].tolist() == [old_hash]
     write_trial(tmp_path, record("b", trial_config=CONFIG.replace(seed=7)))
     write_trial(tmp_path, record("c", trial_config=CONFIG.replace(**{"sparsity.density": 0.2})))
     groups = read_trials(tmp_path).set_index("trial_id")["seed_group"]
