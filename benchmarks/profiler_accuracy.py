@@ -26,7 +26,9 @@ import time
 import torch
 
 from tune_lowmem.config import CHECKPOINT_STRATEGIES, DynamicConvConfig, TrialConfig
-from tune_lowmem.memory import MB, MemoryReport, measure, predict
+from tune_lowmem.memory import MB, MemoryReport
+from tune_lowmem.memory.measure import measure
+from tune_lowmem.memory.predict import predict
 
 PRECISIONS = ("fp32", "fp16", "bf16")
 SPARSE_DENSITY = {"wrn-cifar10": 0.3, "dct-iwslt14": 0.4}

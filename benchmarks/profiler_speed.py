@@ -14,8 +14,7 @@ import statistics
 import time
 
 from tune_lowmem.config import TrialConfig
-from tune_lowmem.memory import predict
-from tune_lowmem.memory.predict import dry_run
+from tune_lowmem.memory.predict import dry_run, predict
 
 CONFIGS = {
     "WRN-28-2 batch 100": {"task": "wrn-cifar10", "model.depth": 28, "model.width": 2,

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import optuna
 
-from tune_lowmem.memory import predict
+from tune_lowmem.memory.predict import predict
 from tune_lowmem.pareto import hypervolume, hypervolume_history
 from tune_lowmem.space import CONSTRAINT, SearchSpace
 from tune_lowmem.train import Trainer

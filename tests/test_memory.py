@@ -15,13 +15,13 @@ from torch.utils.flop_counter import FlopCounterMode
 from tests.conftest import tiny_wrn_config
 from tune_lowmem.config import ConfigError, TrialConfig
 from tune_lowmem.data import iwslt14
-from tune_lowmem.memory import MB, MemoryReport, baseline_config, measure, predict
-from tune_lowmem.memory.measure import allocator_probe
+from tune_lowmem.memory import MB, MemoryReport, baseline_config
+from tune_lowmem.memory.measure import allocator_probe, measure
+from tune_lowmem.memory.predict import predict
 from tune_lowmem.memory.synthetic import synthetic_task
-from tune_lowmem.tasks.translation import IWSLT14_VOCAB
 from tune_lowmem.memory.tracker import StorageTracker
 from tune_lowmem.models.wideresnet import WideResNet
-from tune_lowmem.tasks.translation import DynamicConvIwslt14
+from tune_lowmem.tasks.translation import IWSLT14_VOCAB, DynamicConvIwslt14
 from tune_lowmem.train import Trainer
 
 TINY = {"schedule.batch_size": 32}  # big enough that the graph's own heap is under 5%

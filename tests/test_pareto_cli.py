@@ -20,7 +20,7 @@ import yaml
 from tests.conftest import tiny_wrn_config
 from tune_lowmem.cli import main
 from tune_lowmem.config import TrialConfig
-from tune_lowmem.memory import predict
+from tune_lowmem.memory.predict import predict
 from tune_lowmem.store import TrialRecord, write_trial
 
 START = datetime(2024, 5, 1, tzinfo=UTC)
@@ -47,7 +47,7 @@ def predicted_memory(config: TrialConfig) -> dict:
     """The memory columns of a trial of ``config``, as the profiler predicts them."""
     report = predict(config).to_dict()
     parts = {
-        f"predicted_{p}_mb": report[f"{p}_mb"]
+        f"predicted_{p}_mb": report[f"predicted_{p}_mb"]
         for p in ("model", "optimizer", "activation", "total")
     }
     return {**parts, "flops_per_step": report["flops_per_step"]}
@@ -196,8 +196,8 @@ def test_best_under_budget_is_yaml_that_profiles_under_the_budget(
     assert chosen == configs[expected].replace(seed=0)  # list fields decoded from the store's JSON
     assert main(["profile", str(path), "--json"]) == 0
     profiled = json.loads(capsys.readouterr().out)
-    assert profiled["predicted"]["total_mb"] <= budget
-    assert profiled["predicted"]["total_mb"] == pytest.approx(
+    assert profiled["predicted"]["predicted_total_mb"] <= budget
+    assert profiled["predicted"]["predicted_total_mb"] == pytest.approx(
         memory[expected]["predicted_total_mb"]
     )
 

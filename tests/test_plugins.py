@@ -15,7 +15,8 @@ import yaml
 
 from tune_lowmem import store
 from tune_lowmem.config import ConfigError, TrialConfig
-from tune_lowmem.memory import measure, predict
+from tune_lowmem.memory.measure import measure
+from tune_lowmem.memory.predict import predict
 from tune_lowmem.tasks import BUILTIN_TASKS, get_task
 from tune_lowmem.tasks.base import Task
 from tune_lowmem.techniques import TECHNIQUES, Technique

@@ -21,7 +21,8 @@ from tests.test_pareto_cli import predicted_memory
 from tune_lowmem.analysis import baselines
 from tune_lowmem.cli import main
 from tune_lowmem.config import TrialConfig
-from tune_lowmem.memory import MB, baseline_config, predict
+from tune_lowmem.memory import MB, baseline_config
+from tune_lowmem.memory.predict import predict
 from tune_lowmem.pareto import non_dominated_mask
 from tune_lowmem.store import TrialRecord, read_trials, write_trial
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from tune_lowmem import cli
-from tune_lowmem.memory import predict
+from tune_lowmem.memory.predict import predict
 from tune_lowmem.search import trial_resources
 from tune_lowmem.space import SearchSpace
 
@@ -86,7 +86,7 @@ BAD = {
     "gpu auto without card memory": (with_changes(base={"device": "auto"}, resources={"gpu": "auto"}),
                                      "resources.gpu_memory_mb"),
     "gpu for a cpu trial": (with_changes(resources={"gpu": 0.5}), "resources.gpu"),
-    "unknown sampler option": (with_changes(sampler_options={"population_sizes": 4}), "sampler_options"),
+    "unknown sampler option": (with_changes(sampler_options={"population_sizes": 4}), "sampler_options.population_sizes"),
     "sweep name with a space": (with_changes(name="my sweep"), "name"),
 }
 
@@ -166,6 +166,6 @@ def test_gpu_share_follows_predicted_memory():
     assert small == pytest.approx((100 * 1.25 + 600) / 16000, abs=0.01)
     assert space.resources.gpu_share(1e6) == 1.0
     params = {"precision": "fp32", "sparsity.density": 1.0, "schedule.lr_multiplier": 1.0, "seed": 0}
-    predicted = predict(space.trial_config(params)).to_dict()["total_mb"]
+    predicted = predict(space.trial_config(params)).total_mb
     assert trial_resources(space, {"point": 0, "params": params}) == {
         "cpu": 1, "gpu": space.resources.gpu_share(predicted)}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import subprocess
 import sys
 import textwrap
@@ -17,7 +19,6 @@ import pytest
 
 from tune_lowmem.config import ConfigError, TrialConfig
 from tune_lowmem.store import (
-    StoreError,
     TrialRecord,
     list_sweeps,
     read_epochs,
@@ -33,7 +34,9 @@ CONFIG = TrialConfig.from_dict(
 )
 
 
-def record(trial_id: str = "t_00001", sweep: str = "wrn", trial_config: TrialConfig = CONFIG, **changes):
+def record(
+    trial_id: str = "t_00001", sweep: str = "wrn", trial_config: TrialConfig = CONFIG, **changes
+):
     values = {
         "sweep": sweep,
         "trial_id": trial_id,
@@ -65,7 +68,7 @@ EXPECTED = {
     "config.precision": "fp16",
     "config.sparsity.density": 0.1,
     "config.microbatch.size": 25,
-    "config.schedule.milestones": "[0.3, 0.6, 0.8]",
+    "config.schedule.milestones": [0.3, 0.6, 0.8],  # a list column, not JSON text
     "config.data.augment": True,
     "metric.val_accuracy": 0.9125,
     "metric.test_accuracy": 0.9031,
@@ -97,11 +100,20 @@ def duckdb_rows(pattern: str, union: bool = False) -> list[dict]:
     return [dict(zip(names, row)) for row in result.fetchall()]
 
 
+def plain(value):
+    """A cell as Python: pandas gives list columns as numpy arrays, the others as lists."""
+    return list(value) if hasattr(value, "__len__") and not isinstance(value, str) else value
+
+
+def missing(value) -> bool:
+    return value is None or (not isinstance(plain(value), list) and pd.isna(value))
+
+
 def assert_row(row, expected=EXPECTED, nulls=NULLS):
     for key, value in expected.items():
-        assert row[key] == value, key
+        assert plain(row[key]) == value, key
     for key in nulls:
-        assert row[key] is None or pd.isna(row[key]), key
+        assert missing(row[key]), key
 
 
 def test_three_readers_see_the_values_written(tmp_path):
@@ -112,16 +124,15 @@ def test_three_readers_see_the_values_written(tmp_path):
     assert_row(ours.iloc[0])
     assert trial_config(ours.iloc[0]) == CONFIG
 
-    plain = pd.read_parquet(tmp_path / "trials")  # pandas alone, the partition gives `sweep`
-    assert_row(plain.iloc[0])
+    pandas = pd.read_parquet(tmp_path / "trials")  # pandas alone, the partition gives `sweep`
+    assert_row(pandas.iloc[0])
     arrow = ds.dataset(tmp_path / "trials", partitioning="hive").to_table().to_pylist()
     assert_row(arrow[0])
     (duck,) = duckdb_rows(f"{tmp_path}/trials/*/*.parquet")
     assert_row(duck)
     for column, value in ours.iloc[0].items():  # every column, the same in every reader
-        missing = value is None or pd.isna(value)
-        for other in (plain.iloc[0][column], arrow[0][column], duck[column]):
-            assert (other is None or pd.isna(other)) if missing else other == value, column
+        for other in (pandas.iloc[0][column], arrow[0][column], duck[column]):
+            assert missing(other) if missing(value) else plain(other) == plain(value), column
     assert (
         duck["version.python"]
         == f"{sys.version_info.major}.{sys.version_info.minor}.{sys.version_info.micro}"
@@ -196,7 +207,8 @@ def test_trials_with_different_columns_read_together(tmp_path):
         record("t_00002", status="failed", failure_reason="NaN loss at update 7", metrics={}),
     )
     write_trial(
-        tmp_path, record("d_1", sweep="dct", trial_config=dct, metrics={"test_bleu": 33.5}, memory={})
+        tmp_path,
+        record("d_1", sweep="dct", trial_config=dct, metrics={"test_bleu": 33.5}, memory={}),
     )
 
     trials = read_trials(tmp_path).set_index("trial_id")
@@ -204,7 +216,7 @@ def test_trials_with_different_columns_read_together(tmp_path):
     assert trials.loc["d_1", "metric.test_bleu"] == 33.5 and pd.isna(
         trials.loc["d_1", "metric.val_accuracy"]
     )
-    assert trials.loc["d_1", "config.model.encoder_kernels"] == "[3, 7, 15, 31, 31, 31, 31]"
+    assert list(trials.loc["d_1", "config.model.encoder_kernels"]) == [3, 7, 15, 31, 31, 31, 31]
     assert (
         pd.isna(trials.loc["t_00001", "config.model.embed_dim"])
         and trials.loc["t_00001", "config.model.depth"] == 28
@@ -219,14 +231,20 @@ def test_trials_with_different_columns_read_together(tmp_path):
 
 
 def test_seed_group_is_the_point_without_its_seed(tmp_path):
+    """The id is the hash earlier versions gave (lists hashed as their JSON text), so the rows of
+    a sweep resumed across the change still group with the ones written before it."""
     write_trial(tmp_path, record("a"))
+    old = {k: json.dumps(v) if isinstance(v, list) else v for k, v in CONFIG.to_flat().items()}
+    del old["seed"]
+    old_hash = hashlib.sha256(json.dumps(old, sort_keys=True).encode()).hexdigest()[:16]
+    assert read_trials(tmp_path)["seed_group"].tolist() == [old_hash]
     write_trial(tmp_path, record("b", trial_config=CONFIG.replace(seed=7)))
     write_trial(tmp_path, record("c", trial_config=CONFIG.replace(**{"sparsity.density": 0.2})))
     groups = read_trials(tmp_path).set_index("trial_id")["seed_group"]
     assert groups["a"] == groups["b"] != groups["c"]
 
 
-def test_newer_schema_is_refused_and_older_files_read_with_nulls(tmp_path):
+def test_newer_schema_is_skipped_and_older_files_read_with_nulls(tmp_path, capsys):
     write_trial(tmp_path, record())
     table = pq.read_table(tmp_path / "trials" / "sweep=wrn" / "t_00001.parquet")
     older = table.drop_columns(["seed_group", "memory.flops_per_step"]).set_column(
@@ -240,12 +258,41 @@ def test_newer_schema_is_refused_and_older_files_read_with_nulls(tmp_path):
     assert trials.loc["t_00001", "memory.flops_per_step"] == 123456789
 
     newer = table.set_column(0, "schema_version", pa.array([2], pa.int64()))
+    newer = newer.set_column(1, "trial_id", pa.array(["new"]))
     pq.write_table(newer, tmp_path / "trials" / "sweep=wrn" / "new.parquet")
-    with pytest.raises(
-        StoreError,
-        match=r"new\.parquet: schema_version 2 is newer than this tune-lowmem reads \(1\)",
-    ):
-        read_trials(tmp_path)
+    assert sorted(read_trials(tmp_path)["trial_id"]) == ["old", "t_00001"]
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "new.parquet: schema_version 2 is newer than this tune-lowmem reads (1)" in line
+
+
+def test_lists_stored_as_json_text_by_older_versions_still_read(tmp_path):
+    """Before list columns, a tuple field was JSON text: such rows read as lists, beside new
+    ones, with the same seed group, and rebuild the same config."""
+    write_trial(tmp_path, record())
+    table = pq.read_table(tmp_path / "trials" / "sweep=wrn" / "t_00001.parquet")
+    column = table.column_names.index("config.schedule.milestones")
+    old = table.set_column(column, "config.schedule.milestones", pa.array(["[0.3, 0.6, 0.8]"]))
+    old = old.set_column(1, "trial_id", pa.array(["old"]))
+    pq.write_table(old, tmp_path / "trials" / "sweep=wrn" / "old.parquet")
+    trials = read_trials(tmp_path).set_index("trial_id")
+    assert [list(v) for v in trials["config.schedule.milestones"]] == [[0.3, 0.6, 0.8]] * 2
+    assert trials.loc["old", "seed_group"] == trials.loc["t_00001", "seed_group"]
+    assert trial_config(trials.loc["old"]) == trial_config(trials.loc["t_00001"]) == CONFIG
+    assert trial_config({**trials.loc["old"].to_dict(), "config.schedule.milestones": "[0.5]"})
+
+
+def test_counts_are_integers_and_lists_are_lists(tmp_path):
+    epochs = [
+        {"epoch": 1, "updates": 10, "train_loss": 1.5},
+        {"epoch": 2, "updates": 20, "train_loss": 1},
+    ]
+    write_trial(tmp_path, record(metrics={"updates": 20, "val_accuracy": 0.5}), epochs)
+    schema = pq.read_schema(tmp_path / "trials" / "sweep=wrn" / "t_00001.parquet")
+    assert schema.field("metric.updates").type == pa.int64()
+    assert schema.field("config.schedule.milestones").type == pa.list_(pa.float64())
+    epoch_schema = pq.read_schema(tmp_path / "epochs" / "sweep=wrn" / "t_00001.parquet")
+    assert epoch_schema.field("metric.updates").type == pa.int64()
+    assert epoch_schema.field("metric.train_loss").type == pa.float64()  # 1.5 and 1: numbers
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from tune_lowmem.config import TrialConfig
-from tune_lowmem.memory import measure, predict
+from tune_lowmem.memory.measure import measure
+from tune_lowmem.memory.predict import predict
 from tune_lowmem.memory.synthetic import synthetic_task
 from tune_lowmem.models import torchvision_models
 from tune_lowmem.techniques.checkpointing import set_generic_checkpointing, stages

@@ -10,7 +10,7 @@ import torch
 from ray import tune
 
 from tune_lowmem import store
-from tune_lowmem.memory import predict
+from tune_lowmem.memory.predict import predict
 from tune_lowmem.space import SearchSpace
 from tune_lowmem.train import Trainer
 from tune_lowmem.trainable import CHECKPOINT_FILE, final_result, result_from_row, train_trial

@@ -11,12 +11,20 @@ import importlib
 import sys
 
 from .config import ConfigError
+from .store import StoreError, forget_reported_files
 
 COMMANDS = ("train", "pareto", "report", "profile", "launch", "resume", "status")
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's usage errors as one line (its default prints the whole usage first)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="tune-lowmem", description="Find how to train a neural network in less memory."
     )
     subparsers = parser.add_subparsers(dest="command", required=True)
@@ -27,10 +35,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    forget_reported_files()
     try:
         return args.run(args)
-    except (ConfigError, FileNotFoundError) as error:
-        print(f"tune-lowmem {args.command}: error: {error}", file=sys.stderr)
+    except (ConfigError, StoreError, FileNotFoundError) as error:
+        print(f"tune-lowmem {args.command}: error: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
 
 

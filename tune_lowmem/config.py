@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from .schema import check_types
 from .tasks.registry import DEFAULT_TASK, get_task
 from .validation import (
     ConfigError,
@@ -39,6 +40,7 @@ REWIRING_MODES = ("dynamic", "static")
 PERIOD_SCHEDULES = ("paper", "constant")
 SPLITS = ("search", "final")
 DEVICES = ("auto", "cpu", "cuda")
+SEED_LIMIT = 2**32  # numpy's generators take seeds below it
 # The sections a task declares its own dataclass for; every other field is the trial's or a
 # technique's (see `tune_lowmem.tasks.Task` and `tune_lowmem.techniques`).
 TASK_SECTIONS = ("model", "schedule", "data")
@@ -271,12 +273,6 @@ class TrialConfig:
         from .techniques import TECHNIQUES
 
         task = self.task_type()
-        require(
-            is_int(self.seed) and self.seed >= 0,
-            "seed",
-            f"{self.seed!r} is not allowed; an integer >= 0 is required",
-        )
-        choice(self.device, DEVICES, "device")
         for name, expected in task.sections().items():
             section = getattr(self, name)
             require(
@@ -285,6 +281,13 @@ class TrialConfig:
                 f"a {type(section).__name__} is not allowed for task {self.task}; "
                 f"{expected.__name__} is required",
             )
+        check_types(self)  # the store's column types: no range check sees a wrong type
+        require(
+            is_int(self.seed) and 0 <= self.seed < SEED_LIMIT,
+            "seed",
+            f"{self.seed!r} is not allowed; an integer in [0, 2**32) is required (numpy's seeds)",
+        )
+        choice(self.device, DEVICES, "device")
         for f in fields(self):
             value = getattr(self, f.name)
             if is_dataclass(value):
@@ -322,8 +325,10 @@ class TrialConfig:
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> TrialConfig:
-        with open(path) as handle:
-            loaded = yaml.safe_load(handle) or {}
+        from .yaml_loading import load_file
+
+        loaded = load_file(path, "config file")
+        loaded = {} if loaded is None else loaded
         if not isinstance(loaded, Mapping):
             raise ConfigError(str(path), "a YAML mapping of config fields is required")
         return cls.from_dict(loaded)

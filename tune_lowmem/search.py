@@ -49,12 +49,12 @@ from ray.tune import Callback
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
-from . import pareto, store
+from . import pareto, preflight, store
 from .analysis import baselines
 from .config import ConfigError
 from .progress import ProgressPrinter, say
-from .tasks.registry import module_directory
 from .space import CONSTRAINT, SearchSpace, store_column, worst_value
+from .tasks.registry import module_directory
 from .trainable import (
     Screening,
     memory_metrics,
@@ -64,6 +64,7 @@ from .trainable import (
     train_trial,
     write_screened,
 )
+from .yaml_loading import load_file
 
 JOURNAL = "optuna.journal"
 SPACE_FILE = "space.yaml"
@@ -360,7 +361,7 @@ def trial_resources(space: SearchSpace, tune_config: dict[str, Any]) -> dict[str
     resources = space.resources
     gpu = resources.gpu
     if gpu == "auto":
-        from .memory import predict
+        from .memory.predict import predict
 
         total = predict(space.trial_config(tune_config["params"])).total_mb
         gpu = resources.gpu_share(total)
@@ -410,6 +411,7 @@ def _ray(address: str | None, task: str) -> Iterator[None]:
     if ray.is_initialized():
         yield
         return
+    preflight.reachable(address)  # an unreachable address: one line, nothing started
     passed = {k: os.environ[k] for k in ("TUNE_LOWMEM_DATA", "TUNE_LOWMEM_CACHE") if k in os.environ}
     task_folder = module_directory(task)
     if task_folder is not None:
@@ -417,10 +419,13 @@ def _ray(address: str | None, task: str) -> Iterator[None]:
     options: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING}
     if passed:
         options["runtime_env"] = {"env_vars": passed}
-    if address is None:
-        ray.init(address="local", include_dashboard=False, **options)
-    else:
-        ray.init(address=address, **options)
+    try:
+        if address is None:
+            ray.init(address="local", include_dashboard=False, **options)
+        else:
+            ray.init(address=address, **options)
+    except ConnectionError as error:
+        raise preflight.connection_refused(address, error) from None
     try:
         yield
     finally:
@@ -443,13 +448,15 @@ def launch(space_path: str | Path, name: str | None = None, store_root: str | Pa
            address: str | None = None, num_samples: int | None = None) -> SweepResult:
     """Validate the space, then run the sweep to the end (nothing is created if it is invalid)."""
     space = SearchSpace.load(space_path, num_samples=num_samples)
-    sweep = store.check_name(name or space.name, "--name")
-    root = storage_root(store_root)
+    sweep = store.check_name(space.name if name is None else name, "--name")
+    root = preflight.writable_folder(storage_root(store_root), "--store")
     folder = sweep_folder(root, sweep)
     if folder.exists() or sweep in store.list_sweeps(root):
         raise ConfigError("--name", f"sweep {sweep!r} already exists in {root}; continue it with "
                           f"`tune-lowmem resume {sweep} --store {root}` or choose another --name")
+    preflight.machine(space, address)
     with _ray(address, space.base["task"]):
+        preflight.cluster(space)
         folder.mkdir(parents=True)
         (folder / SPACE_FILE).write_text(yaml.safe_dump(space.to_dict(), sort_keys=False))
         say(f"sweep {sweep}: {space.num_samples} points x {space.seeds_per_point} seed(s), "
@@ -462,8 +469,11 @@ def resume(name: str, store_root: str | Path = "runs", address: str | None = Non
     """Continue a stopped sweep: unfinished trials run again, finished ones are not repeated."""
     root = storage_root(store_root)
     space = saved_space(name, root)
+    preflight.writable_folder(root, "--store")
     folder = sweep_folder(root, name)
+    preflight.machine(space, address)
     with _ray(address, space.base["task"]):
+        preflight.cluster(space)
         if _tune_saved(folder):
             say(f"sweep {name}: resuming from {folder}")
             tuner = tune.Tuner.restore(str(folder), trainable=_trainable(space, name, root),
@@ -481,7 +491,7 @@ def saved_space(name: str, root: str | Path) -> SearchSpace:
     if not path.is_file():
         known = sorted(p.parent.name for p in Path(root).glob(f"ray/*/{SPACE_FILE}"))
         raise ConfigError("NAME", f"no sweep {name!r} in {root}; sweeps there: {', '.join(known) or 'none'}")
-    return SearchSpace.from_dict(yaml.safe_load(path.read_text()))
+    return SearchSpace.from_dict(load_file(path, "sweep space file"))
 
 
 def _finish(space: SearchSpace, sweep: str, root: Path, results) -> SweepResult:

@@ -41,9 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from .config import ConfigError, TrialConfig
+from .config import SEED_LIMIT, ConfigError, TrialConfig
 from .memory.report import PARTS
 from .store import check_name
 from .validation import (
@@ -57,6 +55,7 @@ from .validation import (
     positive_int,
     require,
 )
+from .yaml_loading import load_file, load_text
 
 SAMPLERS = ("nsga2", "tpe", "gp", "random", "grid")
 PARAM_TYPES = ("uniform", "loguniform", "int", "choice")
@@ -92,6 +91,10 @@ _OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
 }
 _CONDITION = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(<=|>=|==|!=|<|>|not in|in)\s*(.+?)\s*$")
 _GRID_LIMIT = 1_000_000
+_SAMPLER_CLASSES = {"nsga2": "NSGAIISampler", "tpe": "TPESampler", "gp": "GPSampler", "random": "RandomSampler",
+                    "grid": "GridSampler"}
+_NOT_OPTIONS = ("self", "seed", "search_space")  # set by the space itself
+_AT_LEAST_ONE = ("n_ei_candidates", "population_size", "n_candidates")  # options counting draws
 _PROBE_COMBINATIONS = 256  # other params' probe values tried before a value is declared impossible
 
 
@@ -210,13 +213,7 @@ class SearchSpace:
     @classmethod
     def load(cls, path: str | Path, num_samples: int | None = None) -> SearchSpace:
         """Read and validate a YAML file; `num_samples` overrides the file's."""
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(str(path), "no such search-space file")
-        try:
-            loaded = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as error:
-            raise ConfigError(str(path), f"not valid YAML: {' '.join(str(error).split())}") from None
+        loaded = load_file(path, "search-space file")
         if not isinstance(loaded, Mapping):
             raise ConfigError(str(path), "a YAML mapping with name, base, params, objectives is required")
         if num_samples is not None:
@@ -237,8 +234,10 @@ class SearchSpace:
         params = _params(raw["params"], base)
         conditions = _conditions(raw.get("conditions") or {}, params)
         objectives = _objectives(raw["objectives"], task)
+        _validation_split(objectives, base, params)
         sampler = raw.get("sampler", "nsga2")
-        require(sampler in SAMPLERS, "sampler", f"{sampler!r} is not allowed; allowed: {', '.join(SAMPLERS)}")
+        require(isinstance(sampler, str) and sampler in SAMPLERS, "sampler",
+                f"{sampler!r} is not allowed; allowed: {', '.join(SAMPLERS)}")
         space = cls(
             name=name,
             description=description,
@@ -248,7 +247,7 @@ class SearchSpace:
             objectives=objectives,
             memory_budget_mb=_budget(raw.get("memory_budget_mb")),
             sampler=sampler,
-            sampler_options=mapping(raw.get("sampler_options") or {}, "sampler_options"),
+            sampler_options=_sampler_options(sampler, raw.get("sampler_options") or {}),
             sampler_seed=_seed(raw.get("sampler_seed", 0)),
             num_samples=_num_samples(raw.get("num_samples"), sampler, params, conditions),
             seeds_per_point=positive_int(raw.get("seeds_per_point", 1), "seeds_per_point"),
@@ -307,7 +306,7 @@ class SearchSpace:
         import optuna
 
         options = dict(self.sampler_options)
-        seed = None if self.sampler_seed is None else self.sampler_seed + seed_offset
+        seed = None if self.sampler_seed is None else (self.sampler_seed + seed_offset) % SEED_LIMIT
         makers = {
             "nsga2": lambda: optuna.samplers.NSGAIISampler(seed=seed, **options),
             "tpe": lambda: optuna.samplers.TPESampler(seed=seed, **options),
@@ -327,9 +326,36 @@ class SearchSpace:
 
 
 def _seed(value: Any) -> int | None:
-    require(value is None or (is_int(value) and value >= 0), "sampler_seed",
-             f"{value!r} is not allowed; an integer >= 0 or null is required")
+    require(value is None or (is_int(value) and 0 <= value < SEED_LIMIT), "sampler_seed",
+             f"{value!r} is not allowed; an integer in [0, 2**32) or null is required (numpy's seeds)")
     return value
+
+
+def _sampler_options(sampler: str, raw: Any) -> dict[str, Any]:
+    """Keyword arguments of the sampler, typed as its own defaults: Optuna checks only some
+    (a negative `n_startup_trials` or a number for the function `gamma` would fail mid-sweep)."""
+    import inspect
+
+    import optuna
+
+    options = mapping(raw, "sampler_options")
+    parameters = inspect.signature(getattr(optuna.samplers, _SAMPLER_CLASSES[sampler])).parameters
+    allowed = [p for p in parameters if p not in _NOT_OPTIONS]
+    for name, value in options.items():
+        field_name = f"sampler_options.{name}"
+        require(name in allowed, field_name, f"not an option of {sampler} here; allowed: {', '.join(allowed)}")
+        default = parameters[name].default
+        if callable(default) or "Callable" in str(parameters[name].annotation):
+            raise ConfigError(field_name, "a function in Optuna; it cannot be set from YAML")
+        if isinstance(default, bool):
+            require(isinstance(value, bool), field_name, f"{value!r} is not allowed; true or false is required")
+        elif is_int(default):
+            low = 1 if name in _AT_LEAST_ONE else 0
+            require(is_int(value) and value >= low, field_name,
+                    f"{value!r} is not allowed; an integer >= {low} is required")
+        elif isinstance(default, float):
+            require(is_number(value), field_name, f"{value!r} is not allowed; a finite number is required")
+    return options
 
 
 def _config_message(error: ConfigError) -> str:
@@ -381,7 +407,13 @@ def _param(name: str, spec: dict[str, Any], prefix: str) -> Param:
         for value in values:
             require(value is None or isinstance(value, (str, int, float, bool)), f"{prefix}.values",
                      f"{value!r} is not allowed; numbers, text, true/false or null are required")
-        require(len(set(map(repr, values))) == len(values), f"{prefix}.values", f"{values!r} repeats a value")
+        for i, value in enumerate(values):
+            require(not (isinstance(value, float) and not math.isfinite(value)), f"{prefix}.values",
+                    f"{value!r} is not allowed; finite numbers are required")
+            same = [other for other in values[:i] if other == value]
+            if same:
+                raise ConfigError(f"{prefix}.values", f"{same[0]!r} and {value!r} are the same choice "
+                                  "(they compare equal); distinct values are required")
         return Param(name, kind, values=tuple(values))
     for key in ("low", "high"):
         require(key in spec, f"{prefix}.{key}", f"required for type {kind}")
@@ -396,8 +428,13 @@ def _param(name: str, spec: dict[str, Any], prefix: str) -> Param:
     if step is not None:
         require(check(step) and step > 0, f"{prefix}.step", f"{step!r} is not allowed; {what} > 0 is required")
         count = (high - low) / step
-        require(abs(count - round(count)) < 1e-9, f"{prefix}.step",
+        require(math.isfinite(count) and abs(count - round(count)) < 1e-9, f"{prefix}.step",
                  f"{step!r} is not allowed; high - low ({high - low!r}) must be a multiple of it")
+    if kind == "int" or step is not None:  # a grid of values: a sampler must be able to list it
+        values = round((high - low) / (step or 1)) + 1
+        require(values <= _GRID_LIMIT, f"{prefix}.{'high' if step is None else 'step'}",
+                f"{high if step is None else step!r} is not allowed; the range has {values:.3g} values, "
+                f"at most {_GRID_LIMIT} are allowed")
     return Param(name, kind, low=low, high=high, step=step)
 
 
@@ -438,16 +475,53 @@ def _conditions(raw: Any, params: tuple[Param, ...]) -> dict[str, Condition]:
         parent, op, value_text = match.groups()
         require(parent in order and order[parent] < order[child], prefix,
                  f"{parent!r} is not allowed; a param listed before {child} in params is required")
-        condition = Condition(parent, op, yaml.safe_load(value_text), text)
-        probes = by_name[parent].probes()
+        condition = Condition(parent, op, load_text(value_text, prefix), text)
+        probes = _condition_probes(by_name[parent], condition.value)
         try:
             truths = [condition.holds(v) for v in probes]
         except TypeError:
             raise ConfigError(prefix, f"{text!r} cannot compare {parent}'s values {probes!r} with {condition.value!r}") from None
-        if by_name[parent].kind == "choice":
-            require(any(truths), prefix, f"{text!r} holds for none of {parent}'s values {probes!r}")
+        require(any(truths), prefix, f"{text!r} can never hold: {parent} takes {_describe_values(by_name[parent])}")
         conditions[child] = condition
     return conditions
+
+
+def _condition_probes(param: Param, value: Any) -> list[Any]:
+    """Values of `param` that decide whether a condition on it can ever hold: every choice, or a
+    range's ends and the condition's own values that lie in it (on the step grid)."""
+    if param.kind == "choice":
+        return param.probes()
+    inside = [v for v in (value if isinstance(value, list) else [value])
+              if is_number(v) and param.low <= v <= param.high
+              and (param.kind != "int" or (float(v).is_integer() and (v - param.low) % (param.step or 1) == 0))]
+    return [param.low, param.high, *inside]
+
+
+def _describe_values(param: Param) -> str:
+    if param.kind == "choice":
+        return f"only {list(param.values)!r}"
+    return f"values in [{param.low!r}, {param.high!r}]"
+
+
+def _validation_split(objectives: Mapping[str, str], base: Mapping[str, Any], params) -> None:
+    """A val_* objective needs a validation split in every config the sweep can run."""
+    from .tasks import get_task
+
+    needs = [m for m in objectives if m.startswith("val_")]
+    if not needs:
+        return
+    task = get_task(base["task"])
+    tries = [("base", {})] + [(f"params.{p.name}", {p.name: v}) for p in params
+                              if p.name.startswith("data.") for v in p.probes()]
+    for field_name, change in tries:
+        try:
+            config = TrialConfig.from_dict({**base, **change})
+        except ConfigError:  # valid only with other params' values: checked by `_probe`
+            continue
+        if task.validation_empty(config):
+            shown = ", ".join(f"{k}={v!r}" for k, v in change.items()) or "the base data section"
+            raise ConfigError(field_name, f"{shown} leaves no validation split, so objective {needs[0]} "
+                              "can never be measured; hold out data (data.val_size > 0, data.split: search)")
 
 
 def _objectives(raw: Any, task: str) -> dict[str, str]:
@@ -510,4 +584,8 @@ def _resources(raw: Any, base: Mapping[str, Any]) -> Resources:
     if gpu == "auto" or gpu > 0:
         require(base["device"] != "cpu", "resources.gpu",
                  f"{gpu!r} is not allowed with base device cpu; set base device to auto or cuda, or gpu: 0")
+    else:
+        require(base["device"] != "cuda", "resources.gpu",
+                f"{gpu!r} is not allowed with base device cuda: Ray would give the trial no GPU; "
+                "ask for one (gpu > 0 or auto) or set base device to auto or cpu")
     return Resources(cpu=cpu, gpu=gpu, gpu_memory_mb=None if memory is None else float(memory))

@@ -34,7 +34,6 @@ lost or read twice; a trial file rewritten while compaction runs is kept, not re
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import fcntl
 import functools
 import hashlib
@@ -45,10 +44,9 @@ import os
 import platform
 import re
 import time
-import types
-import typing
+import sys
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -61,6 +59,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .config import ConfigError, TrialConfig
+from .schema import Kind, config_kinds, scalar_fits
 
 SCHEMA_VERSION = 1
 STATUSES = ("completed", "failed", "infeasible")
@@ -92,13 +91,23 @@ _KINDS = {  # column type -> (what to call it, the Python values it takes)
     pa.int64(): ("an integer", (int, np.integer)),
     pa.string(): ("a string", (str,)),
 }
-_ARROW_TYPES = {
-    bool: pa.bool_(),
-    int: pa.int64(),
-    float: pa.float64(),
-    str: pa.string(),
-    tuple: pa.string(),
+_BASE_COLUMNS = {  # every row file's own columns, with their types
+    "schema_version": pa.int64(),
+    "trial_id": pa.string(),
+    "status": pa.string(),
+    "failure_reason": pa.string(),
+    "seed_group": pa.string(),
+    "started_at": pa.timestamp("us", tz="UTC"),
+    "finished_at": pa.timestamp("us", tz="UTC"),
+    "wall_seconds": pa.float64(),
+    "epochs_completed": pa.int64(),
+    "node_id": pa.string(),
+    "sampler": pa.string(),
+    "point": pa.int64(),
+    "objectives": pa.string(),  # the sweep's objectives (column -> direction) as JSON
 }
+_EPOCH_COLUMNS = {"schema_version": pa.int64(), "trial_id": pa.string(), "epoch": pa.int64()}
+QUARANTINE = "quarantine"  # DIR/quarantine/: unreadable files moved aside, never deleted
 
 
 class StoreError(ValueError):
@@ -182,8 +191,11 @@ def write_trial(
     trial = _trial_table(record)
     epoch_table = None if epochs is None else _epochs_table(record.trial_id, epochs)
     if epoch_table is not None:
-        _atomic_write(_file(root, EPOCHS, record.sweep, record.trial_id), epoch_table)
+        epochs_path = _file(root, EPOCHS, record.sweep, record.trial_id)
+        _quarantine_if_bad(root, epochs_path, EPOCHS)
+        _atomic_write(epochs_path, epoch_table)
     path = _file(root, TRIALS, record.sweep, record.trial_id)
+    _quarantine_if_bad(root, path, TRIALS)
     _atomic_write(path, trial)
     return path
 
@@ -192,26 +204,25 @@ def _trial_table(record: TrialRecord) -> pa.Table:
     config = _config_columns(record.config)
     started, finished = record.started_at, record.finished_at
     wall = (finished - started).total_seconds() if started and finished else None
-    columns: dict[str, pa.Array] = {
-        "schema_version": pa.array([SCHEMA_VERSION], pa.int64()),
-        "trial_id": pa.array([record.trial_id], pa.string()),
-        "status": pa.array([record.status], pa.string()),
-        "failure_reason": pa.array([record.failure_reason], pa.string()),
-        "seed_group": pa.array([_seed_group(config)], pa.string()),
-        "started_at": pa.array([started], pa.timestamp("us", tz="UTC")),
-        "finished_at": pa.array([finished], pa.timestamp("us", tz="UTC")),
-        "wall_seconds": pa.array([wall], pa.float64()),
-        "epochs_completed": pa.array([record.epochs_completed], pa.int64()),
-        "node_id": pa.array([record.node_id], pa.string()),
-        "sampler": pa.array([record.sampler], pa.string()),
-        "point": pa.array([record.point], pa.int64()),
-        "objectives": pa.array(
-            [json.dumps(dict(record.objectives)) if record.objectives else None], pa.string()
-        ),
+    values = {
+        "schema_version": SCHEMA_VERSION,
+        "trial_id": record.trial_id,
+        "status": record.status,
+        "failure_reason": record.failure_reason,
+        "seed_group": _seed_group(config),
+        "started_at": started,
+        "finished_at": finished,
+        "wall_seconds": wall,
+        "epochs_completed": record.epochs_completed,
+        "node_id": record.node_id,
+        "sampler": record.sampler,
+        "point": record.point,
+        "objectives": json.dumps(dict(record.objectives)) if record.objectives else None,
     }
+    columns = {name: pa.array([values[name]], kind) for name, kind in _BASE_COLUMNS.items()}
     columns.update((f"config.{key}", array) for key, array in config.items())
     for name in sorted(record.metrics):
-        columns[f"metric.{check_name(name, 'metrics')}"] = _floats(
+        columns[f"metric.{check_name(name, 'metrics')}"] = _numbers(
             [record.metrics[name]], f"metrics.{name}"
         )
     for name, kind in MEMORY_COLUMNS.items():
@@ -236,14 +247,15 @@ def _epochs_table(trial_id: str, epochs: Sequence[Mapping[str, Any]]) -> pa.Tabl
             f"epoch {repeated[0]} appears more than once; one row per epoch is required",
         )
     names = sorted({name for row in epochs for name in row if name != "epoch"})
-    columns: dict[str, pa.Array] = {
-        "schema_version": pa.array([SCHEMA_VERSION] * len(epochs), pa.int64()),
-        "trial_id": pa.array([trial_id] * len(epochs), pa.string()),
-        "epoch": pa.array(numbers, pa.int64()),
+    given = {
+        "schema_version": [SCHEMA_VERSION] * len(epochs),
+        "trial_id": [trial_id] * len(epochs),
+        "epoch": numbers,
     }
+    columns = {name: pa.array(given[name], kind) for name, kind in _EPOCH_COLUMNS.items()}
     for name in names:
         check_name(name, "epochs")
-        columns[f"metric.{name}"] = _floats([row.get(name) for row in epochs], f"epochs.{name}")
+        columns[f"metric.{name}"] = _numbers([row.get(name) for row in epochs], f"epochs.{name}")
     return pa.table(columns)
 
 
@@ -251,43 +263,20 @@ def _config_columns(config: Mapping[str, Any]) -> dict[str, pa.Array]:
     """Every config field of the trial's task as a typed one-value column (null when absent)."""
     task = config.get("task", TrialConfig.task)
     try:
-        fields = config_fields(task)
+        kinds = config_kinds(task)
     except ConfigError as error:
         raise ConfigError(f"config.{error.field}", error.reason) from None
-    unknown = sorted(set(config) - set(fields))
+    unknown = sorted(set(config) - set(kinds))
     if unknown:
         raise ConfigError(f"config.{unknown[0]}", f"not a TrialConfig field of task {task}")
     columns = {}
-    for key, base in fields.items():
+    for key, kind in kinds.items():  # the validator's own types (`schema`): lists stay lists
         value = config.get(key)
-        if base is tuple and value is not None:
-            if not isinstance(value, (list, tuple)):
-                raise ConfigError(f"config.{key}", f"{value!r} is not allowed; a list is required")
-            value = json.dumps(list(value))  # JSON text keeps the column scalar
-        columns[key] = _column(value, _ARROW_TYPES[base], f"config.{key}")
+        if value is not None:
+            Kind(kind.scalar, kind.is_list, kind.length).check(value, f"config.{key}")
+            value = list(value) if kind.is_list else value
+        columns[key] = pa.array([value], kind.arrow)
     return columns
-
-
-@functools.cache
-def config_fields(task: str) -> dict[str, type]:
-    """Dotted config key -> its Python type (bool, int, float, str, tuple), from the annotations."""
-    return dict(_field_types(TrialConfig.from_dict({"task": task}), ""))
-
-
-def _field_types(section: Any, prefix: str) -> Iterable[tuple[str, type]]:
-    hints = typing.get_type_hints(type(section))
-    for f in dataclasses.fields(section):
-        value = getattr(section, f.name)
-        if dataclasses.is_dataclass(value):
-            yield from _field_types(value, f"{prefix}{f.name}.")
-        else:
-            yield f"{prefix}{f.name}", _base_type(hints[f.name])
-
-
-def _base_type(hint: Any) -> type:
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):  # X | None
-        (hint,) = [a for a in typing.get_args(hint) if a is not type(None)]
-    return typing.get_origin(hint) or hint
 
 
 def _column(value: Any, kind: pa.DataType, field_name: str) -> pa.Array:
@@ -313,10 +302,25 @@ def _floats(values: list[Any], field_name: str) -> pa.Array:
     return pa.array([None if v is None else float(v) for v in values], pa.float64())
 
 
+def _numbers(values: list[Any], field_name: str) -> pa.Array:
+    """A metric column: int64 when every value is an integer (counts: epoch, updates), else
+    float64; pyarrow, pandas and DuckDB promote int64 to float64 where files differ."""
+    floats = _floats(values, field_name)
+    given = [v for v in values if v is not None]
+    if given and all(scalar_fits(v, int) for v in given):
+        return pa.array([None if v is None else int(v) for v in values], pa.int64())
+    return floats
+
+
 def _seed_group(config: Mapping[str, pa.Array]) -> str:
-    """The same point with another seed gets the same id: a hash of the typed config but seed."""
-    point = {key: array[0].as_py() for key, array in config.items() if key != "seed"}
+    """The same point with another seed gets the same id: a hash of the typed config but seed.
+    Lists enter as the JSON text that stores before list columns held, so ids stay the same."""
+    point = {key: _hashable(array[0].as_py()) for key, array in config.items() if key != "seed"}
     return hashlib.sha256(json.dumps(point, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _hashable(value: Any) -> Any:
+    return json.dumps(value) if isinstance(value, list) else value
 
 
 @functools.cache
@@ -483,7 +487,9 @@ def _read_files(
     """The rows of ``files``, one copy per trial: the copy of the highest-ranked file."""
     parts = []
     for path, rank in files:
-        data = _read_file(path, columns, table)
+        data = _read_file(path, table, columns)
+        if data is None:  # named on stderr, left as it is; the other files still count
+            continue
         if trial_id is not None:
             data = data.filter(pc.equal(data["trial_id"], trial_id))
         parts.append(data.append_column("__rank", pa.array([rank] * data.num_rows, pa.int64())))
@@ -514,26 +520,76 @@ def _column_group(name: str) -> int:
     return next((i for i, p in enumerate(_GROUPS, 1) if name.startswith(p)), 0)
 
 
-def _read_file(path: Path, columns: Sequence[str] | None = None, table: str = TRIALS) -> pa.Table:
-    parquet = pq.ParquetFile(path)
-    names = parquet.schema_arrow.names
-    if "schema_version" not in names:
-        raise StoreError(f"{path}: no schema_version column; not a file of the tune-lowmem store")
-    if columns is not None:
-        always = {"schema_version", "trial_id"} | ({"epoch"} if table == EPOCHS else set())
-        names = [n for n in names if n in always or _wanted(n, columns)]
-    data = parquet.read(columns=names)
-    newest = pc.max(data["schema_version"]).as_py()
-    if newest is not None and newest > SCHEMA_VERSION:
-        raise StoreError(
-            f"{path}: schema_version {newest} is newer than this tune-lowmem reads "
-            f"({SCHEMA_VERSION}); upgrade tune-lowmem to read this store"
-        )
+def _read_file(path: Path, table: str, columns: Sequence[str] | None = None) -> pa.Table | None:
+    """The file's rows (old list columns converted; only `columns` and the keys when given), or
+    None after one line on stderr naming it, when it is not a file this version can read:
+    truncated, empty, foreign or newer. A file gone meanwhile (compacted) is not a bad file:
+    FileNotFoundError goes to the caller, which lists the folder again."""
+    data, problem = _checked_file(path, table, columns)
+    if problem is not None:
+        _say_skipped(path, problem)
     return data
+
+
+def _checked_file(
+    path: Path, table: str, columns: Sequence[str] | None = None
+) -> tuple[pa.Table | None, str | None]:
+    try:
+        parquet = pq.ParquetFile(path)
+        names = parquet.schema_arrow.names
+        if columns is not None:
+            keys = {"schema_version", "trial_id"} | ({"epoch"} if table == EPOCHS else {"status"})
+            names = [n for n in names if n in keys or _wanted(n, columns)]
+        data = parquet.read(columns=names)
+    except FileNotFoundError:
+        raise
+    except (OSError, pa.ArrowException) as error:
+        return None, f"not a readable Parquet file ({_one_line(error)})"
+    problem = _schema_problem(data, table, path.name.removesuffix(_SUFFIX))
+    if problem is None:
+        try:
+            return _lists_from_json(data), None
+        except (ValueError, TypeError):
+            problem = "a list column holds text that is not a JSON list"
+    return None, problem
 
 
 def _wanted(name: str, columns: Sequence[str]) -> bool:
     return any(name == c or (c.endswith(".") and name.startswith(c)) for c in columns)
+
+
+def _schema_problem(data: pa.Table, table: str, trial_id: str) -> str | None:
+    """What makes `data` not a file of this store's `table`, or None: the same types as written."""
+    base = _BASE_COLUMNS if table == TRIALS else _EPOCH_COLUMNS
+    if "schema_version" not in data.column_names:
+        return "no schema_version column; not a file of the tune-lowmem store"
+    newest = pc.max(data["schema_version"]).as_py() if data.num_rows else None
+    if newest is not None and newest > SCHEMA_VERSION:
+        return (
+            f"schema_version {newest} is newer than this tune-lowmem reads ({SCHEMA_VERSION});"
+            " upgrade tune-lowmem to read it"
+        )
+    required = ("trial_id", "status") if table == TRIALS else ("trial_id", "epoch")
+    missing = [name for name in required if name not in data.column_names]
+    if missing:
+        return f"lacks the column {missing[0]}; not a {table} file of the store"
+    if not _COMPACTED.fullmatch(f"{trial_id}{_SUFFIX}"):  # a trial's own file holds that trial alone
+        if table == TRIALS and data.num_rows != 1:
+            return f"has {data.num_rows} rows; a trials file holds one"
+        if set(data["trial_id"].to_pylist()) - {trial_id}:
+            return f"holds rows of another trial than {trial_id}"
+    if table == TRIALS:
+        unknown = set(data["status"].to_pylist()) - set(STATUSES)
+        if unknown:
+            return f"status {sorted(unknown)[0]!r} is not one of {', '.join(STATUSES)}"
+    kinds = _stored_kinds(data) if table == TRIALS else {}
+    for column in data.schema:
+        allowed = _allowed_types(column.name, base, kinds)
+        if allowed is None:
+            return f"column {column.name!r} is not a column of the store's {table}"
+        if column.type not in allowed:
+            return f"column {column.name!r} is {column.type}, not {allowed[0]}"
+    return None
 
 
 # ---- compacting ----------------------------------------------------------------------------
@@ -610,15 +666,87 @@ def _remove_if_unchanged(path: Path, identity: tuple[int, int, int]) -> None:
     aside.unlink()
 
 
+def _stored_kinds(data: pa.Table) -> dict[str, Kind]:
+    """The config kinds of the file's task; none when the task is unknown here (then unchecked)."""
+    task = data["config.task"][0].as_py() if "config.task" in data.column_names else None
+    try:
+        return {f"config.{key}": kind for key, kind in config_kinds(task).items()}
+    except ConfigError:
+        return {}
+
+
+def _allowed_types(name: str, base: Mapping[str, pa.DataType], kinds: Mapping[str, Kind]):
+    """The types a column may have (first: the one written now); None: not a column of ours."""
+    numbers = (pa.float64(), pa.int64(), pa.null())
+    if name in base:
+        return (base[name], pa.null())
+    if name.startswith("metric."):
+        return numbers
+    if base is _EPOCH_COLUMNS:
+        return None
+    if name.startswith("memory."):
+        return (MEMORY_COLUMNS.get(name.removeprefix("memory."), pa.float64()), *numbers)
+    if name.startswith("version."):
+        return (pa.string(), pa.null())
+    if name in kinds:  # lists were JSON text before version 0.2: read both
+        return (kinds[name].arrow, pa.null(), *((pa.string(),) if kinds[name].is_list else ()))
+    if name.startswith("config."):
+        return None if kinds else (pa.bool_(), pa.int64(), pa.float64(), pa.string(), pa.null())
+    return None
+
+
+def _lists_from_json(data: pa.Table) -> pa.Table:
+    """Stores written before list columns held lists as JSON text: read as lists."""
+    for name, kind in _stored_kinds(data).items():
+        if kind.is_list and name in data.column_names and data[name].type == pa.string():
+            values = [None if v is None else json.loads(v) for v in data[name].to_pylist()]
+            index = data.column_names.index(name)
+            data = data.set_column(index, name, pa.array(values, kind.arrow))
+    return data
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+_SAID: set[tuple[str, str]] = set()
+
+
+def forget_reported_files() -> None:
+    """A new command (the CLI calls this) names each bad file again, once."""
+    _SAID.clear()
+
+
+def _say_skipped(path: Path, problem: str) -> None:
+    """One line on stderr per bad file and command: the command goes on without it."""
+    if (str(path), problem) not in _SAID:
+        _SAID.add((str(path), problem))
+        print(f"tune-lowmem: skipped {path}: {problem}; the file is left as it is", file=sys.stderr)
+
+
+def _quarantine_if_bad(root: str | Path, path: Path, table: str) -> None:
+    """Before a trial's file is written again: an unreadable old copy is moved aside to
+    ``DIR/quarantine/<table>/sweep=<name>/`` (named with the time), never overwritten."""
+    if not path.is_file() or _checked_file(path, table)[1] is None:
+        return
+    stamp = datetime.now().astimezone().strftime("%Y%m%dT%H%M%S%f")
+    target = Path(root) / QUARANTINE / table / path.parent.name / f"{path.name}.{stamp}"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(path, target)
+    print(f"tune-lowmem: moved unreadable {path} to {target}", file=sys.stderr)
+
+
 def trial_config(row: Mapping[str, Any]) -> TrialConfig:
     """The `TrialConfig` of one stored trial row (a `read_trials` row), ready to train or profile."""
     flat: dict[str, Any] = {}
-    for key, base in config_fields(row["config.task"]).items():
+    for key, kind in config_kinds(row["config.task"]).items():
         value = row.get(f"config.{key}")
+        if isinstance(value, str) and kind.is_list:  # a row of a store older than list columns
+            value = json.loads(value)
         if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
             flat[key] = None
-        elif base is tuple:
-            flat[key] = json.loads(value)
+        elif kind.is_list:
+            flat[key] = [kind.scalar(v) for v in value]
         else:
-            flat[key] = base(value)  # pandas may hand back numpy scalars
+            flat[key] = kind.scalar(value)  # pandas may hand back numpy scalars
     return TrialConfig.from_dict(flat)

@@ -38,7 +38,9 @@ import torch
 
 from . import store
 from .config import ConfigError, TrialConfig
-from .memory import MemoryReport, measure, predict
+from .memory import MemoryReport
+from .memory.measure import measure
+from .memory.predict import predict
 from .space import MEASURED_METRICS, MEMORY_OBJECTIVE, PREDICTED_METRICS, SearchSpace, store_column
 from .train import Trainer
 
@@ -283,7 +285,8 @@ def _stored_row(root: str, sweep: str, trial_id: str) -> Mapping[str, Any] | Non
     if trial_id not in store.trial_ids(root, sweep):
         return None
     rows = store.read_trials(root, sweep)
-    return rows[rows["trial_id"] == trial_id].iloc[0].to_dict()
+    mine = rows[rows["trial_id"] == trial_id] if "trial_id" in rows else rows.iloc[:0]
+    return mine.iloc[0].to_dict() if len(mine) else None  # an unreadable file: trained again
 
 
 def result_from_row(space: SearchSpace, row: Mapping[str, Any]) -> dict[str, Any]:

@@ -20,6 +20,11 @@ class ConfigError(ValueError):
         self.reason = message
         super().__init__(f"{field_name}: {message}")
 
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:
+        # Pickling (Ray sends a worker's errors to the driver) and copying rebuild an exception
+        # from its args, which hold the joined message: rebuild it from its two parts instead.
+        return type(self), (self.field, self.reason)
+
 
 def require(ok: bool, field_name: str, message: str) -> None:
     if not ok:
@@ -56,6 +61,10 @@ def nonnegative_int(value: Any, field_name: str) -> int:
 def positive_float(value: Any, field_name: str) -> float:
     ok = is_number(value) and value > 0
     return checked(value, ok, field_name, "a positive finite number")
+
+
+def optional_positive_float(value: Any, field_name: str) -> float | None:
+    return None if value is None else positive_float(value, field_name)
 
 
 def nonnegative_float(value: Any, field_name: str) -> float:

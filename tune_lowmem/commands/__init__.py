@@ -6,9 +6,8 @@ import argparse
 import math
 from typing import Any
 
-import yaml
-
 from ..config import ConfigError, TrialConfig
+from ..yaml_loading import load_text
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,9 +31,10 @@ def config_from_arguments(args: argparse.Namespace) -> TrialConfig:
         values = TrialConfig.from_yaml(args.config).to_flat()
     for item in args.overrides:
         key, sep, raw = item.partition("=")
+        key = key.strip()
         if not sep or not key:
             raise ConfigError("--set", f"{item!r} is not allowed; KEY=VALUE is required")
-        values[key.strip()] = yaml.safe_load(raw)
+        values[key] = load_text(raw, f"--set {key}")
     return TrialConfig.from_dict(values)
 
 

@@ -33,11 +33,17 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from ..memory import baseline_config, measure, predict
+    from ..memory import baseline_config
+    from ..memory.measure import measure
+    from ..memory.predict import predict
     from ..memory.synthetic import synthetic_task
+    from ..preflight import cuda_present
+    from ..validation import positive_int
 
     config = config_from_arguments(args)
-    lengths = None if args.lengths is None else tuple(args.lengths)
+    if args.measure:
+        cuda_present(config.device, "device (with --measure)")
+    lengths = None if args.lengths is None else tuple(positive_int(n, "--lengths") for n in args.lengths)
     task = synthetic_task(config, torch.device("cpu"), lengths)  # refuses what it cannot profile
     ways = {"predicted": predict} | ({"measured": measure} if args.measure else {})
     reports = {name: way(config, lengths) for name, way in ways.items()}

@@ -7,7 +7,6 @@ running sweep has written many, and shows the same front `tune-lowmem pareto` wo
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 
 def add_parser(subparsers) -> None:
@@ -24,8 +23,9 @@ def run(args: argparse.Namespace) -> int:
     from ..analysis.objectives import NoResult, saved_space
     from ..analysis.query import answer
     from ..config import ConfigError
+    from ..preflight import store_folder
 
-    root = Path(args.store).expanduser().resolve()
+    root = store_folder(args.store, "--store")
     name = store.check_name(args.name, "NAME")
     space = saved_space(root, name)
     if space is None and name not in store.list_sweeps(root):

@@ -16,9 +16,11 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..preflight import cuda_present
     from ..train import train
 
     config = config_from_arguments(args)
+    cuda_present(config.device)
 
     def show(metrics: dict, _trainer) -> None:
         if args.json:

@@ -42,6 +42,8 @@ def load(root: Path) -> tuple[Arrays, Arrays]:
     for candidate in (root / "cifar10-jpeg", root / "cifar10-jpeg.tar.gz"):
         if candidate.exists():
             return _cached(candidate)
+    if not root.is_dir():  # a mistyped data.root: no folder is made for a download into it
+        raise FileNotFoundError(f"data.root: {root} is not a folder; a folder holding CIFAR-10 is required")
     try:
         return _from_torchvision(root, download=True)
     except Exception as error:  # no network, or no permission to write there

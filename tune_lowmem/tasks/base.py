@@ -75,6 +75,13 @@ class Task:
         """Checks across sections (e.g. microbatch size against the batch); none by default."""
 
     @classmethod
+    def validation_empty(cls, config: TrialConfig) -> bool:
+        """Whether `config` leaves no validation split (then no val_* metric can be reported):
+        by default, a final split or none held out of training."""
+        data = config.data
+        return getattr(data, "split", "search") != "search" or getattr(data, "val_size", 1) == 0
+
+    @classmethod
     def metric_names(cls) -> tuple[str, ...]:
         return tuple(cls.METRICS)
 

@@ -64,6 +64,11 @@ class DynamicConvIwslt14(Task):
     SHAPE_FIELDS = ("max_tokens",)
     REWIRING_PERIOD_SCALE = 0.5  # Sohoni et al. A.3.1: halved for the 50,000-update schedule
 
+    @classmethod
+    def validation_empty(cls, config: TrialConfig) -> bool:
+        """A folder with its own valid split needs no hold-out: only the final split has none."""
+        return config.data.split != "search"
+
     def __init__(self, config: TrialConfig, device: torch.device, *, synthetic: bool = False):
         super().__init__(config, device, synthetic=synthetic)
         self.lengths = IWSLT14_LENGTHS
