@@ -1,15 +1,16 @@
 """What a person watching a sweep reads: one line per event instead of Ray's tables.
 
-    [12:01:07] 1f2e3_00003 started: precision=bf16 microbatch.size=10 checkpoint=none ...
-    [12:01:31] 1f2e3_00003 epoch 2: val_accuracy=0.3120 train_loss=1.7311
-    [12:01:44] 1f2e3_00003 completed: val_accuracy=0.3460 memory_total_mb=7.2 (3 epochs, 36 s)
-    [12:01:44] trials: 4 completed, 1 failed, 0 infeasible, 2 running, 0 pending | best: ...
+[12:01:07] 1f2e3_00003 started: precision=bf16 microbatch.size=10 checkpoint=none ...
+[12:01:31] 1f2e3_00003 epoch 2: val_accuracy=0.3120 train_loss=1.7311
+[12:01:44] 1f2e3_00003 completed: val_accuracy=0.3460 memory_total_mb=7.2 (3 epochs, 36 s)
+[12:01:44] trials: 4 completed, 1 failed, 0 infeasible, 2 running, 0 pending | best: ...
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -40,17 +41,25 @@ def describe(values: Mapping[str, Any]) -> str:
 
 
 class ProgressPrinter(Callback):
-    """Prints trial starts, epochs, outcomes, and after each outcome the counts and the best."""
+    """Prints trial starts, epochs, outcomes, and after each outcome the counts and the best.
+    `root` gives the store's root when asked: Tune pickles this callback into the sweep's
+    folder, so it holds how to find the store (the sweep's place), not a path."""
 
-    def __init__(self, space: SearchSpace, sweep: str, root: str):
+    def __init__(self, space: SearchSpace, sweep: str, root: Callable[[], str | Path]):
         self.space, self.sweep, self.root = space, sweep, root
 
     def on_trial_start(self, iteration: int, trials: list[Trial], trial: Trial, **info) -> None:
         say(f"{trial.trial_id} started: {describe(trial.config['params'])}")
 
-    def on_trial_result(self, iteration: int, trials: list[Trial], trial: Trial, result: dict, **info) -> None:
+    def on_trial_result(
+        self, iteration: int, trials: list[Trial], trial: Trial, result: dict, **info
+    ) -> None:
         if result.get("trial_status") == "running":
-            shown = {k: result[k] for k in (*self.space.objectives, "train_loss") if result.get(k) is not None}
+            shown = {
+                k: result[k]
+                for k in (*self.space.objectives, "train_loss")
+                if result.get(k) is not None
+            }
             say(f"{trial.trial_id} epoch {int(result.get('epoch') or 0)}: {describe(shown)}")
 
     def on_trial_complete(self, iteration: int, trials: list[Trial], trial: Trial, **info) -> None:
@@ -67,7 +76,9 @@ class ProgressPrinter(Callback):
 
     def on_trial_error(self, iteration: int, trials: list[Trial], trial: Trial, **info) -> None:
         tries = self.space.max_failures + 1
-        say(f"{trial.trial_id} failed: its worker died {tries} time(s), max_failures {self.space.max_failures}")
+        say(
+            f"{trial.trial_id} failed: its worker died {tries} time(s), max_failures {self.space.max_failures}"
+        )
         say(self.summary(trials, ending=trial))
 
     def summary(self, trials: list[Trial], ending: Trial | None = None) -> str:
@@ -86,7 +97,7 @@ class ProgressPrinter(Callback):
                 counts["running"] += 1
             else:
                 counts["pending"] += 1
-        screened = store.trial_ids(self.root, self.sweep)
+        screened = store.trial_ids(self.root(), self.sweep)
         counts["infeasible"] += sum(1 for i in screened if i.startswith("infeasible-"))
         counts["failed"] += sum(1 for i in screened if i.startswith("invalid-"))
         text = "trials: " + ", ".join(f"{n} {name}" for name, n in counts.items())
@@ -97,7 +108,9 @@ class ProgressPrinter(Callback):
         objectives = self.space.objectives
         if not results:
             return ""
-        values = pd.DataFrame([{k: r.get(k, np.nan) for k in objectives} for r in results], dtype=float)
+        values = pd.DataFrame(
+            [{k: r.get(k, np.nan) for k in objectives} for r in results], dtype=float
+        )
         front = pareto.pareto_front(values.drop_duplicates(), dict(objectives)).head(BEST_SHOWN)
         return "; ".join(describe(row) for row in front.to_dict("records"))
 
