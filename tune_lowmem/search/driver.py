@@ -39,6 +39,7 @@ from ..progress import ProgressPrinter, say
 from ..space import SearchSpace, store_column
 from ..trainable import store_record, train_trial
 from . import journal, place
+from .generator import PlacedSearch
 from .place import sweep_folder
 from .searcher import ScreenedSearcher, tune_saved
 
@@ -138,13 +139,11 @@ def _trainable(space: SearchSpace, sweep: str, root: Path):
 
 def _tuner(space: SearchSpace, sweep: str, root: Path) -> tune.Tuner:
     place.bind(sweep, root)
-    searcher = ScreenedSearcher(space, sweep)
     return tune.Tuner(
         _trainable(space, sweep, root),
         tune_config=tune.TuneConfig(
-            search_alg=searcher,
+            search_alg=PlacedSearch(ScreenedSearcher(space, sweep), sweep, space.max_concurrent),
             num_samples=space.num_samples * space.seeds_per_point,
-            max_concurrent_trials=space.max_concurrent,
             trial_dirname_creator=trial_dirname,
             reuse_actors=True,  # a worker process per trial costs seconds of imports
         ),
