@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import subprocess
 import sys
 import textwrap
@@ -19,6 +21,7 @@ from tune_lowmem.config import ConfigError, TrialConfig
 from tune_lowmem.store import (
     StoreError,
     TrialRecord,
+    WriteFailed,
     list_sweeps,
     read_epochs,
     read_trials,
@@ -33,7 +36,9 @@ CONFIG = TrialConfig.from_dict(
 )
 
 
-def record(trial_id: str = "t_00001", sweep: str = "wrn", trial_config: TrialConfig = CONFIG, **changes):
+def record(
+    trial_id: str = "t_00001", sweep: str = "wrn", trial_config: TrialConfig = CONFIG, **changes
+):
     values = {
         "sweep": sweep,
         "trial_id": trial_id,
@@ -188,6 +193,25 @@ def test_a_crash_before_the_rename_is_invisible(tmp_path):
     assert read_trials(tmp_path)["metric.val_accuracy"].tolist() == [0.75]
 
 
+def test_a_full_disk_names_the_file_and_keeps_the_old_row(tmp_path, monkeypatch):
+    write_trial(tmp_path, record(metrics={"val_accuracy": 0.25}))
+    folder = tmp_path / "trials" / "sweep=wrn"
+
+    def full_disk(table, handle):
+        handle.write(b"PAR1 half a file")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(pq, "write_table", full_disk)
+    with pytest.raises(WriteFailed) as stopped:
+        write_trial(tmp_path, record(metrics={"val_accuracy": 0.75}))
+    assert (
+        str(stopped.value) == f"cannot write {folder / 't_00001.parquet'}: No space left on device"
+    )
+    assert [p.name for p in folder.iterdir()] == ["t_00001.parquet"]  # no temporary file left
+    monkeypatch.undo()
+    assert read_trials(tmp_path)["metric.val_accuracy"].tolist() == [0.25]
+
+
 def test_trials_with_different_columns_read_together(tmp_path):
     dct = TrialConfig.from_dict({"task": "dct-iwslt14", "seed": 3})
     write_trial(tmp_path, record())
@@ -196,7 +220,8 @@ def test_trials_with_different_columns_read_together(tmp_path):
         record("t_00002", status="failed", failure_reason="NaN loss at update 7", metrics={}),
     )
     write_trial(
-        tmp_path, record("d_1", sweep="dct", trial_config=dct, metrics={"test_bleu": 33.5}, memory={})
+        tmp_path,
+        record("d_1", sweep="dct", trial_config=dct, metrics={"test_bleu": 33.5}, memory={}),
     )
 
     trials = read_trials(tmp_path).set_index("trial_id")

@@ -26,7 +26,7 @@ from ray import tune
 from tune_lowmem import store
 from tune_lowmem.cli import main
 from tune_lowmem.search import JOURNAL, resume, sweep_folder, sweep_study
-from tune_lowmem.search.journal import TORN_SUFFIX
+from tune_lowmem.search.journal import TORN_SUFFIX, repair
 
 BASE = {
     "device": "cpu",
@@ -214,3 +214,28 @@ def test_a_full_disk_stops_the_sweep_and_resume_finishes_it(
     )
     assert_each_point_once_per_seed(root, "full")
     assert set(before) <= set(stored_points(root, "full"))
+
+
+@pytest.mark.parametrize(
+    ("tail", "torn"),
+    [
+        (b'{"op_code": 4, "worker', b'{"op_code": 4, "worker'),
+        (b"\x00\x00\x00\n", b"\x00\x00\x00\n"),
+        (b"", b""),
+    ],
+    ids=["cut-short", "not-json", "whole"],
+)
+def test_repair_cuts_only_a_torn_last_line(tmp_path, capsys, tail, torn):
+    path = tmp_path / JOURNAL
+    whole = b'{"op_code": 0, "study_name": "s"}\n{"op_code": 5, "trial_id": 0}\n'
+    path.write_bytes(whole + tail)
+    kept = repair(path)
+    assert path.read_bytes() == whole
+    if not torn:
+        assert kept is None and capsys.readouterr().out == ""
+        return
+    assert kept.parent == tmp_path and kept.name.startswith(f"{JOURNAL}{TORN_SUFFIX}")
+    assert kept.read_bytes() == torn
+    (line,) = capsys.readouterr().out.splitlines()
+    assert f"{path}: cut a torn last line ({len(torn)} bytes" in line and kept.name in line
+    assert repair(path) is None  # once
