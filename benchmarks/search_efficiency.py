@@ -7,7 +7,7 @@ row (an interrupted run continues where it stopped); reruns skip training unless
 the hypervolume of the points found so far (the same reference point for all), the median
 trials to reach 95% of the full grid's hypervolume, and, with a memory budget (default: the
 median predicted memory), the share of proposed points the constraint answered without
-training (as search.ScreenedOptunaSearch does: an over-budget point costs no training).
+training (as search.ScreenedSearcher does: an over-budget point costs no training).
 
     .venv/bin/python benchmarks/search_efficiency.py [--trials 24 --seeds 5 --retrain]
 """

@@ -82,11 +82,8 @@ class RecordWorkerDeaths(Callback):
         failed_write = write_failure(error)
         if failed_write is not None:
             raise failed_write
-        reason = (
-            f"worker failed {self.space.max_failures + 1} times: {' '.join(str(error).split())}"[
-                :500
-            ]
-        )
+        text = " ".join(str(error).split())
+        reason = f"worker failed {self.space.max_failures + 1} times: {text}"[:500]
         now = datetime.now(UTC)
         config = self.space.trial_config(trial.config["params"]).to_flat()
         record = store_record(
