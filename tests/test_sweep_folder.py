@@ -239,3 +239,39 @@ def test_repair_cuts_only_a_torn_last_line(tmp_path, capsys, tail, torn):
     (line,) = capsys.readouterr().out.splitlines()
     assert f"{path}: cut a torn last line ({len(torn)} bytes" in line and kept.name in line
     assert repair(path) is None  # once
+
+
+ASK_THEN = """
+import os, sys
+from pathlib import Path
+import optuna
+from optuna.storages import JournalStorage
+from tune_lowmem.search.journal import CheckedJournal
+journal = CheckedJournal(Path(sys.argv[1]))
+study = optuna.create_study(study_name="s", storage=JournalStorage(journal), load_if_exists=True)
+with journal.one_write():
+    trial = study.ask()
+    trial.suggest_float("x", 0.0, 1.0)
+    assert [t.number for t in study.get_trials()] == [trial.number]  # seen before it is written
+    if sys.argv[2] == "killed":
+        os._exit(9)
+trial.suggest_float("y", 0.0, 1.0)
+"""
+
+
+def test_a_point_is_asked_in_one_write_or_not_at_all(tmp_path):
+    """A driver killed while asking leaves no half-asked point in the journal."""
+    path = tmp_path / JOURNAL
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    run = [sys.executable, "-c", ASK_THEN, str(path)]
+
+    def trials():
+        return optuna.load_study(
+            study_name="s", storage=JournalStorage(JournalFileBackend(str(path)))
+        ).trials
+
+    assert subprocess.run([*run, "killed"], env=env, check=False).returncode == 9
+    assert trials() == [] and path.read_bytes().endswith(b"\n")
+    assert subprocess.run([*run, "asked"], env=env, check=False).returncode == 0
+    (trial,) = trials()
+    assert set(trial.params) == {"x", "y"}

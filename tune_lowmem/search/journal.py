@@ -10,10 +10,16 @@ a stopped driver left; an append that fails raises `store.WriteFailed`, naming t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
+
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
 
 from ..progress import say
 from ..store import WriteFailed
@@ -24,41 +30,61 @@ LOCK_SUFFIX = ".lock"  # what Optuna's file locks create beside the journal
 TORN_SUFFIX = ".torn-"
 
 
-def _checked_backend():
-    """Optuna's file backend whose failed appends name the file (built on first use: optuna is
-    imported by the processes that need it only)."""
-    from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
+class CheckedJournal(JournalFileBackend):
+    """Optuna's journal file, locked by a plain file (a symbolic link that a copied or moved
+    folder carries would point at the old place), whose failed appends name the file, and which
+    can hold a group of appends back to write them at once (`one_write`)."""
 
-    class CheckedJournal(JournalFileBackend):
-        def __init__(self, path: Path):
-            super().__init__(str(path), lock_obj=JournalFileOpenLock(str(path)))
-            self.path = path
+    def __init__(self, path: Path):
+        super().__init__(str(path), lock_obj=JournalFileOpenLock(str(path)))
+        self.path = path
+        self.lines = 0  # complete lines in the file, as read or written here
+        self.held: list[dict[str, Any]] | None = None  # appends `one_write` holds back
 
-        def append_logs(self, logs) -> None:
-            try:
-                super().append_logs(logs)
-            except OSError as error:
-                raise WriteFailed(self.path, error) from error
+    def read_logs(self, log_number_from: int) -> Iterator[dict[str, Any]]:
+        """The file's logs, then those held back (the storage reads what it wrote at once)."""
+        for number, log in enumerate(super().read_logs(log_number_from), start=log_number_from):
+            self.lines = number + 1
+            yield log
+        if self.held:
+            yield from self.held[max(0, log_number_from - self.lines) :]
 
-    return CheckedJournal
+    def append_logs(self, logs: list[dict[str, Any]]) -> None:
+        if self.held is not None:
+            self.held.extend(logs)
+            return
+        try:
+            super().append_logs(logs)
+        except OSError as error:
+            raise WriteFailed(self.path, error) from error
+
+    @contextlib.contextmanager
+    def one_write(self) -> Iterator[None]:
+        """The appends made inside, written at its end in one write: a driver killed meanwhile
+        leaves none of them (a point half asked, its params cut short, would count as asked)."""
+        self.held = []
+        try:
+            yield
+        finally:
+            held, self.held = self.held, None
+        self.append_logs(held)
+        self.lines += len(held)
 
 
-def storage(path: str | Path):
+def storage(path: str | Path) -> JournalStorage:
     """An Optuna storage on the journal at `path` (created if missing)."""
-    from optuna.storages import JournalStorage
-
-    return JournalStorage(_checked_backend()(Path(path)))
+    return JournalStorage(CheckedJournal(Path(path)))
 
 
-def open_journal(path: Path):
-    """The storage the driver writes: a torn tail repaired and a stale lock cleared first (only
+def open_journal(path: Path) -> CheckedJournal:
+    """The journal the driver writes: a torn tail repaired and a stale lock cleared first (only
     the sweep's driver writes its journal, and there is one driver per sweep)."""
     repair(path)
     lock = path.with_name(path.name + LOCK_SUFFIX)
     if lock.is_symlink() or lock.exists():
         lock.unlink()
         say(f"{lock}: removed the lock a stopped driver left")
-    return storage(path)
+    return CheckedJournal(path)
 
 
 def repair(path: Path) -> Path | None:

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 import optuna
+from optuna.storages import JournalStorage
 from optuna.trial import FixedTrial, TrialState
 from ray import tune
 from ray.tune.search import Searcher
@@ -81,7 +82,7 @@ class ScreenedSearcher(Searcher):
 
     def __getstate__(self) -> dict[str, Any]:
         """What Tune pickles (tuner.pkl, the searcher snapshots): no study, no path."""
-        rebuilt = ("study", "points", "open", "unscreened", "asked")
+        rebuilt = ("journal", "study", "points", "open", "unscreened", "asked")
         return {k: v for k, v in self.__dict__.items() if k not in rebuilt}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -101,9 +102,10 @@ class ScreenedSearcher(Searcher):
         sweep's start) and rebuild the state from it."""
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # our progress lines say what happens
         path = place.sweep_folder(place.root(self.sweep), self.sweep) / journal.JOURNAL
+        self.journal = journal.open_journal(path)
         self.study = optuna.create_study(
             study_name=self.sweep,
-            storage=journal.open_journal(path),
+            storage=JournalStorage(self.journal),
             load_if_exists=True,
             directions=list(self.space.objectives.values()),
         )
@@ -198,15 +200,16 @@ class ScreenedSearcher(Searcher):
         return None
 
     def ask(self) -> tuple[int, dict[str, Any], Screening]:
-        """A new point from the sampler, screened, with its constraint set."""
-        trial = self.study.ask()
+        """A new point from the sampler, screened, with its constraint set: in one write to the
+        journal, so that a point there always has all its params and its constraint."""
+        with self.journal.one_write():
+            trial = self.study.ask()
+            params = self.space.sample(trial)
+            screening = screen(self.space, params)
+            if screening.predicted is not None and self.space.memory_budget_mb is not None:
+                excess = screening.predicted.to_dict()["total_mb"] - self.space.memory_budget_mb
+                trial.set_constraint(CONSTRAINT, excess)
         self.asked += 1
-        params = self.space.sample(trial)
-        screening = screen(self.space, params)
-        if screening.predicted is not None and self.space.memory_budget_mb is not None:
-            trial.set_constraint(
-                CONSTRAINT, screening.predicted.to_dict()["total_mb"] - self.space.memory_budget_mb
-            )
         return trial.number, params, screening
 
     def answer_screened(self, number: int, params: dict[str, Any], screening: Screening) -> None:
