@@ -130,6 +130,9 @@ def test_a_moved_half_done_sweep_resumes_in_its_new_place(moved):
     assert 2 <= len(moved["before"]) < POINTS * SEEDS, "the driver was to be killed mid-sweep"
     assert_each_point_once_per_seed(moved["copy"], "moved")
     assert set(moved["before"]) <= set(stored_points(moved["copy"], "moved"))
+    print(
+        f"\nmoved: {len(moved['before'])} rows before the move, {len(stored_points(moved['copy'], 'moved'))} after"
+    )
     assert moved["codes"] == [0, 0, 0]
     assert "sweep moved: 6 trials stored (6 completed" in moved["printed"]
     assert (moved["copy"] / "report" / "index.html").is_file()
@@ -214,6 +217,9 @@ def test_a_full_disk_stops_the_sweep_and_resume_finishes_it(
     )
     assert_each_point_once_per_seed(root, "full")
     assert set(before) <= set(stored_points(root, "full"))
+    print(f"\nfull disk: {len(before)} rows at the stop ({len(said)} stderr lines), "
+          f"{len(stored_points(root, 'full'))} after resume")
+    )
 
 
 @pytest.mark.parametrize(
