@@ -217,8 +217,9 @@ def test_a_full_disk_stops_the_sweep_and_resume_finishes_it(
     )
     assert_each_point_once_per_seed(root, "full")
     assert set(before) <= set(stored_points(root, "full"))
-    print(f"\nfull disk: {len(before)} rows at the stop ({len(said)} stderr lines), "
-          f"{len(stored_points(root, 'full'))} after resume")
+    print(
+        f"\nfull disk: {len(before)} rows at the stop ({len(said)} stderr lines), "
+        f"{len(stored_points(root, 'full'))} after resume"
     )
 
 
