@@ -97,7 +97,8 @@ class ProgressPrinter(Callback):
                 counts["running"] += 1
             else:
                 counts["pending"] += 1
-        screened = store.trial_ids(self.root(), self.sweep)
+        root = self.root() if callable(self.root) else self.root  # a path: pickled by an old sweep
+        screened = store.trial_ids(root, self.sweep)
         counts["infeasible"] += sum(1 for i in screened if i.startswith("infeasible-"))
         counts["failed"] += sum(1 for i in screened if i.startswith("invalid-"))
         text = "trials: " + ", ".join(f"{n} {name}" for name, n in counts.items())

@@ -14,6 +14,7 @@ from .driver import (
     trial_resources,
 )
 from .journal import JOURNAL, sweep_study
+from .legacy import RecordWorkerDeaths, ScreenedOptunaSearch, _Point, trial_dirname  # noqa: F401
 from .place import sweep_folder
 from .searcher import ScreenedSearcher
 
