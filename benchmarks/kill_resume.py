@@ -39,7 +39,7 @@ SPACE = {
              "data": {"train_subset": 200, "val_size": 100, "test_subset": 100}},
     "params": {"precision": {"type": "choice", "values": ["fp32", "bf16"]},
                "schedule.lr_multiplier": {"type": "loguniform", "low": 0.5, "high": 2.0}},
-    "objectives": {"val_accuracy": "maximize", "memory_total_mb": "minimize"},
+    "objectives": {"val_accuracy": "maximize", "memory.predicted_total_mb": "minimize"},
     "sampler": "random",
     "num_samples": POINTS,
     "max_concurrent": 2,

@@ -1,5 +1,5 @@
 """Per-trial scheduling overhead of a real Ray Tune + Optuna sweep (search.launch) against
-training the same configs in a plain Python loop (screen, then Trainer.run, as the trainable does).
+training the same configs in a plain Python loop (screen, then Trainer.run, as the searcher and the trainable do).
 
 A grid of tiny trials (WRN-10-1 on 200 images, 1 epoch: a few seconds each), one trial at a time
 so the two run the same work; rounds alternate loop and sweep, figures are medians. Ray's start
@@ -23,19 +23,25 @@ import ray
 import yaml
 
 from tune_lowmem.search import launch
+from tune_lowmem.search.screening import screen
 from tune_lowmem.space import SearchSpace
 from tune_lowmem.train import Trainer
-from tune_lowmem.trainable import screen
 
 SPACE = {
     "name": "overhead",
-    "base": {"task": "wrn-cifar10", "device": "cpu", "model": {"depth": 10, "width": 1},
-             "schedule": {"epochs": 1, "batch_size": 50},
-             "data": {"train_subset": 200, "val_size": 100, "test_subset": 100}},
-    "params": {"precision": {"type": "choice", "values": ["fp32", "bf16"]},
-               "checkpoint": {"type": "choice", "values": ["none", "residual-2*"]},
-               "sparsity.density": {"type": "choice", "values": [0.5, 1.0]}},
-    "objectives": {"val_accuracy": "maximize", "memory_total_mb": "minimize"},
+    "base": {
+        "task": "wrn-cifar10",
+        "device": "cpu",
+        "model": {"depth": 10, "width": 1},
+        "schedule": {"epochs": 1, "batch_size": 50},
+        "data": {"train_subset": 200, "val_size": 100, "test_subset": 100},
+    },
+    "params": {
+        "precision": {"type": "choice", "values": ["fp32", "bf16"]},
+        "checkpoint": {"type": "choice", "values": ["none", "residual-2*"]},
+        "sparsity.density": {"type": "choice", "values": [0.5, 1.0]},
+    },
+    "objectives": {"val_accuracy": "maximize", "memory.predicted_total_mb": "minimize"},
     "sampler": "grid",
     "resources": {"cpu": 1, "gpu": 0},
     "max_concurrent": 1,
@@ -64,8 +70,10 @@ def main() -> None:
         path = Path(tmp) / "overhead.yaml"
         path.write_text(yaml.safe_dump(SPACE))
         space = SearchSpace.load(path)
-        points = [{p.name: v for p, v in zip(space.params, values)}
-                  for values in itertools.product(*(p.values for p in space.params))]
+        points = [
+            {p.name: v for p, v in zip(space.params, values)}
+            for values in itertools.product(*(p.values for p in space.params))
+        ]
         started = time.perf_counter()
         ray.init(address="local", include_dashboard=False, log_to_driver=False)
         ray_start = time.perf_counter() - started
@@ -78,11 +86,19 @@ def main() -> None:
             ray.shutdown()
     n = len(points)
     loop_s, sweep_s = statistics.median(loops), statistics.median(sweeps)
-    print(f"{n} trials of WRN-10-1 on 200 images, 1 epoch, one at a time; median of {args.rounds} rounds")
-    print(f"plain loop   {loop_s:7.1f} s  ({loop_s / n:.2f} s/trial)   rounds: {[round(x, 1) for x in loops]}")
-    print(f"Tune sweep   {sweep_s:7.1f} s  ({sweep_s / n:.2f} s/trial)   rounds: {[round(x, 1) for x in sweeps]}")
-    print(f"overhead per trial: {(sweep_s - loop_s) / n:.2f} s; sweep / loop: {sweep_s / loop_s:.2f}x; "
-          f"Ray start (once per sweep, not included): {ray_start:.1f} s")
+    print(
+        f"{n} trials of WRN-10-1 on 200 images, 1 epoch, one at a time; median of {args.rounds} rounds"
+    )
+    print(
+        f"plain loop   {loop_s:7.1f} s  ({loop_s / n:.2f} s/trial)   rounds: {[round(x, 1) for x in loops]}"
+    )
+    print(
+        f"Tune sweep   {sweep_s:7.1f} s  ({sweep_s / n:.2f} s/trial)   rounds: {[round(x, 1) for x in sweeps]}"
+    )
+    print(
+        f"overhead per trial: {(sweep_s - loop_s) / n:.2f} s; sweep / loop: {sweep_s / loop_s:.2f}x; "
+        f"Ray start (once per sweep, not included): {ray_start:.1f} s"
+    )
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ SPACE = {
         "sparsity.density": {"type": "choice", "values": [0.1, 0.3, 0.5, 1.0]},
         "schedule.lr_multiplier": {"type": "loguniform", "low": 0.25, "high": 4.0},
     },
-    "objectives": {"val_accuracy": "maximize", "memory_total_mb": "minimize"},
+    "objectives": {"val_accuracy": "maximize", "memory.predicted_total_mb": "minimize"},
     "sampler": "random",
     "num_samples": 10000,
 }

@@ -5,6 +5,7 @@ and a killed driver."""
 from __future__ import annotations
 
 import copy
+import importlib.resources
 import json
 import shutil
 import signal
@@ -18,13 +19,16 @@ import jsonschema
 import pandas as pd
 import pytest
 import yaml
-from ray.autoscaler._private.util import prepare_config, validate_config
+from ray.autoscaler.sdk import fillout_defaults
 
 from tests.ray_cluster import LocalCluster, Node, signal_all
 from tune_lowmem import store
 from tune_lowmem.cli import main
 from tune_lowmem.search import sweep_folder, sweep_study
 
+RAY_SCHEMA = json.loads(
+    (importlib.resources.files("ray.autoscaler") / "ray-schema.json").read_text()
+)
 PROJECT = Path(__file__).resolve().parents[1]
 CLUSTER_YAML = PROJECT / "cluster.yaml"
 STORAGE_ROOT = "/mnt/tune-lowmem"
@@ -36,6 +40,16 @@ def cluster_yaml() -> dict:
 
 
 # ---- cluster.yaml ----------------------------------------------------------------------------
+
+
+def prepare_config(config: dict) -> dict:
+    """Ray's defaults for the config's cloud provider filled in, as `ray up` does."""
+    return fillout_defaults(config)
+
+
+def validate_config(config: dict) -> None:
+    """Ray's launcher schema, the file its own validation reads (ray/autoscaler/ray-schema.json)."""
+    jsonschema.validate(config, RAY_SCHEMA)
 
 
 def test_cluster_yaml_passes_rays_own_schema(cluster_yaml):
@@ -105,20 +119,35 @@ SWEEP_SECONDS = 240  # a ceiling, far above the ~1 minute each sweep takes here
 LR = {"schedule.lr_multiplier": {"type": "loguniform", "low": 0.25, "high": 4.0}}
 
 
-def space_yaml(folder: Path, name: str, points: int, epochs: int, params: dict = LR,
-               sampler: str = "random", **options) -> Path:
+def space_yaml(
+    folder: Path,
+    name: str,
+    points: int,
+    epochs: int,
+    params: dict = LR,
+    sampler: str = "random",
+    **options,
+) -> Path:
     """WRN-10-1 on 200 CIFAR-10 images, on the CPU: a trial trains in about a second an epoch."""
     space = {
         "name": name,
         "base": {
-            "task": "wrn-cifar10", "device": "cpu", "model": {"depth": 10, "width": 1},
+            "task": "wrn-cifar10",
+            "device": "cpu",
+            "model": {"depth": 10, "width": 1},
             "schedule": {"epochs": epochs, "batch_size": 20},
             "data": {"train_subset": 200, "val_size": 100, "test_subset": 100, "augment": False},
         },
         "params": params,
-        "objectives": {"val_accuracy": "maximize", "memory_total_mb": "minimize"},
-        "sampler": sampler, "sampler_seed": 0, "num_samples": points, "seeds_per_point": 1,
-        "resources": {"cpu": 1, "gpu": 0}, "max_concurrent": 2, "max_failures": 1, **options,
+        "objectives": {"val_accuracy": "maximize", "memory.predicted_total_mb": "minimize"},
+        "sampler": sampler,
+        "sampler_seed": 0,
+        "num_samples": points,
+        "seeds_per_point": 1,
+        "resources": {"cpu": 1, "gpu": 0},
+        "max_concurrent": 2,
+        "max_failures": 1,
+        **options,
     }
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(space, sort_keys=False))
@@ -130,8 +159,15 @@ def sweep_command(cluster: LocalCluster, verb: str, target: str | Path, root: Pa
 
 
 def run_sweep(cluster: LocalCluster, verb: str, target: str | Path, root: Path) -> str:
-    done = subprocess.run(sweep_command(cluster, verb, target, root), env=cluster.env, cwd=PROJECT,
-                          capture_output=True, text=True, timeout=SWEEP_SECONDS, check=False)
+    done = subprocess.run(
+        sweep_command(cluster, verb, target, root),
+        env=cluster.env,
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        timeout=SWEEP_SECONDS,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done.stdout
 
@@ -156,7 +192,9 @@ def stored(root: Path, sweep: str) -> pd.DataFrame:
 
 @pytest.fixture(scope="module")
 def cluster():
-    folder = Path(tempfile.mkdtemp(prefix="rc-", dir="/tmp"))  # short: Ray's socket paths are bounded
+    folder = Path(
+        tempfile.mkdtemp(prefix="rc-", dir="/tmp")
+    )  # short: Ray's socket paths are bounded
     local = LocalCluster(folder)
     try:
         local.start_head()
@@ -196,32 +234,47 @@ def past_first_epoch(root: Path, sweep: str) -> set[str]:
     """Trials not in the store whose second epoch checkpoint is saved. A worker writes each
     checkpoint to the storage root as it reports, and trains on only once the driver has taken
     the report, so Tune knows of at least the first epoch of each of these."""
-    saved = {p.parent.name for p in sweep_folder(root, sweep).glob("*/checkpoint_*")
-             if p.name != "checkpoint_000000"}
+    saved = {
+        p.parent.name
+        for p in sweep_folder(root, sweep).glob("*/checkpoint_*")
+        if p.name != "checkpoint_000000"
+    }
     return saved - set(store.trial_ids(root, sweep))
 
 
 def trial_processes(node: Node, sweep: str) -> dict[tuple[int, int], str]:
     """The processes of `node` running a trial of `sweep`: (pid, start time) -> trial id. Tune
     runs each trial in a working directory named for it, under one named for the sweep."""
-    return {proc: cwd.name for proc, cwd in node.working_dirs().items()
-            if cwd.parent.name == "working_dirs" and cwd.parent.parent.name == sweep}
+    return {
+        proc: cwd.name
+        for proc, cwd in node.working_dirs().items()
+        if cwd.parent.name == "working_dirs" and cwd.parent.parent.name == sweep
+    }
 
 
 def test_a_killed_driver_resumes_from_the_storage_root(cluster, tmp_path):
     root, sweep = tmp_path / "storage", "driverloss"
     space = space_yaml(tmp_path, sweep, points=4, epochs=3, resume_checkpoint_s=0)  # every epoch
     with open(tmp_path / "launch.log", "w") as log:
-        driver = subprocess.Popen(sweep_command(cluster, "launch", space, root), env=cluster.env,
-                                  cwd=PROJECT, stdout=log, stderr=subprocess.STDOUT)
+        driver = subprocess.Popen(
+            sweep_command(cluster, "launch", space, root),
+            env=cluster.env,
+            cwd=PROJECT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     try:
         # Kill it with a trial stored and another one training past its first epoch (so Tune's
         # experiment state knows it), which is held where it is (SIGSTOP) so that it cannot
         # finish in the moment before the cluster ends it.
         def stored_and_training() -> dict[tuple[int, int], str]:
             done, known = set(store.trial_ids(root, sweep)), past_first_epoch(root, sweep)
-            training = {proc: trial for node in cluster.nodes.values()
-                        for proc, trial in trial_processes(node, sweep).items() if trial in known}
+            training = {
+                proc: trial
+                for node in cluster.nodes.values()
+                for proc, trial in trial_processes(node, sweep).items()
+                if trial in known
+            }
             return training if done else {}
 
         held = wait_for(stored_and_training, "a stored trial and one training", driver)
@@ -240,7 +293,10 @@ def test_a_killed_driver_resumes_from_the_storage_root(cluster, tmp_path):
     after = stored(root, sweep)
     assert len(after) == 4 and set(after["status"]) == {"completed"}, output  # nothing lost
     assert interrupted <= set(after.index)
-    for trial_id, row in before.iterrows():  # nothing repeated: stored trials were not trained again
+    for (
+        trial_id,
+        row,
+    ) in before.iterrows():  # nothing repeated: stored trials were not trained again
         assert after.loc[trial_id, "finished_at"] == row["finished_at"]
         assert after.loc[trial_id, "node_id"] == row["node_id"]
     epochs = store.read_epochs(root, sweep)
@@ -266,7 +322,9 @@ def test_out_of_memory_is_infeasible_and_told_not_retried(cluster, tmp_path):
     assert "out of memory" in huge["failure_reason"]
     assert "can't allocate memory" in huge["failure_reason"]
     assert huge["trial_id"].startswith("infeasible-")
-    assert len(list(sweep_folder(root, sweep).glob("*/result.json"))) == 1  # one Tune trial: width 1
+    assert (
+        len(list(sweep_folder(root, sweep).glob("*/result.json"))) == 1
+    )  # one Tune trial: width 1
     told = {t.params["model.width"]: t for t in optuna_trials(root, sweep)}
     assert told[20_000_000_000].state.name == "COMPLETE"
     assert told[20_000_000_000].values == [0.0, 1e9]  # the worst accuracy, the worst memory
@@ -279,13 +337,19 @@ def test_a_lost_worker_node_has_its_trial_retried_elsewhere(cluster, tmp_path):
     node_b = cluster.nodes["node_b"].node_id
     space = space_yaml(tmp_path, sweep, points=3, epochs=4, resume_checkpoint_s=0)  # every epoch
     with open(tmp_path / "launch.log", "w") as log:
-        driver = subprocess.Popen(sweep_command(cluster, "launch", space, root), env=cluster.env,
-                                  cwd=PROJECT, stdout=log, stderr=subprocess.STDOUT)
+        driver = subprocess.Popen(
+            sweep_command(cluster, "launch", space, root),
+            env=cluster.env,
+            cwd=PROJECT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     try:
         # A trial on node_b is past its first epoch's checkpoint: the machine goes away.
         def past_first_epoch_on_b() -> set[str]:
             return set(trial_processes(cluster.nodes["node_b"], sweep).values()) & past_first_epoch(
-                root, sweep)
+                root, sweep
+            )
 
         on_b = wait_for(past_first_epoch_on_b, "a trial on node_b past its first epoch", driver)
         cluster.nodes["node_b"].lose()
@@ -312,4 +376,3 @@ def test_a_lost_worker_node_has_its_trial_retried_elsewhere(cluster, tmp_path):
     # The searcher heard each point once, with its real result: the retry was not a failure.
     told = optuna_trials(root, sweep)
     assert [t.state.name for t in told] == ["COMPLETE"] * 3, [(t.number, t.state) for t in told]
-

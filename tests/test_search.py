@@ -17,8 +17,9 @@ import ray
 import yaml
 from optuna.trial import TrialState
 
-from tune_lowmem import pareto, search, store
-from tune_lowmem.search import JOURNAL, ScreenedOptunaSearch, launch, resume, sweep_folder
+from tune_lowmem import pareto, store
+from tune_lowmem.search import ScreenedSearcher, launch, place, resume, sweep_folder
+from tune_lowmem.search import driver as search_driver
 from tune_lowmem.search import sweep_study as study
 from tune_lowmem.space import SearchSpace
 from tune_lowmem.trainable import store_record
@@ -29,7 +30,7 @@ TINY_BASE = {
     "schedule": {"epochs": 1, "batch_size": 20},
     "data": {"train_subset": 200, "val_size": 100, "test_subset": 100},
 }
-OBJECTIVES = {"val_accuracy": "maximize", "memory_total_mb": "minimize"}
+OBJECTIVES = {"val_accuracy": "maximize", "memory.predicted_total_mb": "minimize"}
 CLI = str(Path(sys.executable).with_name("tune-lowmem"))
 
 
@@ -49,53 +50,78 @@ def write_space(folder: Path, **fields) -> Path:
 
 def test_searcher_screens_points_runs_seeds_and_survives_pickling(tmp_path):
     """The searcher alone (no Tune): over-budget and invalid points are stored and told, never handed out."""
-    space = SearchSpace.from_dict({
-        "name": "unit", "base": TINY_BASE, "objectives": OBJECTIVES, "sampler": "grid",
-        "seeds_per_point": 2, "memory_budget_mb": 10.0,
-        "params": {"microbatch.size": {"type": "choice", "values": [None, 4]},  # none: over budget
-                   "schedule.batch_size": {"type": "choice", "values": [20, 25]}},  # 4 does not divide 25
-    })
-    root = tmp_path / "store"
+    space = SearchSpace.from_dict(
+        {
+            "name": "unit",
+            "base": TINY_BASE,
+            "objectives": OBJECTIVES,
+            "sampler": "grid",
+            "seeds_per_point": 2,
+            "memory_budget_mb": 10.0,
+            "params": {
+                "microbatch.size": {"type": "choice", "values": [None, 4]},  # none: over budget
+                "schedule.batch_size": {"type": "choice", "values": [20, 25]},
+            },  # 4 does not divide 25
+        }
+    )
+    root = place.bind("unit", tmp_path / "store")
     sweep_folder(root, "unit").mkdir(parents=True)
-    journal = str(sweep_folder(root, "unit") / JOURNAL)
-    searcher = ScreenedOptunaSearch(space, "unit", str(root), journal)
+    searcher = ScreenedSearcher(space, "unit")
     handed = [searcher.suggest(f"t{i}") for i in range(3)]
     assert handed[2] == "FINISHED"
     point = {"microbatch.size": 4, "schedule.batch_size": 20}
-    assert handed[0]["params"] == {**point, "seed": 0} and handed[1]["params"] == {**point, "seed": 1}
+    assert handed[0]["params"] == {**point, "seed": 0} and handed[1]["params"] == {
+        **point,
+        "seed": 1,
+    }
     rows = store.read_trials(root, "unit").set_index("trial_id")
     assert sorted(rows["status"]) == ["failed", "infeasible", "infeasible"]
     (invalid,) = [i for i in rows.index if i.startswith("invalid-")]
     assert rows.loc[invalid, "failure_reason"] == (
-        "invalid config: microbatch.size: 4 is not allowed; a divisor of schedule.batch_size 25 is required")
+        "invalid config: microbatch.size: 4 is not allowed; a divisor of schedule.batch_size 25 is required"
+    )
 
     checkpoint = tmp_path / "searcher.pkl"
     searcher.save(str(checkpoint))  # what Tune does every snapshot; the study stays in the journal
-    restored = ScreenedOptunaSearch(space, "unit", str(root), journal)
+    restored = ScreenedSearcher(space, "unit")
     restored.restore(str(checkpoint))
     assert restored.suggest("t1") == handed[1]
-    restored.on_trial_complete("t0", {"trial_status": "completed", "val_accuracy": 0.2, "memory_total_mb": 4.0})
-    restored.on_trial_complete("t0", {"trial_status": "completed", "val_accuracy": 0.9, "memory_total_mb": 4.0})
-    restored.on_trial_complete("t1", {"trial_status": "completed", "val_accuracy": 0.4, "memory_total_mb": 4.0})
+    restored.on_trial_complete(
+        "t0", {"trial_status": "completed", "val_accuracy": 0.2, "memory.predicted_total_mb": 4.0}
+    )
+    restored.on_trial_complete(
+        "t0", {"trial_status": "completed", "val_accuracy": 0.9, "memory.predicted_total_mb": 4.0}
+    )
+    restored.on_trial_complete(
+        "t1", {"trial_status": "completed", "val_accuracy": 0.4, "memory.predicted_total_mb": 4.0}
+    )
     trials = study(root, "unit").trials
     (told,) = [t for t in trials if t.params == point]
     assert told.state == TrialState.COMPLETE and told.values == pytest.approx([0.3, 4.0])
     assert told.constraints["memory_over_budget_mb"] < 0
-    assert [t.state for t in trials if t.params["microbatch.size"] == 4 and t is not told] == [TrialState.FAIL]
+    assert [t.state for t in trials if t.params["microbatch.size"] == 4 and t is not told] == [
+        TrialState.FAIL
+    ]
 
 
-LR_SPACE = SearchSpace.from_dict({
-    "name": "unit", "base": TINY_BASE, "objectives": OBJECTIVES, "sampler": "random", "num_samples": 3,
-    "params": {"schedule.lr_multiplier": {"type": "loguniform", "low": 0.5, "high": 2.0}},
-})
+LR_SPACE = SearchSpace.from_dict(
+    {
+        "name": "unit",
+        "base": TINY_BASE,
+        "objectives": OBJECTIVES,
+        "sampler": "random",
+        "num_samples": 3,
+        "params": {"schedule.lr_multiplier": {"type": "loguniform", "low": 0.5, "high": 2.0}},
+    }
+)
 
 
-def lr_searcher(root: Path) -> ScreenedOptunaSearch:
-    sweep_folder(root, "unit").mkdir(parents=True, exist_ok=True)
-    return ScreenedOptunaSearch(LR_SPACE, "unit", str(root), str(sweep_folder(root, "unit") / JOURNAL))
+def lr_searcher(root: Path) -> ScreenedSearcher:
+    sweep_folder(place.bind("unit", root), "unit").mkdir(parents=True, exist_ok=True)
+    return ScreenedSearcher(LR_SPACE, "unit")
 
 
-def snapshot_after_first_point(root: Path, snapshot: Path) -> tuple[ScreenedOptunaSearch, dict]:
+def snapshot_after_first_point(root: Path, snapshot: Path) -> tuple[ScreenedSearcher, dict]:
     """A searcher that handed out one point and was snapshotted, as Tune does every second."""
     searcher = lr_searcher(root)
     first = searcher.suggest("t0")
@@ -105,8 +131,19 @@ def snapshot_after_first_point(root: Path, snapshot: Path) -> tuple[ScreenedOptu
 
 def store_completed(root: Path, trial_id: str, handed: dict, val_accuracy: float) -> None:
     config = LR_SPACE.trial_config(handed["params"]).to_flat()
-    store.write_trial(root, store_record(LR_SPACE, "unit", trial_id, "completed", config, {"val_accuracy": val_accuracy},
-                                         {"memory_total_mb": 3.0}, point=handed["point"]))
+    store.write_trial(
+        root,
+        store_record(
+            LR_SPACE,
+            "unit",
+            trial_id,
+            "completed",
+            config,
+            {"val_accuracy": val_accuracy},
+            {"memory.predicted_total_mb": 3.0},
+            point=handed["point"],
+        ),
+    )
 
 
 def test_a_searcher_snapshot_older_than_tunes_trials_is_rejoined(tmp_path):
@@ -123,9 +160,13 @@ def test_a_searcher_snapshot_older_than_tunes_trials_is_rejoined(tmp_path):
     assert third["point"] == 2 and restored.suggest("t3") == "FINISHED"  # three points, not four
     lrs = [c["params"]["schedule.lr_multiplier"] for c in (first, second, third)]
     assert len(set(lrs)) == 3  # the rebuilt sampler did not start its draws over
-    restored.on_trial_complete("t1", {"trial_status": "completed", "val_accuracy": 0.7, "memory_total_mb": 3.0})
+    restored.on_trial_complete(
+        "t1", {"trial_status": "completed", "val_accuracy": 0.7, "memory.predicted_total_mb": 3.0}
+    )
     told = {t.number: t for t in study(root, "unit").trials}
-    assert told[0].state == TrialState.COMPLETE and told[0].values == pytest.approx([0.5, 3.0])  # from the store
+    assert told[0].state == TrialState.COMPLETE and told[0].values == pytest.approx(
+        [0.5, 3.0]
+    )  # from the store
     assert told[1].state == TrialState.COMPLETE and told[1].values == pytest.approx([0.7, 3.0])
     assert told[2].state == TrialState.RUNNING
 
@@ -144,16 +185,26 @@ def test_points_tune_never_saved_run_after_the_restart_unless_stored(tmp_path):
     assert restored.suggest("t3") == lost
     assert restored.suggest("t4") == "FINISHED"
     told = {t.number: t for t in study(root, "unit").trials}
-    assert len(told) == 3 and told[2].state == TrialState.COMPLETE and told[2].values == pytest.approx([0.6, 3.0])
+    assert (
+        len(told) == 3
+        and told[2].state == TrialState.COMPLETE
+        and told[2].values == pytest.approx([0.6, 3.0])
+    )
     assert told[1].state == TrialState.RUNNING
 
 
 def test_sweep_store_matches_tune_and_optuna(local_ray, tmp_path):
     path = write_space(
-        tmp_path, name="multi", sampler="nsga2", sampler_options={"population_size": 2}, num_samples=4,
-        params={"precision": {"type": "choice", "values": ["fp32", "bf16"]},
-                "microbatch.size": {"type": "choice", "values": [None, 5, 10]},
-                "schedule.lr_multiplier": {"type": "loguniform", "low": 0.5, "high": 2.0}},
+        tmp_path,
+        name="multi",
+        sampler="nsga2",
+        sampler_options={"population_size": 2},
+        num_samples=4,
+        params={
+            "precision": {"type": "choice", "values": ["fp32", "bf16"]},
+            "microbatch.size": {"type": "choice", "values": [None, 5, 10]},
+            "schedule.lr_multiplier": {"type": "loguniform", "low": 0.5, "high": 2.0},
+        },
     )
     root = tmp_path / "store"
     outcome = launch(path, store_root=root)
@@ -166,25 +217,35 @@ def test_sweep_store_matches_tune_and_optuna(local_ray, tmp_path):
         assert row["sampler"] == "nsga2"
         assert row["metric.val_accuracy"] == pytest.approx(metrics["val_accuracy"])
         assert row["metric.test_accuracy"] == pytest.approx(metrics["test_accuracy"])
-        assert row["memory.predicted_total_mb"] == pytest.approx(metrics["memory_total_mb"])
-        assert row["memory.measured_total_mb"] == pytest.approx(metrics["measured_total_mb"])
+        assert row["memory.predicted_total_mb"] == pytest.approx(metrics["memory.predicted_total_mb"])
+        assert row["memory.measured_total_mb"] == pytest.approx(metrics["memory.measured_total_mb"])
         for name, value in result.config["params"].items():
             stored = row[f"config.{name}"]
             assert pd.isna(stored) if value is None else stored == value
         assert len(store.read_epochs(root, "multi", result.metrics["trial_id"])) == 1
     told = sorted(t.values for t in study(root, "multi").trials if t.state == TrialState.COMPLETE)
-    stored = sorted([r["metric.val_accuracy"], r["memory.predicted_total_mb"]] for _, r in rows.iterrows())
+    stored = sorted(
+        [r["metric.val_accuracy"], r["memory.predicted_total_mb"]] for _, r in rows.iterrows()
+    )
     assert np.allclose(told, stored)
     points = rows.groupby("seed_group")[["metric.val_accuracy", "memory.predicted_total_mb"]].mean()
     on_front = pareto.non_dominated_mask(points.to_numpy(float), list(OBJECTIVES.values()))
-    assert sorted(outcome.front["val_accuracy"]) == pytest.approx(sorted(points["metric.val_accuracy"][on_front]))
+    assert sorted(outcome.front["val_accuracy"]) == pytest.approx(
+        sorted(points["metric.val_accuracy"][on_front])
+    )
 
 
 def test_budget_screens_points_and_failures_do_not_stop_the_sweep(local_ray, tmp_path):
     path = write_space(
-        tmp_path, name="budget", sampler="grid", seeds_per_point=2, memory_budget_mb=10.0,
-        params={"microbatch.size": {"type": "choice", "values": [None, 5]},  # none: ~13 MB, 5: ~4 MB
-                "schedule.lr_multiplier": {"type": "choice", "values": [1.0, 1.0e6]}},  # 1e6: NaN loss
+        tmp_path,
+        name="budget",
+        sampler="grid",
+        seeds_per_point=2,
+        memory_budget_mb=10.0,
+        params={
+            "microbatch.size": {"type": "choice", "values": [None, 5]},  # none: ~13 MB, 5: ~4 MB
+            "schedule.lr_multiplier": {"type": "choice", "values": [1.0, 1.0e6]},
+        },  # 1e6: NaN loss
     )
     root = tmp_path / "store"
     outcome = launch(path, store_root=root)
@@ -199,7 +260,9 @@ def test_budget_screens_points_and_failures_do_not_stop_the_sweep(local_ray, tmp
     assert infeasible["failure_reason"].str.contains("over memory_budget_mb 10").all()
     assert (infeasible["epochs_completed"] == 0).all()
     tune_ids = {r.metrics["trial_id"] for r in outcome.results}
-    assert len(tune_ids) == 4 and not tune_ids & set(infeasible["trial_id"])  # never reached a worker
+    assert len(tune_ids) == 4 and not tune_ids & set(
+        infeasible["trial_id"]
+    )  # never reached a worker
     assert all(r.config["params"]["microbatch.size"] == 5 for r in outcome.results)
     trial_folders = {p.name for p in sweep_folder(root, "budget").iterdir() if p.is_dir()}
     assert trial_folders == tune_ids
@@ -226,7 +289,9 @@ def test_budget_screens_points_and_failures_do_not_stop_the_sweep(local_ray, tmp
     assert len(outcome.front) == 1 and outcome.front["seeds"].iloc[0] == 2
 
 
-def wait_for_rows(root: Path, sweep: str, count: int, process: subprocess.Popen, log: Path, timeout=240):
+def wait_for_rows(
+    root: Path, sweep: str, count: int, process: subprocess.Popen, log: Path, timeout=240
+):
     deadline = time.monotonic() + timeout
     while len(store.trial_ids(root, sweep)) < count:
         assert process.poll() is None, log.read_text()[-3000:]
@@ -236,16 +301,25 @@ def wait_for_rows(root: Path, sweep: str, count: int, process: subprocess.Popen,
 
 def test_killed_driver_then_resume_stores_every_trial_once(local_ray, tmp_path):
     path = write_space(
-        tmp_path, name="killed", sampler="random", num_samples=6,
+        tmp_path,
+        name="killed",
+        sampler="random",
+        num_samples=6,
         base={**TINY_BASE, "schedule": {"epochs": 2, "batch_size": 20}},
-        params={"precision": {"type": "choice", "values": ["fp32", "bf16"]},
-                "schedule.lr_multiplier": {"type": "loguniform", "low": 0.5, "high": 2.0}},
+        params={
+            "precision": {"type": "choice", "values": ["fp32", "bf16"]},
+            "schedule.lr_multiplier": {"type": "loguniform", "low": 0.5, "high": 2.0},
+        },
     )
     root = tmp_path / "store"
     log = tmp_path / "launch.log"
     with open(log, "w") as handle:
-        driver = subprocess.Popen([CLI, "launch", str(path), "--store", str(root), "--address", local_ray],
-                                  stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
+        driver = subprocess.Popen(
+            [CLI, "launch", str(path), "--store", str(root), "--address", local_ray],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         wait_for_rows(root, "killed", 2, driver, log)
     finally:
@@ -253,15 +327,22 @@ def test_killed_driver_then_resume_stores_every_trial_once(local_ray, tmp_path):
         driver.wait()
     before = store.read_trials(root, "killed").set_index("trial_id")
     assert 2 <= len(before) < 6, "the driver was to be killed mid-sweep"
-    epoch_files = {i: (root / "epochs" / "sweep=killed" / f"{i}.parquet").stat().st_mtime_ns for i in before.index}
+    epoch_files = {
+        i: (root / "epochs" / "sweep=killed" / f"{i}.parquet").stat().st_mtime_ns
+        for i in before.index
+    }
 
     outcome = resume("killed", store_root=root)
     rows = outcome.trials.set_index("trial_id")
     assert len(rows) == 6 and rows.index.is_unique and (rows["status"] == "completed").all()
-    assert set(rows.index) == {r.metrics["trial_id"] for r in outcome.results}  # none lost, none extra
+    assert set(rows.index) == {
+        r.metrics["trial_id"] for r in outcome.results
+    }  # none lost, none extra
     for trial_id, row in before.iterrows():  # a trial done before the kill was not trained again
         assert rows.loc[trial_id, "finished_at"] == row["finished_at"]
-        assert (root / "epochs" / "sweep=killed" / f"{trial_id}.parquet").stat().st_mtime_ns == epoch_files[trial_id]
+        assert (
+            root / "epochs" / "sweep=killed" / f"{trial_id}.parquet"
+        ).stat().st_mtime_ns == epoch_files[trial_id]
     for trial_id in rows.index:
         assert len(store.read_epochs(root, "killed", trial_id)) == 2
     told = [t for t in study(root, "killed").trials if t.state == TrialState.COMPLETE]
@@ -274,16 +355,21 @@ class DriverKilled(Exception):
 
 def test_a_sweep_killed_before_tunes_first_snapshot_resumes(local_ray, tmp_path, monkeypatch):
     """Killed as it started: Tune's tuner file is written, no snapshot of its trials yet."""
-    path = write_space(tmp_path, name="early", sampler="random", num_samples=2,
-                       params={"schedule.lr_multiplier": {"type": "loguniform", "low": 0.5, "high": 2.0}})
+    path = write_space(
+        tmp_path,
+        name="early",
+        sampler="random",
+        num_samples=2,
+        params={"schedule.lr_multiplier": {"type": "loguniform", "low": 0.5, "high": 2.0}},
+    )
     root = tmp_path / "store"
-    made = search._tuner
+    made = search_driver._tuner
 
     def killed_once_made(*args):
         made(*args)
         raise DriverKilled
 
-    monkeypatch.setattr(search, "_tuner", killed_once_made)
+    monkeypatch.setattr(search_driver, "_tuner", killed_once_made)
     with pytest.raises(DriverKilled):
         launch(path, store_root=root)
     monkeypatch.undo()
@@ -302,7 +388,7 @@ def trial_workers() -> list[int]:
             text, command = stat.read_text(), (stat.parent / "cmdline").read_bytes()
         except OSError:
             continue
-        parents[int(stat.parent.name)] = int(text[text.rindex(")") + 2:].split()[1])
+        parents[int(stat.parent.name)] = int(text[text.rindex(")") + 2 :].split()[1])
         if command.startswith(b"ray::ImplicitFunc"):
             found.append(int(stat.parent.name))
 
@@ -319,7 +405,12 @@ def trial_workers() -> list[int]:
 def test_a_trial_whose_worker_dies_is_stored_failed_and_the_sweep_goes_on(local_ray, tmp_path):
     """What the OS's out-of-memory killer does to a trial: its process vanishes mid-epoch."""
     path = write_space(
-        tmp_path, name="died", sampler="random", num_samples=2, max_concurrent=1, max_failures=0,
+        tmp_path,
+        name="died",
+        sampler="random",
+        num_samples=2,
+        max_concurrent=1,
+        max_failures=0,
         base={**TINY_BASE, "schedule": {"epochs": 6, "batch_size": 20}},
         params={"schedule.lr_multiplier": {"type": "loguniform", "low": 0.5, "high": 2.0}},
     )

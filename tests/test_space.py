@@ -25,7 +25,7 @@ GOOD = {
         "schedule.lr_multiplier": {"type": "uniform", "low": 0.5, "high": 2.0},
     },
     "conditions": {"sparsity.period_multiplier": "sparsity.density < 1"},
-    "objectives": {"val_accuracy": "maximize", "memory_total_mb": "minimize"},
+    "objectives": {"val_accuracy": "maximize", "memory.predicted_total_mb": "minimize"},
     "num_samples": 4,
 }
 

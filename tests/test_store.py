@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -20,6 +22,7 @@ import pytest
 from tune_lowmem.config import ConfigError, TrialConfig
 from tune_lowmem.store import (
     TrialRecord,
+    WriteFailed,
     list_sweeps,
     read_epochs,
     read_trials,
@@ -197,6 +200,25 @@ def test_a_crash_before_the_rename_is_invisible(tmp_path):
 
     write_trial(tmp_path, record(metrics={"val_accuracy": 0.75}))  # the retry lands once
     assert read_trials(tmp_path)["metric.val_accuracy"].tolist() == [0.75]
+
+
+def test_a_full_disk_names_the_file_and_keeps_the_old_row(tmp_path, monkeypatch):
+    write_trial(tmp_path, record(metrics={"val_accuracy": 0.25}))
+    folder = tmp_path / "trials" / "sweep=wrn"
+
+    def full_disk(table, handle):
+        handle.write(b"PAR1 half a file")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(pq, "write_table", full_disk)
+    with pytest.raises(WriteFailed) as stopped:
+        write_trial(tmp_path, record(metrics={"val_accuracy": 0.75}))
+    assert (
+        str(stopped.value) == f"cannot write {folder / 't_00001.parquet'}: No space left on device"
+    )
+    assert [p.name for p in folder.iterdir()] == ["t_00001.parquet"]  # no temporary file left
+    monkeypatch.undo()
+    assert read_trials(tmp_path)["metric.val_accuracy"].tolist() == [0.25]
 
 
 def test_trials_with_different_columns_read_together(tmp_path):

@@ -1,7 +1,8 @@
 """`tune-lowmem`: thin verbs over the package's modules, one module per verb in `commands/`.
 
 Each command module defines `add_parser(subparsers)` and `run(args) -> int`. Bad input exits
-with status 2 and a one-line message naming the field, before anything runs.
+with status 2 and a one-line message naming the field, before anything runs; a file that cannot
+be written (a full disk) stops the command with status 1 and one line naming the file.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import importlib
 import sys
 
 from .config import ConfigError
-from .store import StoreError, forget_reported_files
+from .store import StoreError, WriteFailed, forget_reported_files
 
 COMMANDS = ("train", "pareto", "report", "profile", "launch", "resume", "status")
 
@@ -41,6 +42,13 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, StoreError, FileNotFoundError) as error:
         print(f"tune-lowmem {args.command}: error: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
+    except WriteFailed as error:
+        print(
+            f"tune-lowmem {args.command}: stopped: {error}; once there is room, "
+            "`tune-lowmem resume` continues the sweep",
+            file=sys.stderr,
+        )
+        return 1
 
 
 if __name__ == "__main__":

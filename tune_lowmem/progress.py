@@ -2,14 +2,15 @@
 
 [12:01:07] 1f2e3_00003 started: precision=bf16 microbatch.size=10 checkpoint=none ...
 [12:01:31] 1f2e3_00003 epoch 2: val_accuracy=0.3120 train_loss=1.7311
-[12:01:44] 1f2e3_00003 completed: val_accuracy=0.3460 memory_total_mb=7.2 (3 epochs, 36 s)
+[12:01:44] 1f2e3_00003 completed: val_accuracy=0.3460 memory.predicted_total_mb=7.2 (3 epochs, 36 s)
 [12:01:44] trials: 4 completed, 1 failed, 0 infeasible, 2 running, 0 pending | best: ...
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -40,9 +41,11 @@ def describe(values: Mapping[str, Any]) -> str:
 
 
 class ProgressPrinter(Callback):
-    """Prints trial starts, epochs, outcomes, and after each outcome the counts and the best."""
+    """Prints trial starts, epochs, outcomes, and after each outcome the counts and the best.
+    `root` gives the store's root when asked: Tune pickles this callback into the sweep's
+    folder, so it holds how to find the store (the sweep's place), not a path."""
 
-    def __init__(self, space: SearchSpace, sweep: str, root: str):
+    def __init__(self, space: SearchSpace, sweep: str, root: Callable[[], str | Path]):
         self.space, self.sweep, self.root = space, sweep, root
 
     def on_trial_start(self, iteration: int, trials: list[Trial], trial: Trial, **info) -> None:
@@ -94,7 +97,8 @@ class ProgressPrinter(Callback):
                 counts["running"] += 1
             else:
                 counts["pending"] += 1
-        screened = store.trial_ids(self.root, self.sweep)
+        root = self.root() if callable(self.root) else self.root  # a path: pickled by an old sweep
+        screened = store.trial_ids(root, self.sweep)
         counts["infeasible"] += sum(1 for i in screened if i.startswith("infeasible-"))
         counts["failed"] += sum(1 for i in screened if i.startswith("invalid-"))
         text = "trials: " + ", ".join(f"{n} {name}" for name, n in counts.items())

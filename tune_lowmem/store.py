@@ -114,6 +114,16 @@ class StoreError(ValueError):
     """The store holds something this version cannot read (a newer schema, clashing types)."""
 
 
+class WriteFailed(RuntimeError):
+    """A file of the store or of a sweep could not be written (a full disk, a quota): not a
+    trial's failure but the storage's, so the sweep stops, to be resumed once there is room."""
+
+    def __init__(self, path: str | Path, error: OSError):
+        self.path = Path(path)
+        reason = error.strerror or str(error) or type(error).__name__
+        super().__init__(f"cannot write {path}: {reason}")
+
+
 @dataclass(frozen=True)
 class TrialRecord:
     """One finished (or failed) trial, as the trainable knows it at the end."""
@@ -345,15 +355,18 @@ def _file(root: str | Path, table: str, sweep: str, trial_id: str) -> Path:
 
 
 def _atomic_write(path: Path, table: pa.Table) -> None:
-    """Write a hidden temporary file beside ``path``, fsync it, rename it onto ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write a hidden temporary file beside ``path``, fsync it, rename it onto ``path``; a write
+    that fails (a full disk) leaves the old file as it was and raises `WriteFailed`."""
     tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex}")  # leading dot: readers skip it
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "wb") as handle:
             pq.write_table(table, handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
+    except OSError as error:
+        raise WriteFailed(path, error) from error
     finally:
         tmp.unlink(missing_ok=True)
     directory = os.open(path.parent, os.O_RDONLY)

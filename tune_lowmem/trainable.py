@@ -4,18 +4,18 @@ One Tune trial trains one `TrialConfig` (a point of the search space with one se
 
 1. if the store already holds this trial (its worker died after writing it, or the driver was
    killed before it heard), the stored result is reported again and nothing trains;
-2. the profiler predicts the config's memory; over the sweep's budget (or not a valid config)
-   it is answered at once, stored as infeasible (or failed), and nothing trains; the searcher
-   screens every point the same way before a worker sees it, so this is the last line only;
-3. otherwise the `Trainer` runs, resumed from `tune.get_checkpoint()` when Tune restarts the
-   trial, and every epoch is reported with `tune.report`, with a checkpoint of the trainer's
-   state once `resume_checkpoint_s` seconds have passed since the last one (never with the final
-   epoch, whose durable record is the store row); the measured memory of one real step is
-   reported beside the prediction;
-4. the trial's row (and its epochs) lands in the store when it ends: completed, failed with
-   the reason (an exception, a diverged loss), or infeasible when it ran out of memory (the
-   point needs more than the device has: retrying it would fail the same way). A failure is the
-   trial's result, not a crash: it is not retried, and the sweep goes on.
+2. otherwise the `Trainer` runs the point (the searcher screened it by predicted memory before
+   handing it out: see `search.screening`), resumed from `tune.get_checkpoint()` when Tune
+   restarts the trial, and every epoch is reported with `tune.report`, with a checkpoint of the
+   trainer's state once `resume_checkpoint_s` seconds have passed since the last one (never with
+   the final epoch, whose durable record is the store row); the measured memory of one real step
+   is reported beside the prediction;
+3. the trial's row (and its epochs) lands in the store when it ends: completed, failed with
+   the reason (an exception, a diverged loss, a config that is not valid), or infeasible when it
+   ran out of memory (the point needs more than the device has: retrying it would fail the same
+   way). A failure is the trial's result, not a crash: it is not retried, and the sweep goes on.
+   A store write that fails (a full disk) is the storage's failure, not the trial's: the trial
+   raises, stores nothing, and runs again when the sweep is resumed.
 
 Every result carries ``trial_status`` (running, completed, failed, infeasible) and every
 objective key (None when unknown), so the searcher can tell a failure from a result.
@@ -28,7 +28,6 @@ import math
 import tempfile
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -37,7 +36,7 @@ import pandas as pd
 import torch
 
 from . import store
-from .config import ConfigError, TrialConfig
+from .config import TrialConfig
 from .memory import MemoryReport
 from .memory.measure import measure
 from .memory.predict import predict
@@ -48,42 +47,9 @@ CHECKPOINT_FILE = "trainer.pt"
 REASON_LIMIT = 500  # characters of an error message kept as the failure reason
 
 
-@dataclass(frozen=True)
-class Screening:
-    """A point's verdict before training: feasible (with its config and predicted memory) or not."""
-
-    status: str  # feasible | infeasible | failed
-    config: TrialConfig | None = None
-    predicted: MemoryReport | None = None
-    reason: str | None = None
-
-    @property
-    def feasible(self) -> bool:
-        return self.status == "feasible"
-
-
-def screen(space: SearchSpace, params: Mapping[str, Any]) -> Screening:
-    """Build the point's config and predict its memory; over the budget (or a model whose
-    parameters alone do not fit in memory) means infeasible."""
-    try:
-        config = space.trial_config(params)
-    except ConfigError as error:
-        return Screening("failed", reason=f"invalid config: {error}")
-    try:
-        predicted = predict(config)
-    except Exception as error:  # the profiler builds the real model: its parameters did not fit
-        if not out_of_memory(error):
-            raise
-        return Screening("infeasible", config, None, f"too big to build: {failure_reason(error)}")
-    budget = space.memory_budget_mb
-    total = predicted.total_mb
-    if budget is not None and total > budget:
-        reason = f"predicted memory {total:.1f} MB is over memory_budget_mb {budget:g}"
-        return Screening("infeasible", config, predicted, reason)
-    return Screening("feasible", config, predicted)
-
-
-def memory_metrics(predicted: MemoryReport | None, measured: MemoryReport | None) -> dict[str, float | None]:
+def memory_metrics(
+    predicted: MemoryReport | None, measured: MemoryReport | None
+) -> dict[str, float | None]:
     """The memory a trial reports, named as the store's columns (`memory.predicted_*_mb`,
     `memory.flops_per_step`, `memory.measured_*_mb`)."""
     names = (*PREDICTED_METRICS, *MEASURED_METRICS)
@@ -96,38 +62,41 @@ def memory_metrics(predicted: MemoryReport | None, measured: MemoryReport | None
 
 
 def store_record(
-    space: SearchSpace, sweep: str, trial_id: str, status: str, config: Mapping[str, Any],
-    metrics: Mapping[str, Any], memory: Mapping[str, Any], **fields: Any,
+    space: SearchSpace,
+    sweep: str,
+    trial_id: str,
+    status: str,
+    config: Mapping[str, Any],
+    metrics: Mapping[str, Any],
+    memory: Mapping[str, Any],
+    **fields: Any,
 ) -> store.TrialRecord:
     """A store row of a trial of `space`: reported metric names mapped to the store's memory
     columns, and the sweep's sampler and objectives beside them."""
     memory_columns = {store_column(k).removeprefix("memory."): v for k, v in memory.items()}
-    numbers = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    objectives = {store_column(m): d for m, d in space.objectives.items()}  # what to choose on
-    return store.TrialRecord(sweep=sweep, trial_id=trial_id, status=status, config=config,
-                             metrics=numbers, memory=memory_columns, sampler=space.sampler,
-                             objectives=objectives, **fields)
+    numbers = {
+        k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
+    return store.TrialRecord(
+        sweep=sweep,
+        trial_id=trial_id,
+        status=status,
+        config=config,
+        metrics=numbers,
+        memory=memory_columns,
+        sampler=space.sampler,
+        objectives={store_column(m): d for m, d in space.objectives.items()},  # to choose on
+        **fields,
+    )
 
 
-def write_screened(root: str, sweep: str, trial_id: str, space: SearchSpace, point: int,
-                   params: Mapping[str, Any], screening: Screening) -> store.TrialRecord:
-    """Store a point that was never trained (infeasible, or not a valid config)."""
-    now = datetime.now(UTC)
-    memory = memory_metrics(screening.predicted, None)
-    config = screening.config.to_flat() if screening.config is not None else {**space.base, **params}
-    reason = screening.reason
-    try:
-        record = store_record(space, sweep, trial_id, screening.status, config, {}, memory, point=point,
-                              failure_reason=reason, started_at=now, finished_at=now)
-    except ConfigError:  # an invalid point may not even fit the config columns' types
-        record = store_record(space, sweep, trial_id, screening.status, space.base, {}, memory, point=point,
-                              failure_reason=f"{reason} (params: {dict(params)})", started_at=now, finished_at=now)
-    store.write_trial(root, record, epochs=[])
-    return record
-
-
-def final_result(space: SearchSpace, status: str, metrics: Mapping[str, Any], memory: Mapping[str, Any],
-                 reason: str | None = None) -> dict[str, Any]:
+def final_result(
+    space: SearchSpace,
+    status: str,
+    metrics: Mapping[str, Any],
+    memory: Mapping[str, Any],
+    reason: str | None = None,
+) -> dict[str, Any]:
     """What a trial reports when it ends: every objective key present (None when unknown)."""
     result = {**dict.fromkeys(space.objectives), **metrics, **memory, "trial_status": status}
     return result if reason is None else {**result, "failure_reason": reason}
@@ -162,13 +131,7 @@ def train_trial(tune_config: dict[str, Any], space: SearchSpace, root: str, swee
     if stored is not None:
         tune.report(result_from_row(space, stored))
         return
-    screening = screen(space, params)
-    if not screening.feasible:
-        write_screened(root, sweep, trial_id, space, tune_config["point"], params, screening)
-        memory = memory_metrics(screening.predicted, None)
-        tune.report(final_result(space, screening.status, {}, memory, screening.reason))
-        return
-    _Run(space, root, sweep, trial_id, tune_config["point"], screening).train()
+    _Run(space, root, sweep, trial_id, tune_config["point"], params).train()
 
 
 class _ReportFailed(Exception):
@@ -178,11 +141,25 @@ class _ReportFailed(Exception):
 class _Run:
     """One trial's training: resume, train, report each epoch, store the outcome."""
 
-    def __init__(self, space: SearchSpace, root: str, sweep: str, trial_id: str, point: int,
-                 screening: Screening):
-        self.space, self.root, self.sweep, self.trial_id, self.point = space, root, sweep, trial_id, point
-        self.config: TrialConfig = screening.config
-        self.predicted = screening.predicted
+    def __init__(
+        self,
+        space: SearchSpace,
+        root: str,
+        sweep: str,
+        trial_id: str,
+        point: int,
+        params: Mapping[str, Any],
+    ):
+        self.space, self.root, self.sweep, self.trial_id, self.point = (
+            space,
+            root,
+            sweep,
+            trial_id,
+            point,
+        )
+        self.params = params
+        self.config: TrialConfig | None = None
+        self.predicted: MemoryReport | None = None
         self.measured: MemoryReport | None = None
         self.started_at = datetime.now(UTC)
         self.trainer: Trainer | None = None
@@ -193,6 +170,8 @@ class _Run:
         from ray import tune
 
         try:
+            self.config = self.space.trial_config(self.params)
+            self.predicted = predict(self.config)
             self.trainer = Trainer(self.config)
             self._resume(tune.get_checkpoint())
             if self.measured is None:
@@ -202,10 +181,13 @@ class _Run:
             self.trainer.run(self._on_epoch)
         except _ReportFailed as error:
             raise error.__cause__ from None
+        except store.WriteFailed:
+            raise
         except Exception as error:  # noqa: BLE001 - the trial's own failure: stored, reported, not retried
             if out_of_memory(error):  # infeasible at this memory on this device, told as such
                 total = self._memory()[MEMORY_OBJECTIVE]
-                self._fail(f"predicted {total:.1f} MB; {failure_reason(error)}", "infeasible")
+                predicted = "" if total is None else f"predicted {total:.1f} MB; "
+                self._fail(f"{predicted}{failure_reason(error)}", "infeasible")
             else:
                 self._fail(failure_reason(error))
 
@@ -225,13 +207,17 @@ class _Run:
         from ray import tune
 
         final = trainer.task.finished(trainer.epoch, trainer.updates)
-        extra = {"train_seconds": sum(row["epoch_seconds"] for row in trainer.history),
-                 "node_id": self.node_id}
+        extra = {
+            "train_seconds": sum(row["epoch_seconds"] for row in trainer.history),
+            "node_id": self.node_id,
+        }
         if trainer.device.type == "cuda":
             extra["cuda_peak_mb"] = torch.cuda.max_memory_allocated(trainer.device) / 1e6
         if final:
             self._write("completed", {**metrics, **extra})
-        result = final_result(self.space, "completed" if final else "running", {**metrics, **extra}, self._memory())
+        result = final_result(
+            self.space, "completed" if final else "running", {**metrics, **extra}, self._memory()
+        )
         due = time.monotonic() - self.last_checkpoint >= self.space.resume_checkpoint_s
         with tempfile.TemporaryDirectory() as folder:
             checkpoint = None
@@ -254,12 +240,25 @@ class _Run:
     def _write(self, status: str, metrics: Mapping[str, Any], reason: str | None = None) -> None:
         history = self.trainer.history if self.trainer is not None else []
         record = store_record(
-            self.space, self.sweep, self.trial_id, status, self.config.to_flat(), metrics, self._memory(),
-            failure_reason=reason, started_at=self.started_at, finished_at=datetime.now(UTC),
+            self.space,
+            self.sweep,
+            self.trial_id,
+            status,
+            self._flat_config(),
+            metrics,
+            self._memory(),
+            failure_reason=reason,
+            started_at=self.started_at,
+            finished_at=datetime.now(UTC),
             epochs_completed=self.trainer.epoch if self.trainer is not None else 0,
-            node_id=self.node_id, point=self.point,
+            node_id=self.node_id,
+            point=self.point,
         )
         store.write_trial(self.root, record, epochs=history)
+
+    def _flat_config(self) -> dict[str, Any]:
+        """The trial's config as stored; the space's base when the point's is not a valid one."""
+        return self.config.to_flat() if self.config is not None else dict(self.space.base)
 
     def _fail(self, reason: str, status: str = "failed") -> None:
         from ray import tune
@@ -291,6 +290,7 @@ def _stored_row(root: str, sweep: str, trial_id: str) -> Mapping[str, Any] | Non
 
 def result_from_row(space: SearchSpace, row: Mapping[str, Any]) -> dict[str, Any]:
     """A stored trial's final result, as it reported it."""
+
     def value(column: str) -> Any:
         item = row.get(column)
         return None if pd.isna(item) else item
@@ -298,5 +298,6 @@ def result_from_row(space: SearchSpace, row: Mapping[str, Any]) -> dict[str, Any
     metrics = {k.removeprefix("metric."): value(k) for k in row if k.startswith("metric.")}
     memory = {name: value(store_column(name)) for name in (*PREDICTED_METRICS, *MEASURED_METRICS)}
     reason = value("failure_reason")
-    return final_result(space, row["status"], {k: v for k, v in metrics.items() if v is not None}, memory, reason)
-
+    return final_result(
+        space, row["status"], {k: v for k, v in metrics.items() if v is not None}, memory, reason
+    )

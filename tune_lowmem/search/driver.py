@@ -1,0 +1,335 @@
+"""The driver: launch and resume a sweep (the searcher inside Ray Tune, trials, the store).
+
+Where a sweep keeps things, under the store root ``DIR``::
+
+    DIR/trials/, DIR/epochs/     the Parquet store (`tune_lowmem.store`): what every trial gave
+    DIR/ray/<sweep>/             Tune's experiment (trial states, checkpoints, the searcher) plus
+        space.yaml               the validated search space, as resume reads it
+        optuna.journal           Optuna's study (`journal`): every point asked and told
+
+A sweep folder (``DIR`` as a whole) can be copied or moved: nothing saved in it names a path
+(`place`), Tune restores from wherever its experiment now is, and `resume` writes only there.
+
+Surviving the driver: see `searcher` (what is rebuilt from the journal, Tune's trials and the
+store) and `trainable` (a restarted trial that had stored its row reports it again). A file that
+cannot be written (a full disk) stops the sweep with `store.WriteFailed`, one line naming the
+file; `resume`, once there is room, repairs a torn journal line and finishes the sweep.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+from ray import tune
+from ray.tune import Callback
+
+from .. import pareto, preflight, store
+from ..analysis import baselines
+from ..config import ConfigError
+from ..progress import ProgressPrinter, say
+from ..space import SearchSpace, store_column
+from ..tasks.registry import module_directory
+from ..trainable import store_record, train_trial
+from ..yaml_loading import load_file
+from . import journal, place
+from .generator import PlacedSearch
+from .place import sweep_folder
+from .searcher import ScreenedSearcher, tune_saved
+
+SPACE_FILE = "space.yaml"
+TUNE_ENVIRONMENT = {
+    "TUNE_GLOBAL_CHECKPOINT_S": "1",  # snapshot trials and searcher every second: what a killed driver loses
+    "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "0",  # frequent snapshots are wanted
+    "RAY_AIR_NEW_OUTPUT": "0",  # with verbose=0 the classic reporter prints nothing; ours prints
+}
+
+
+def storage_root(value: str | Path) -> Path:
+    """The sweep's one storage root (store, Tune's experiment, Optuna's journal), as a path that
+    every node of the cluster must see at the same place: a shared file system (EFS, NFS, Lustre).
+    Not a bucket URI: the store renames each trial's file into place and the journal locks its
+    file, which object stores cannot do."""
+    text = str(value)
+    if "://" in text:
+        raise ConfigError(
+            "--store",
+            f"{text!r} is not allowed; a file-system path that every node "
+            "mounts at the same place is required (e.g. EFS at /mnt/tune-lowmem)",
+        )
+    return Path(text).expanduser().resolve()
+
+
+class RecordWorkerDeaths(Callback):
+    """A trial whose worker died more than max_failures times still gets its failed row; one
+    that could not write its row (a full disk) stops the sweep instead, to run again on resume.
+    Pickled into Tune's tuner.pkl: it names its sweep, and finds its store through `place`."""
+
+    def __init__(self, space: SearchSpace, sweep: str):
+        self.space, self.sweep = space, sweep
+
+    def on_trial_error(self, iteration: int, trials: list, trial, **info) -> None:
+        root = place.root(self.sweep)
+        if trial.trial_id in store.trial_ids(root, self.sweep):
+            return
+        error = trial.get_pickled_error() or trial.error_file or "unknown error"
+        failed_write = write_failure(error)
+        if failed_write is not None:
+            raise failed_write
+        text = " ".join(str(error).split())
+        reason = f"worker failed {self.space.max_failures + 1} times: {text}"[:500]
+        now = datetime.now(UTC)
+        config = self.space.trial_config(trial.config["params"]).to_flat()
+        record = store_record(
+            self.space,
+            self.sweep,
+            trial.trial_id,
+            "failed",
+            config,
+            {},
+            {},
+            point=trial.config["point"],
+            failure_reason=reason,
+            started_at=now,
+            finished_at=now,
+        )
+        store.write_trial(root, record)
+
+
+def write_failure(error: BaseException | str | None) -> store.WriteFailed | None:
+    """The `store.WriteFailed` behind an error (Tune's and Ray's wrap it), if one is."""
+    seen = set()
+    while isinstance(error, BaseException) and id(error) not in seen:
+        if isinstance(error, store.WriteFailed):
+            return error
+        seen.add(id(error))
+        error = getattr(error, "cause", None) or error.__cause__ or error.__context__
+    return None
+
+
+def trial_resources(space: SearchSpace, tune_config: dict[str, Any]) -> dict[str, float]:
+    """One trial's request; with gpu: auto, a GPU share sized by the predicted memory."""
+    resources = space.resources
+    gpu = resources.gpu
+    if gpu == "auto":
+        from ..memory.predict import predict
+
+        total = predict(space.trial_config(tune_config["params"])).total_mb
+        gpu = resources.gpu_share(total)
+    return {"cpu": resources.cpu, "gpu": float(gpu)}
+
+
+def trial_dirname(trial) -> str:
+    return trial.trial_id
+
+
+def _trainable(space: SearchSpace, sweep: str, root: Path):
+    trainable = tune.with_parameters(train_trial, space=space, root=str(root), sweep=sweep)
+    return tune.with_resources(trainable, functools.partial(trial_resources, space))
+
+
+def _tuner(space: SearchSpace, sweep: str, root: Path) -> tune.Tuner:
+    place.bind(sweep, root)
+    return tune.Tuner(
+        _trainable(space, sweep, root),
+        tune_config=tune.TuneConfig(
+            search_alg=PlacedSearch(ScreenedSearcher(space, sweep), sweep, space.max_concurrent),
+            num_samples=space.num_samples * space.seeds_per_point,
+            trial_dirname_creator=trial_dirname,
+            reuse_actors=True,  # a worker process per trial costs seconds of imports
+        ),
+        run_config=tune.RunConfig(
+            name=sweep,
+            storage_path=str(root / "ray"),
+            failure_config=tune.FailureConfig(max_failures=space.max_failures),
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=2),  # slack for a lagging snapshot
+            callbacks=[
+                ProgressPrinter(space, sweep, functools.partial(place.root, sweep)),
+                RecordWorkerDeaths(space, sweep),
+            ],
+            verbose=0,
+        ),
+    )
+
+
+@contextlib.contextmanager
+def _ray(address: str | None, task: str) -> Iterator[None]:
+    """Connect to `address`, or start a local cluster of this machine's CPUs; reuse a live one.
+    A `task` given as ``module:attribute`` from the working directory goes on the workers' path."""
+    import ray
+
+    for key, value in TUNE_ENVIRONMENT.items():
+        os.environ.setdefault(key, value)
+    if ray.is_initialized():
+        yield
+        return
+    preflight.reachable(address)  # an unreachable address: one line, nothing started
+    passed = {
+        k: os.environ[k] for k in ("TUNE_LOWMEM_DATA", "TUNE_LOWMEM_CACHE") if k in os.environ
+    }
+    task_folder = module_directory(task)
+    if task_folder is not None:
+        paths = (task_folder, os.environ.get("PYTHONPATH"))
+        passed["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
+    options: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING}
+    if passed:
+        options["runtime_env"] = {"env_vars": passed}
+    try:
+        if address is None:
+            ray.init(address="local", include_dashboard=False, **options)
+        else:
+            ray.init(address=address, **options)
+    except ConnectionError as error:
+        raise preflight.connection_refused(address, error) from None
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+@dataclass
+class SweepResult:
+    """What a sweep left: Tune's own results, the store's rows, and the Pareto front."""
+
+    sweep: str
+    root: Path
+    space: SearchSpace
+    results: Any  # ray.tune.ResultGrid
+    trials: pd.DataFrame
+    front: pd.DataFrame
+
+
+def launch(
+    space_path: str | Path,
+    name: str | None = None,
+    store_root: str | Path = "runs",
+    address: str | None = None,
+    num_samples: int | None = None,
+) -> SweepResult:
+    """Validate the space, then run the sweep to the end (nothing is created if it is invalid)."""
+    space = SearchSpace.load(space_path, num_samples=num_samples)
+    sweep = store.check_name(space.name if name is None else name, "--name")
+    root = preflight.writable_folder(storage_root(store_root), "--store")
+    folder = sweep_folder(root, sweep)
+    if folder.exists() or sweep in store.list_sweeps(root):
+        raise ConfigError(
+            "--name",
+            f"sweep {sweep!r} already exists in {root}; continue it with "
+            f"`tune-lowmem resume {sweep} --store {root}` or choose another --name",
+        )
+    preflight.machine(space, address)
+    with _ray(address, space.base["task"]):
+        preflight.cluster(space)
+        folder.mkdir(parents=True)
+        (folder / SPACE_FILE).write_text(yaml.safe_dump(space.to_dict(), sort_keys=False))
+        say(
+            f"sweep {sweep}: {space.num_samples} points x {space.seeds_per_point} seed(s), "
+            f"sampler {space.sampler}, store {root}"
+        )
+        results = _fit(_tuner(space, sweep, root))
+    return _finish(space, sweep, root, results)
+
+
+def resume(name: str, store_root: str | Path = "runs", address: str | None = None) -> SweepResult:
+    """Continue a stopped sweep: unfinished trials run again, finished ones are not repeated."""
+    root = storage_root(store_root)
+    space = saved_space(name, root)
+    preflight.writable_folder(root, "--store")
+    folder = sweep_folder(root, name)
+    preflight.machine(space, address)
+    with _ray(address, space.base["task"]):
+        preflight.cluster(space)
+        if tune_saved(folder):
+            say(f"sweep {name}: resuming from {folder}")
+            place.bind(name, root)  # before Tune unpickles the searcher and the callbacks
+            journal.repair(folder / journal.JOURNAL)
+            # restart_errored: a trial that errored without a row (its write failed) runs again;
+            # one whose row is stored (a worker that died too often) reports that row again
+            tuner = tune.Tuner.restore(
+                str(folder),
+                trainable=_trainable(space, name, root),
+                resume_unfinished=True,
+                restart_errored=True,
+            )
+        else:  # stopped before Tune saved anything: start it, the journal keeps what was asked
+            say(f"sweep {name}: nothing to restore in {folder}; starting it")
+            tuner = _tuner(space, name, root)
+        results = _fit(tuner)
+    return _finish(space, name, root, results)
+
+
+def _fit(tuner: tune.Tuner):
+    """Run the sweep; a file that could not be written stops it as `store.WriteFailed` alone,
+    whatever Tune wrapped it in."""
+    try:
+        return tuner.fit()
+    except Exception as error:
+        failed = write_failure(error)
+        if failed is None:
+            raise
+        raise failed from None
+
+
+def saved_space(name: str, root: str | Path) -> SearchSpace:
+    """The search space a sweep was launched with."""
+    path = sweep_folder(root, name) / SPACE_FILE
+    if not path.is_file():
+        known = sorted(p.parent.name for p in Path(root).glob(f"ray/*/{SPACE_FILE}"))
+        raise ConfigError(
+            "NAME", f"no sweep {name!r} in {root}; sweeps there: {', '.join(known) or 'none'}"
+        )
+    return SearchSpace.from_dict(load_file(path, "sweep space file"))
+
+
+def _finish(space: SearchSpace, sweep: str, root: Path, results) -> SweepResult:
+    store.compact(root, sweep, force=True)  # one file for the analysis to read, not one per trial
+    baselines.record(root, sweep)  # the report then needs no profiler for an untrained baseline
+    trials = store.read_trials(root, sweep)
+    return SweepResult(sweep, root, space, results, trials, front(space, trials))
+
+
+def front(space: SearchSpace, trials: pd.DataFrame) -> pd.DataFrame:
+    """The Pareto front of the completed trials on the space's objectives, seeds averaged.
+
+    Columns: the objectives (by metric name), the searched params (by field name), and
+    ``seeds``, the number of distinct seeds completed for the point (a sampler proposing the
+    same point twice gives it two trials of the same seed: one config, one row here)."""
+    params = [p.name for p in space.params]
+    columns = {store_column(m): m for m in space.objectives}
+    if trials.empty or "status" not in trials:
+        return pd.DataFrame(columns=[*space.objectives, *params, "seeds"])
+    done = trials[trials["status"] == "completed"]
+    missing = [c for c in columns if c not in done.columns]
+    if done.empty or missing:
+        return pd.DataFrame(columns=[*space.objectives, *params, "seeds"])
+    means = pareto.aggregate_seeds(done, "seed_group", list(columns))
+    first = done.drop_duplicates("seed_group").set_index("seed_group")
+    points = pd.DataFrame(
+        {
+            **{metric: means[f"{column}.mean"].to_numpy() for column, metric in columns.items()},
+            **{
+                name: first.loc[means["seed_group"], f"config.{name}"].astype(object).to_numpy()
+                for name in params
+            },
+            "seeds": done.groupby("seed_group")["config.seed"]
+            .nunique()
+            .loc[means["seed_group"]]
+            .to_numpy(),
+        }
+    )
+    return pareto.pareto_front(points, dict(space.objectives)).reset_index(drop=True)
+
+
+def status_counts(trials: pd.DataFrame) -> dict[str, int]:
+    """Stored trials by status, every status named."""
+    counts = trials["status"].value_counts() if "status" in trials else pd.Series(dtype=int)
+    return {name: int(counts.get(name, 0)) for name in store.STATUSES}

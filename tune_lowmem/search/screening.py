@@ -1,0 +1,103 @@
+"""Screening a point before any worker sees it: its config, its predicted memory, its verdict.
+
+The searcher screens every point it is given: a point over the space's `memory_budget_mb` (or
+one whose model cannot even be built, or not a valid config) is stored at once as infeasible (or
+failed) and told to Optuna, so it never occupies a worker; the trainable trains what it is given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from .. import store
+from ..config import ConfigError, TrialConfig
+from ..memory import MemoryReport
+from ..memory.predict import predict
+from ..space import SearchSpace
+from ..trainable import failure_reason, memory_metrics, out_of_memory, store_record
+
+
+@dataclass(frozen=True)
+class Screening:
+    """A point's verdict before training: feasible (with its config and predicted memory) or not."""
+
+    status: str  # feasible | infeasible | failed
+    config: TrialConfig | None = None
+    predicted: MemoryReport | None = None
+    reason: str | None = None
+
+    @property
+    def feasible(self) -> bool:
+        return self.status == "feasible"
+
+
+def screen(space: SearchSpace, params: Mapping[str, Any]) -> Screening:
+    """Build the point's config and predict its memory; over the budget (or a model whose
+    parameters alone do not fit in memory) means infeasible."""
+    try:
+        config = space.trial_config(params)
+    except ConfigError as error:
+        return Screening("failed", reason=f"invalid config: {error}")
+    try:
+        predicted = predict(config)
+    except Exception as error:  # the profiler builds the real model: its parameters did not fit
+        if not out_of_memory(error):
+            raise
+        return Screening("infeasible", config, None, f"too big to build: {failure_reason(error)}")
+    budget = space.memory_budget_mb
+    total = predicted.total_mb
+    if budget is not None and total > budget:
+        reason = f"predicted memory {total:.1f} MB is over memory_budget_mb {budget:g}"
+        return Screening("infeasible", config, predicted, reason)
+    return Screening("feasible", config, predicted)
+
+
+def write_screened(
+    root: str,
+    sweep: str,
+    trial_id: str,
+    space: SearchSpace,
+    point: int,
+    params: Mapping[str, Any],
+    screening: Screening,
+) -> store.TrialRecord:
+    """Store a point that was never trained (infeasible, or not a valid config)."""
+    now = datetime.now(UTC)
+    memory = memory_metrics(screening.predicted, None)
+    config = (
+        screening.config.to_flat() if screening.config is not None else {**space.base, **params}
+    )
+    reason = screening.reason
+    try:
+        record = store_record(
+            space,
+            sweep,
+            trial_id,
+            screening.status,
+            config,
+            {},
+            memory,
+            point=point,
+            failure_reason=reason,
+            started_at=now,
+            finished_at=now,
+        )
+    except ConfigError:  # an invalid point may not even fit the config columns' types
+        record = store_record(
+            space,
+            sweep,
+            trial_id,
+            screening.status,
+            space.base,
+            {},
+            memory,
+            point=point,
+            failure_reason=f"{reason} (params: {dict(params)})",
+            started_at=now,
+            finished_at=now,
+        )
+    store.write_trial(root, record, epochs=[])
+    return record

@@ -1,0 +1,296 @@
+"""The searcher: Ray Tune's public `Searcher` driving Optuna's public ask and tell on the journal.
+
+Points and seeds: the sampler proposes a point once; a feasible point runs as
+``seeds_per_point`` Tune trials (seeds 0..k-1, one store row each, sharing a ``seed_group``), and
+the sampler is told the mean over the seeds that completed. `num_samples` counts points.
+
+Screening: each point asked is screened (`screening.screen`) before Tune sees it; its predicted
+memory over the budget is set as the trial's constraint (``Trial.set_constraint``: NSGA-II, TPE
+and GP rank a violation below every feasible point). A point over the budget (or not a valid config) is stored at once under
+the id ``infeasible-<n>`` (``invalid-<n>``), told with dominated values, and another point is
+asked for, so it never occupies a worker.
+
+Surviving the driver: the journal is written as points are asked and told; the store is written
+by the trials themselves; Tune snapshots its trials, then this searcher (only which Tune trial
+holds which point and seed), every second. After a restart the searcher rebuilds everything else
+from those three records (`rejoin`), so a snapshot older than Tune's trials loses nothing: every
+point runs once per seed, a point asked but never given to a trial runs after the restart, and
+every trial lands in the store once. Nothing saved names a path: the sweep's storage root comes
+from `place`, bound by the driver.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import optuna
+from optuna.storages import JournalStorage
+from optuna.trial import FixedTrial, TrialState
+from ray import tune
+from ray.tune.search import Searcher
+
+from .. import store
+from ..progress import say
+from ..space import (
+    CONSTRAINT,
+    MEASURED_METRICS,
+    PREDICTED_METRICS,
+    SearchSpace,
+    store_column,
+    worst_value,
+)
+from ..trainable import memory_metrics, result_from_row
+from . import journal, place
+from .screening import Screening, screen, write_screened
+
+SCREENED_PREFIXES = {"infeasible": "infeasible-", "failed": "invalid-"}
+SAVED = ("space", "sweep", "assigned")  # what a snapshot holds; the rest is rebuilt by rejoin
+log = logging.getLogger(__name__)
+
+
+def objective_names(space: SearchSpace) -> list[str]:
+    """The objectives as Optuna's metric names: the memory ones by their store column's name
+    (``memory.predicted_total_mb``), the others by their own (``val_accuracy``)."""
+    memory = (*PREDICTED_METRICS, *MEASURED_METRICS)
+    return [store_column(name) if name in memory else name for name in space.objectives]
+
+
+@dataclass
+class Point:
+    """A feasible point: its params, and what each of its seeds gave (None: did not complete)."""
+
+    params: dict[str, Any]
+    given: set[int] = field(default_factory=set)  # seeds given to Tune trials (or found stored)
+    outcomes: dict[int, list[float] | None] = field(default_factory=dict)
+
+
+class ScreenedSearcher(Searcher):
+    """Screens each point by predicted memory and runs it once per seed (see the module)."""
+
+    def __init__(self, space: SearchSpace, sweep: str):
+        super().__init__()
+        self.space, self.sweep = space, sweep
+        self.assigned: dict[str, tuple[int, int]] = {}  # Tune trial id -> (point, seed)
+        self.connect({})  # a resumed sweep that Tune cannot restore starts from the journal
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What Tune pickles (tuner.pkl, the searcher snapshots): no study, no path."""
+        rebuilt = ("journal", "study", "points", "open", "unscreened", "asked")
+        return {k: v for k, v in self.__dict__.items() if k not in rebuilt}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.connect(tune_trials(place.sweep_folder(place.root(self.sweep), self.sweep)))
+
+    def save(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "wb") as handle:
+            pickle.dump(self.__getstate__(), handle)
+
+    def restore(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "rb") as handle:
+            self.__setstate__(pickle.load(handle))
+
+    def connect(self, tune_trials: Mapping[str, Mapping[str, Any]]) -> None:
+        """Open the sweep's study in its journal (creating it, with its metric names, at the
+        sweep's start) and rebuild the state from it."""
+        optuna.logging.set_verbosity(optuna.logging.WARNING)  # our progress lines say what happens
+        path = place.sweep_folder(place.root(self.sweep), self.sweep) / journal.JOURNAL
+        self.journal = journal.open_journal(path)
+        self.study = optuna.create_study(
+            study_name=self.sweep,
+            storage=JournalStorage(self.journal),
+            load_if_exists=True,
+            directions=list(self.space.objectives.values()),
+        )
+        if self.study.metric_names is None:
+            with warnings.catch_warnings():  # experimental since Optuna 3.2, and public
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                self.study.set_metric_names(objective_names(self.space))
+        self.rejoin(tune_trials)
+
+    def rejoin(self, tune_trials: Mapping[str, Mapping[str, Any]]) -> None:
+        """Rebuild the points, their seeds and outcomes from what was written as it happened:
+        the journal (every point asked, with its params, and told), Tune's trials (trial id ->
+        the config this searcher gave it) with this searcher's own assignments, and the store's
+        rows (each names its point and seed). Points told neither way are told now; an asked
+        point that no trial holds or stored is screened again and handed out first; the sampler
+        is reseeded past the points asked."""
+        trials = self.study.get_trials(deepcopy=False)
+        self.study.sampler = self.space.build_sampler(seed_offset=len(trials))
+        asked = {t.number: params for t in trials if (params := self.sampled(t.params)) is not None}
+        running = {t.number for t in trials if t.state == TrialState.RUNNING}
+        for number in sorted(running - set(asked)):  # the driver died while the sampler chose
+            self.tell(number, None)
+        self.asked = len(asked)
+        self.assigned.update((i, (c["point"], c["params"]["seed"])) for i, c in tune_trials.items())
+        stored = self.stored_outcomes()
+        self.points: dict[int, Point] = {}
+        for number, seed in [*self.assigned.values(), *stored]:
+            self.points.setdefault(number, Point(asked[number])).given.add(seed)
+        for (number, seed), values in stored.items():
+            self.points[number].outcomes[seed] = values
+        self.unscreened = sorted((running & set(asked)) - set(self.points))
+        live = sorted(running & set(self.points))
+        self.open = [number for number in live if self.free_seed(self.points[number]) is not None]
+        for number in live:
+            self.tell_if_done(number)
+
+    def sampled(self, params: Mapping[str, Any]) -> dict[str, Any] | None:
+        """A point as the space samples it, replayed from the values the journal recorded; None
+        when the sampling was cut short (a value the space asks for is missing)."""
+        try:
+            return self.space.sample(FixedTrial(dict(params)))
+        except ValueError:
+            return None
+
+    def stored_outcomes(self) -> dict[tuple[int, int], list[float] | None]:
+        """(point, seed) -> the objective values of every trained trial's row in the store."""
+        rows = store.read_trials(place.root(self.sweep), self.sweep)
+        if rows.empty or "point" not in rows:
+            return {}
+        screened = rows["trial_id"].str.startswith(tuple(SCREENED_PREFIXES.values()))
+        trained = rows[rows["point"].notna() & ~screened].to_dict("records")
+        return {
+            (int(row["point"]), int(row["config.seed"])): self.values(
+                result_from_row(self.space, row), False
+            )
+            for row in trained
+        }
+
+    def free_seed(self, point: Point) -> int | None:
+        return min(set(range(self.space.seeds_per_point)) - point.given, default=None)
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
+        if trial_id not in self.assigned:
+            if not self.open:
+                number = self.next_point()
+                if number is None:
+                    return Searcher.FINISHED
+                self.open.append(number)
+            number = self.open[0]
+            point = self.points[number]
+            seed = self.free_seed(point)
+            self.assigned[trial_id] = (number, seed)
+            point.given.add(seed)
+            if self.free_seed(point) is None:
+                self.open.pop(0)
+        number, seed = self.assigned[trial_id]
+        return {"point": number, "params": {**self.points[number].params, "seed": seed}}
+
+    def next_point(self) -> int | None:
+        """The next feasible point, asked before a restart or anew; store and tell the others."""
+        while self.unscreened or self.asked < self.space.num_samples:
+            if self.unscreened:
+                number = self.unscreened.pop(0)  # its constraint, if it had none, stays unset
+                params = self.sampled(self.study.get_trials(deepcopy=False)[number].params)
+                screening = screen(self.space, params)
+            else:
+                number, params, screening = self.ask()
+            if screening.feasible:
+                self.points[number] = Point(params)
+                return number
+            self.answer_screened(number, params, screening)
+        return None
+
+    def ask(self) -> tuple[int, dict[str, Any], Screening]:
+        """A new point from the sampler, screened, with its constraint set: in one write to the
+        journal, so that a point there always has all its params and its constraint."""
+        with self.journal.one_write():
+            trial = self.study.ask()
+            params = self.space.sample(trial)
+            screening = screen(self.space, params)
+            if screening.predicted is not None and self.space.memory_budget_mb is not None:
+                excess = screening.predicted.total_mb - self.space.memory_budget_mb
+                trial.set_constraint(CONSTRAINT, excess)
+        self.asked += 1
+        return trial.number, params, screening
+
+    def answer_screened(self, number: int, params: dict[str, Any], screening: Screening) -> None:
+        trial_id = f"{SCREENED_PREFIXES[screening.status]}{number:05d}"
+        write_screened(
+            place.root(self.sweep), self.sweep, trial_id, self.space, number, params, screening
+        )
+        say(f"{trial_id} {screening.status}, not trained: {screening.reason}")
+        if screening.status == "failed":
+            self.tell(number, None)
+            return
+        self.tell(number, self.dominated(memory_metrics(screening.predicted, None)))
+
+    def dominated(self, memory: dict[str, Any]) -> list[float]:
+        """An infeasible point's values: its memory where known, the worst value of the rest."""
+        values = []
+        for name, direction in self.space.objectives.items():
+            known = memory.get(name) if name.startswith("memory.") else None
+            task = self.space.base["task"]
+            values.append(worst_value(name, direction, task) if known is None else float(known))
+        return values
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        """No pruning: a point's value is the mean over its seeds, known when they all end."""
+
+    def on_trial_complete(
+        self, trial_id: str, result: dict | None = None, error: bool = False
+    ) -> None:
+        if trial_id not in self.assigned:
+            return
+        number, seed = self.assigned[trial_id]
+        point = self.points[number]
+        if seed in point.outcomes:
+            return
+        point.outcomes[seed] = self.values(result, error)
+        self.tell_if_done(number)
+
+    def tell_if_done(self, number: int) -> None:
+        """Tell Optuna a point's mean over its seeds once every seed has an outcome."""
+        outcomes = self.points[number].outcomes
+        if len(outcomes) == self.space.seeds_per_point:
+            done = [v for v in outcomes.values() if v is not None]
+            self.tell(number, np.mean(done, axis=0).tolist() if done else None)
+
+    def values(self, result: dict | None, error: bool) -> list[float] | None:
+        if not error and result and result.get("trial_status") == "infeasible":  # out of memory
+            return self.dominated(result)
+        if error or not result or result.get("trial_status") != "completed":
+            return None
+        values = [result.get(name) for name in self.space.objectives]
+        if any(v is None or not np.isfinite(v) for v in values):
+            return None
+        return [float(v) for v in values]
+
+    def tell(self, number: int, values: list[float] | None) -> None:
+        state = TrialState.COMPLETE if values is not None else TrialState.FAIL
+        try:
+            self.study.tell(number, values, state=state)
+        except (
+            optuna.exceptions.UpdateFinishedTrialError,
+            RuntimeError,
+            ValueError,
+        ) as error:  # told before a resume
+            log.debug("point %d already told: %s", number, error)
+
+
+def tune_saved(folder: Path) -> bool:
+    """Tune's experiment can be restored: its tuner (written as the sweep starts) and a first
+    snapshot of its trials (written within a second of the start) are both there."""
+    return tune.Tuner.can_restore(str(folder)) and any(folder.glob("experiment_state-*.json"))
+
+
+def tune_trials(folder: Path) -> dict[str, dict[str, Any]]:
+    """Tune's trials in its newest experiment state (what its restore runs): id -> config."""
+    if not tune_saved(folder):
+        return {}
+    analysis_log = logging.getLogger("ray.tune.analysis.experiment_analysis")
+    level = analysis_log.level
+    analysis_log.setLevel(logging.ERROR)  # it warns of every trial that has no result yet
+    try:
+        trials = tune.ExperimentAnalysis(str(folder)).trials
+    finally:
+        analysis_log.setLevel(level)
+    return {trial.trial_id: trial.config for trial in trials}
