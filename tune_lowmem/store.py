@@ -43,8 +43,8 @@ import math
 import os
 import platform
 import re
-import time
 import sys
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -107,6 +107,8 @@ _BASE_COLUMNS = {  # every row file's own columns, with their types
     "objectives": pa.string(),  # the sweep's objectives (column -> direction) as JSON
 }
 _EPOCH_COLUMNS = {"schema_version": pa.int64(), "trial_id": pa.string(), "epoch": pa.int64()}
+_LIST = pa.list_(pa.null())  # stands for "any list" among allowed types
+_KEYS = ("schema_version", "trial_id", "epoch")  # every read returns these
 QUARANTINE = "quarantine"  # DIR/quarantine/: unreadable files moved aside, never deleted
 
 
@@ -497,9 +499,14 @@ def _read_files(
     trial_id: str | None = None,
     columns: Sequence[str] | None = None,
 ) -> pa.Table | None:
-    """The rows of ``files``, one copy per trial: the copy of the highest-ranked file."""
+    """The rows of ``files``, one copy per trial: the copy of the highest-ranked file. A file
+    whose column has another type than in the other files is named and left out."""
     parts = []
+    odd = _odd_files([path for path, _ in files])
     for path, rank in files:
+        if path in odd:
+            _say_skipped(path, odd[path])
+            continue
         data = _read_file(path, table, columns)
         if data is None:  # named on stderr, left as it is; the other files still count
             continue
@@ -513,6 +520,41 @@ def _read_files(
         best = pc.equal(merged["__rank"], _max_rank_per_trial(merged))
         merged = merged.filter(best)
     return merged.drop_columns("__rank")
+
+
+def _odd_files(paths: list[Path]) -> dict[Path, str]:
+    """Files whose column types disagree with the rest of the folder's (the type most files give
+    a column wins; a file that is all null there agrees with any): path -> the problem. The
+    config columns' types are those of the trials' own task, which the reader does not import."""
+    if len(paths) < 2:
+        return {}
+    schemas: dict[Path, pa.Schema] = {}
+    for path in paths:
+        try:
+            schemas[path] = pq.read_schema(path)
+        except FileNotFoundError:
+            raise
+        except (OSError, pa.ArrowException):
+            continue  # unreadable: `_read_file` names it
+    def counted(column: pa.Field) -> bool:  # JSON-text lists of old files read as lists
+        old_list = column.name in _JSON_LISTS and _normal(column.type) == pa.string()
+        return column.type != pa.null() and not old_list
+
+    votes: dict[str, dict[pa.DataType, int]] = {}
+    for schema in schemas.values():
+        for column in schema:
+            if counted(column):
+                counts = votes.setdefault(column.name, {})
+                counts[_normal(column.type)] = counts.get(_normal(column.type), 0) + 1
+    winner = {name: max(counts, key=counts.get) for name, counts in votes.items()}
+    odd = {}
+    for path, schema in schemas.items():
+        for column in schema:
+            expected = winner.get(column.name)
+            if counted(column) and expected is not None and _normal(column.type) != expected:
+                odd[path] = f"column {column.name!r} is {column.type}, not {expected} as elsewhere"
+                break
+    return odd
 
 
 def _max_rank_per_trial(data: pa.Table) -> pa.Array:
@@ -551,15 +593,19 @@ def _checked_file(
         parquet = pq.ParquetFile(path)
         names = parquet.schema_arrow.names
         if columns is not None:
-            keys = {"schema_version", "trial_id"} | ({"epoch"} if table == EPOCHS else {"status"})
+            keys = {"schema_version", "trial_id"} | (
+                {"epoch"} if table == EPOCHS else {"status"}
+            )
             names = [n for n in names if n in keys or _wanted(n, columns)]
         data = parquet.read(columns=names)
     except FileNotFoundError:
         raise
     except (OSError, pa.ArrowException) as error:
         return None, f"not a readable Parquet file ({_one_line(error)})"
-    problem = _schema_problem(data, table, path.name.removesuffix(_SUFFIX))
+    problem = _schema_problem(data, parquet.schema_arrow, table, path.name.removesuffix(_SUFFIX))
     if problem is None:
+        if columns is not None:  # the checks' own columns go again unless they were asked for
+            data = data.select([n for n in data.column_names if n in _KEYS or _wanted(n, columns)])
         try:
             return _lists_from_json(data), None
         except (ValueError, TypeError):
@@ -571,7 +617,9 @@ def _wanted(name: str, columns: Sequence[str]) -> bool:
     return any(name == c or (c.endswith(".") and name.startswith(c)) for c in columns)
 
 
-def _schema_problem(data: pa.Table, table: str, trial_id: str) -> str | None:
+def _schema_problem(
+    data: pa.Table, schema: pa.Schema, table: str, trial_id: str
+) -> str | None:
     """What makes `data` not a file of this store's `table`, or None: the same types as written."""
     base = _BASE_COLUMNS if table == TRIALS else _EPOCH_COLUMNS
     if "schema_version" not in data.column_names:
@@ -595,12 +643,12 @@ def _schema_problem(data: pa.Table, table: str, trial_id: str) -> str | None:
         unknown = set(data["status"].to_pylist()) - set(STATUSES)
         if unknown:
             return f"status {sorted(unknown)[0]!r} is not one of {', '.join(STATUSES)}"
-    kinds = _stored_kinds(data) if table == TRIALS else {}
-    for column in data.schema:
-        allowed = _allowed_types(column.name, base, kinds)
+    for column in schema:  # the whole file's columns, also those not read
+        allowed = _allowed_types(column.name, base)
         if allowed is None:
             return f"column {column.name!r} is not a column of the store's {table}"
-        if column.type not in allowed:
+        kind = _normal(column.type)
+        if kind not in allowed and not (_LIST in allowed and pa.types.is_list(kind)):
             return f"column {column.name!r} is {column.type}, not {allowed[0]}"
     return None
 
@@ -679,16 +727,28 @@ def _remove_if_unchanged(path: Path, identity: tuple[int, int, int]) -> None:
     aside.unlink()
 
 
-def _stored_kinds(data: pa.Table) -> dict[str, Kind]:
-    """The config kinds of the file's task; none when the task is unknown here (then unchecked)."""
-    task = data["config.task"][0].as_py() if "config.task" in data.column_names else None
-    try:
-        return {f"config.{key}": kind for key, kind in config_kinds(task).items()}
-    except ConfigError:
-        return {}
+# Tuple fields of the first version's built-in tasks, which it stored as JSON text.
+_JSON_LISTS = (
+    "config.schedule.milestones",
+    "config.schedule.betas",
+    "config.model.encoder_kernels",
+    "config.model.decoder_kernels",
+)
 
 
-def _allowed_types(name: str, base: Mapping[str, pa.DataType], kinds: Mapping[str, Kind]):
+def _normal(kind: pa.DataType) -> pa.DataType:
+    """The type as this store writes it, for the same data written by other tools (pandas
+    writes large strings and lists, and timestamps in other units)."""
+    if pa.types.is_large_string(kind):
+        return pa.string()
+    if pa.types.is_large_list(kind):
+        return pa.list_(kind.value_type)
+    if pa.types.is_timestamp(kind):
+        return pa.timestamp("us", tz="UTC")
+    return kind
+
+
+def _allowed_types(name: str, base: Mapping[str, pa.DataType]):
     """The types a column may have (first: the one written now); None: not a column of ours."""
     numbers = (pa.float64(), pa.int64(), pa.null())
     if name in base:
@@ -701,20 +761,18 @@ def _allowed_types(name: str, base: Mapping[str, pa.DataType], kinds: Mapping[st
         return (MEMORY_COLUMNS.get(name.removeprefix("memory."), pa.float64()), *numbers)
     if name.startswith("version."):
         return (pa.string(), pa.null())
-    if name in kinds:  # lists were JSON text before version 0.2: read both
-        return (kinds[name].arrow, pa.null(), *((pa.string(),) if kinds[name].is_list else ()))
-    if name.startswith("config."):
-        return None if kinds else (pa.bool_(), pa.int64(), pa.float64(), pa.string(), pa.null())
+    if name.startswith("config."):  # the task's own types: checked against the other files
+        return (pa.bool_(), pa.int64(), pa.float64(), pa.string(), pa.null(), _LIST)
     return None
 
 
 def _lists_from_json(data: pa.Table) -> pa.Table:
-    """Stores written before list columns held lists as JSON text: read as lists."""
-    for name, kind in _stored_kinds(data).items():
-        if kind.is_list and name in data.column_names and data[name].type == pa.string():
+    """Stores of the first version held tuple fields as JSON text: read as lists."""
+    for name in _JSON_LISTS:
+        if name in data.column_names and data[name].type == pa.string():
             values = [None if v is None else json.loads(v) for v in data[name].to_pylist()]
             index = data.column_names.index(name)
-            data = data.set_column(index, name, pa.array(values, kind.arrow))
+            data = data.set_column(index, name, pa.array(values))
     return data
 
 
@@ -747,6 +805,26 @@ def _quarantine_if_bad(root: str | Path, path: Path, table: str) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     os.replace(path, target)
     print(f"tune-lowmem: moved unreadable {path} to {target}", file=sys.stderr)
+
+
+def config_values(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored row's config as flat dotted keys to plain values (lists as lists, no numpy
+    scalars, null as None): what `TrialConfig.from_dict` reads back, known
+    without importing the row's task (and so without torch)."""
+    values = {}
+    for column, value in row.items():
+        if not column.startswith("config."):
+            continue
+        if isinstance(value, str) and column in _JSON_LISTS:  # a store older than list columns
+            value = json.loads(value)
+        if isinstance(value, np.ndarray):
+            value = value.tolist()
+        if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+            value = None
+        elif isinstance(value, np.generic):
+            value = value.item()
+        values[column.removeprefix("config.")] = value
+    return values
 
 
 def trial_config(row: Mapping[str, Any]) -> TrialConfig:

@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from .. import pareto, store
-from ..config import ConfigError, TrialConfig
+from ..config import ConfigError
 from . import objectives as chosen
 from .objectives import MEMORY, NoResult
 
@@ -342,10 +343,11 @@ def largest_model(groups: pd.DataFrame) -> dict[str, float]:
     return {col: groups[col].max() for col in sizes}
 
 
-def trial_config(done: pd.DataFrame, seed_group: str) -> TrialConfig:
-    """The group's config rebuilt from the store, seed 0: ready for `profile` and `train`."""
+def trial_config(done: pd.DataFrame, seed_group: str) -> dict[str, Any]:
+    """The group's config from the store as flat dotted keys, seed 0: what `profile` and
+    `train` read (as YAML or `--set`), known without importing the task or torch."""
     row = done[done["seed_group"] == seed_group].iloc[0]
-    return store.trial_config(row).replace(seed=0)
+    return {**store.config_values(row), "seed": 0}
 
 
 def plain(value: object) -> str:

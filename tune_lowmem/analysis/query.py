@@ -7,11 +7,13 @@ from __future__ import annotations
 import json
 import math
 import shlex
+from typing import Any
 
 import pandas as pd
+import yaml
 
 from .. import pareto
-from ..config import ConfigError, TrialConfig
+from ..config import ConfigError
 from . import objectives as chosen
 from .points import (
     NoResult,
@@ -145,7 +147,7 @@ def render(
             },
             **{
                 f"config.{key}": _cell(value)
-                for key, value in TrialConfig.from_dict(record["config"]).to_flat().items()
+                for key, value in record["config"].items()
             },
         }
         for record in records
@@ -153,10 +155,10 @@ def render(
     return pd.DataFrame(flat, dtype=object).to_csv(index=False)  # ints stay ints beside nulls
 
 
-def run_line(config: TrialConfig) -> str:
-    """``tune-lowmem train --set ...`` with every field that differs from the task's defaults."""
-    defaults = TrialConfig.from_dict({"task": config.task}).to_flat()
-    changed = {k: v for k, v in config.to_flat().items() if v != defaults.get(k) or k == "task"}
+def run_line(config: dict[str, Any]) -> str:
+    """``tune-lowmem train --set ...`` with every field the trial set: its whole config (the
+    task's defaults would need the task, and so torch, imported)."""
+    changed = {k: v for k, v in config.items() if k != "data.root"}
     sets = " ".join(
         f"--set {shlex.quote(f'{key}={_yaml_value(value)}')}" for key, value in changed.items()
     )
@@ -168,6 +170,8 @@ def _yaml_value(value) -> str:
         return "null"
     if isinstance(value, bool):
         return str(value).lower()
+    if isinstance(value, str) and yaml.safe_load(value) != value:  # "true", "1e-3", "null"
+        return json.dumps(value)
     return json.dumps(list(value)) if isinstance(value, (list, tuple)) else str(value)
 
 
@@ -208,7 +212,7 @@ def _record(row: pd.Series, done: pd.DataFrame, goals: dict[str, str], beside: l
         "seeds": int(row["n"]),
         "objectives": {col: {"direction": goals[col], **_stats(row, col)} for col in goals},
         "reported": {col: _stats(row, col) for col in beside},
-        "config": trial_config(done, row["seed_group"]).to_dict(),
+        "config": trial_config(done, row["seed_group"]),
     }
 
 
@@ -244,4 +248,4 @@ def _yaml(
         *(f"#   {_short(col)}: {_interval(best, col)}" for col in beside),
         "# Check it: tune-lowmem profile THIS.yaml; train it: tune-lowmem train THIS.yaml",
     ]
-    return "\n".join(lines) + "\n" + config.to_yaml()
+    return "\n".join(lines) + "\n" + yaml.safe_dump(config, sort_keys=False)

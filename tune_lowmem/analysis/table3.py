@@ -119,10 +119,12 @@ def baseline_reference(scored: pd.DataFrame, points: Points) -> pd.Series:
 def predict_baseline(points: Points, reference: pd.Series) -> tuple[str, float]:
     """The baseline's label and predicted memory (MB): the one place the analysis needs the
     profiler, and so torch, imported only here."""
+    from ..config import TrialConfig
     from ..memory import MB, baseline_config
     from ..memory.predict import predict
 
-    config = baseline_config(trial_config(points.trials, reference["seed_group"]))
+    stored = trial_config(points.trials, reference["seed_group"])
+    config = baseline_config(TrialConfig.from_dict(stored))
     label = describe({f"config.{key}": value for key, value in config.to_flat().items()})
     return label, predict(config).total_bytes / MB
 

@@ -4,6 +4,7 @@ the samplers and the trials by status; a reviewer reads the setup without the co
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from .. import store
@@ -53,7 +54,8 @@ def rows(points: Points) -> list[tuple[str, str]]:
 
 def _values(values: pd.Series) -> str:
     """One value as it is; several as a list, or as a range when they are many numbers."""
-    distinct = sorted(values.unique(), key=str)
+    hashable = values.map(lambda v: tuple(v) if isinstance(v, (list, np.ndarray)) else v)
+    distinct = sorted(hashable.unique(), key=str)
     if len(distinct) == 1:
         return plain(distinct[0])
     if len(distinct) > _MOST_VALUES and pd.api.types.is_numeric_dtype(values):

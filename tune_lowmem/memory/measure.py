@@ -26,10 +26,10 @@ from collections.abc import Callable, Iterable, Iterator
 import torch
 
 from ..config import TrialConfig
+from ..tasks.base import batch_tensors
 from ..train import Trainer, resolve_device
 from . import accounting
 from .report import MemoryReport
-from ..tasks.base import batch_tensors
 from .synthetic import synthetic_task
 from .tracker import StorageTracker
 
