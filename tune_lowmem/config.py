@@ -22,10 +22,19 @@ TASKS = ("wrn-cifar10", "dct-iwslt14")
 PRECISIONS = ("fp32", "fp16", "bf16", "amp-fp16", "amp-bf16")
 MICROBATCH_MODES = ("true", "simulated")
 CHECKPOINT_STRATEGIES = {
-    "wrn-cifar10": ("none", "residual-1", "residual-2", "residual-2*"),
+    "wrn-cifar10": (
+        "none",
+        "residual-1",
+        "residual-2",
+        "residual-2*",
+        # not the paper's: its segments with every block checkpointed again inside
+        "residual-2-nested",
+        "residual-2*-nested",
+    ),
     # The paper calls per-layer checkpointing of the transformer "residual-1".
     "dct-iwslt14": ("none", "residual-1"),
 }
+FUSED_NORM_MODES = ("none", "unit", "block")
 REWIRING_MODES = ("dynamic", "static")
 PERIOD_SCHEDULES = ("paper", "constant")
 SPLITS = ("search", "final")
@@ -94,8 +103,11 @@ class WideResNetConfig:
     depth: int = 28  # 6n+4: n residual blocks in each of the three groups
     width: int = 2  # widening factor k; group widths are 16k, 32k, 64k
     num_classes: int = 10
+    # not the paper's: blocks trained through models.fused_norm (exact; see set_fused_norm)
+    fused_norm: str = "none"
 
     def validate(self, prefix: str) -> None:
+        _choice(self.fused_norm, FUSED_NORM_MODES, f"{prefix}.fused_norm")
         _positive_int(self.depth, f"{prefix}.depth")
         _require(
             self.depth >= 10 and (self.depth - 4) % 6 == 0,
@@ -355,6 +367,12 @@ class TrialConfig:
                 "microbatch.size",
                 f"{size} is not allowed; a divisor of schedule.batch_size {batch} is required",
             )
+        fused = getattr(self.model, "fused_norm", "none")
+        _require(
+            fused == "none" or not self.precision.startswith("amp-"),
+            "model.fused_norm",
+            f"{fused!r} is not allowed with precision {self.precision} (autocast); allowed: none",
+        )
         if self.task == "dct-iwslt14":
             _require(
                 self.microbatch.mode == "true",
