@@ -16,7 +16,8 @@ import argparse
 import time
 
 from tune_lowmem.config import TrialConfig
-from tune_lowmem.memory import MB, measure, predict
+from tune_lowmem.memory import MB, MemoryReport, accounting, measure, predict
+from tune_lowmem.memory.predict import dry_run, planned_nonzeros, shape_key
 
 PAPER = {  # the paper's ratios to its 404.8 MB baseline (Sohoni et al. 2019, Table 3 and text)
     "fp16 + residual-2*": "9.5x",
@@ -51,6 +52,32 @@ def rungs() -> list[tuple[str, dict]]:
     return ladder
 
 
+def accounted(config: TrialConfig, predicted: MemoryReport) -> list[tuple[str, MemoryReport]]:
+    """The last rung again with what a dry run does not show, each added to the one before:
+    sparse weights stored as the smaller of CSR and bitmap, and `techniques.fused_step.FusedSGD`
+    (momentum without Nesterov, so that microbatches accumulate into the momentum buffer: no
+    gradient buffer, only the gradient being applied, at most the largest parameter's)."""
+    model = dry_run(shape_key(config)).model
+    nonzeros = planned_nonzeros(model, config)
+    best = accounting.model_bytes(model, nonzeros, "best")
+    largest = max(accounting.value_bytes(p, nonzeros.get(n)) for n, p in model.named_parameters())
+    state = accounting.gradient_bytes(model, nonzeros)  # one momentum buffer shaped like them
+    bitmap = MemoryReport(
+        best,
+        predicted.optimizer_bytes,
+        predicted.activation_bytes,
+        predicted.flops_per_step,
+        "predicted",
+    )
+    fused = MemoryReport(
+        best, state + largest, predicted.activation_bytes, predicted.flops_per_step, "predicted"
+    )
+    return [
+        ("+ bitmap where smaller (accounted)", bitmap),
+        ("+ fused SGD, no Nesterov (acc.)", fused),
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--batch", type=int, default=100)
@@ -62,8 +89,9 @@ def main() -> None:
         f"{'#':>2} {'rung':40} {'act pred':>9} {'tot pred':>9} {'ratio':>7} {'paper':>6} "
         f"{'FLOPs':>6} | {'act meas':>9} {'tot meas':>9} {'pred/meas':>9} {'s':>5}"
     )
-    baseline = None
-    for index, (label, flat) in enumerate(rungs()):
+    baseline = final = None
+    ladder = rungs()
+    for index, (label, flat) in enumerate(ladder):
         if args.batch % flat.get("microbatch.size", 1):
             print(f"{index:>2} {label:40} (microbatch 10 does not divide batch {args.batch})")
             continue
@@ -84,6 +112,12 @@ def main() -> None:
                 f"{time.perf_counter() - started:5.0f}"
             )
         print(line, flush=True)
+        final = (config, predicted) if index == len(ladder) - 1 else None
+    for label, report in accounted(*final) if final else ():
+        print(
+            f"   {label:40} {report.activation_bytes / MB:9.2f} {report.total_bytes / MB:9.2f} "
+            f"{report.ratio_to(baseline):6.2f}x"
+        )
 
 
 if __name__ == "__main__":
