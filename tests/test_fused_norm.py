@@ -121,3 +121,6 @@ def test_config_refuses_unknown_modes_and_autocast():
         ConfigError, match="model.fused_norm: 'block' is not allowed with precision"
     ):
         tiny_wrn_config(**{"model.fused_norm": "block", "precision": "amp-bf16"})
+    simulated = {"microbatch.size": 10, "microbatch.mode": "simulated"}
+    with pytest.raises(ConfigError, match="model.fused_norm: 'unit' is not allowed with simulated"):
+        tiny_wrn_config(**{"model.fused_norm": "unit", **simulated})

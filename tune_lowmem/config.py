@@ -373,6 +373,12 @@ class TrialConfig:
             "model.fused_norm",
             f"{fused!r} is not allowed with precision {self.precision} (autocast); allowed: none",
         )
+        simulated = self.microbatch.mode == "simulated" and self.microbatch.size is not None
+        _require(
+            fused == "none" or not simulated,
+            "model.fused_norm",
+            f"{fused!r} is not allowed with simulated microbatching (group batch norm); allowed: none",
+        )
         if self.task == "dct-iwslt14":
             _require(
                 self.microbatch.mode == "true",

@@ -45,6 +45,8 @@ class BasicBlock(nn.Module):
     def fused_forward(self, x: torch.Tensor) -> torch.Tensor:
         """The same function through `fused_norm`: the whole block as one unit storing its input
         ("block"), or each BN-ReLU-conv as one storing the BN input ("unit")."""
+        if type(self.bn1) is not nn.BatchNorm2d or type(self.bn2) is not nn.BatchNorm2d:
+            raise ValueError("fused_norm: needs plain BatchNorm2d (not a group batch norm)")
         if self.fused_norm == "block":
             return fused_block(x, self.bn1, self.conv1, self.bn2, self.conv2, self.shortcut)
         stats = batch_statistics(x, self.bn1)
