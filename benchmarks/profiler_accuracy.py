@@ -11,9 +11,9 @@ both and the measured peak of everything PyTorch held; at the end, the worst poi
     .venv/bin/python benchmarks/profiler_accuracy.py --task dct-iwslt14 [--embed 128 --layers 3
                                                       --max-tokens 1000 --microbatch 250]
 
-The WRN grid crosses all four checkpointing strategies with densities 1.0 and 0.3; the
-DC-Transformer grid (synthetic minibatches of IWSLT'14 shape, `memory.synthetic`) crosses none
-and residual-1 with densities 1.0 and 0.4, on a model of `--layers` encoder and decoder layers
+The WRN grid crosses every checkpointing strategy (the paper's four and the nested ones) with
+densities 1.0 and 0.3; the DC-Transformer grid (synthetic minibatches of IWSLT'14 shape,
+`memory.synthetic`) crosses none and residual-1 with densities 1.0 and 0.4, on a model of `--layers` encoder and decoder layers
 (the paper's kernel sizes, from the first) with FFN 2 x `--embed`.
 """
 

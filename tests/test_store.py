@@ -33,7 +33,9 @@ CONFIG = TrialConfig.from_dict(
 )
 
 
-def record(trial_id: str = "t_00001", sweep: str = "wrn", trial_config: TrialConfig = CONFIG, **changes):
+def record(
+    trial_id: str = "t_00001", sweep: str = "wrn", trial_config: TrialConfig = CONFIG, **changes
+):
     values = {
         "sweep": sweep,
         "trial_id": trial_id,
@@ -196,7 +198,8 @@ def test_trials_with_different_columns_read_together(tmp_path):
         record("t_00002", status="failed", failure_reason="NaN loss at update 7", metrics={}),
     )
     write_trial(
-        tmp_path, record("d_1", sweep="dct", trial_config=dct, metrics={"test_bleu": 33.5}, memory={})
+        tmp_path,
+        record("d_1", sweep="dct", trial_config=dct, metrics={"test_bleu": 33.5}, memory={}),
     )
 
     trials = read_trials(tmp_path).set_index("trial_id")
@@ -238,6 +241,12 @@ def test_newer_schema_is_refused_and_older_files_read_with_nulls(tmp_path):
         trials.loc["old", "memory.flops_per_step"]
     )
     assert trials.loc["t_00001", "memory.flops_per_step"] == 123456789
+    without = table.drop_columns(["config.model.fused_norm"]).set_column(
+        1, "trial_id", pa.array(["before_fused_norm"])
+    )
+    pq.write_table(without, tmp_path / "trials" / "sweep=wrn" / "before.parquet")
+    rows = read_trials(tmp_path).set_index("trial_id")
+    assert trial_config(rows.loc["before_fused_norm"]) == CONFIG  # the added field's default
 
     newer = table.set_column(0, "schema_version", pa.array([2], pa.int64()))
     pq.write_table(newer, tmp_path / "trials" / "sweep=wrn" / "new.parquet")

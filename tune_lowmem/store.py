@@ -416,13 +416,19 @@ def _read_file(path: Path) -> pa.Table:
     return data
 
 
+# Config fields added after stores were first written: an older row has no value for them and
+# takes the field's default.
+ADDED_FIELDS = frozenset({"model.fused_norm"})
+
+
 def trial_config(row: Mapping[str, Any]) -> TrialConfig:
     """The `TrialConfig` of one stored trial row (a `read_trials` row), ready to train or profile."""
     flat: dict[str, Any] = {}
     for key, base in config_fields(row["config.task"]).items():
         value = row.get(f"config.{key}")
         if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
-            flat[key] = None
+            if key not in ADDED_FIELDS:
+                flat[key] = None
         elif base is tuple:
             flat[key] = json.loads(value)
         else:
