@@ -13,8 +13,9 @@ both and the measured peak of everything PyTorch held; at the end, the worst poi
 
 The WRN grid crosses every checkpointing strategy (the paper's four and the nested ones) with
 densities 1.0 and 0.3; the DC-Transformer grid (synthetic minibatches of IWSLT'14 shape,
-`memory.synthetic`) crosses none and residual-1 with densities 1.0 and 0.4, on a model of `--layers` encoder and decoder layers
-(the paper's kernel sizes, from the first) with FFN 2 x `--embed`.
+`memory.synthetic`) crosses none and residual-1 with densities 1.0 and 0.4, on a model of
+`--layers` encoder and decoder layers (the paper's kernel sizes, from the first) with FFN
+2 x `--embed`.
 """
 
 from __future__ import annotations
