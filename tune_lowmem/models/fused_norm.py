@@ -8,16 +8,18 @@ BN input and the ReLU output (which the conv saves as its input). Two exact repl
   convolution: the recomputation is elementwise.
 - `fused_block` (`FusedBlock`): a whole pre-activation residual block (BN-ReLU-conv-BN-ReLU-conv
   plus identity or BN-ReLU-1x1-conv shortcut); keeps only the block input and the statistics of
-  both BNs. Its backward recomputes the middle activation and works in one activation-sized
-  buffer that holds, in turn, the middle activation, its gradient and the input's gradient;
-  to overwrite in place it computes each convolution's input gradient twice (once for the BN
-  reductions, once for the result): 3 more convolutions per block than PyTorch's backward.
+  both BNs. Its forward computes conv1 twice (its output's BN statistics first, then the
+  output chunk by chunk), so the middle activation never exists whole. Its backward recomputes
+  the middle activation and works in one activation-sized buffer that holds, in turn, the
+  middle activation, its gradient and the input's gradient; to overwrite in place it computes
+  a convolution's input gradient twice (once for the BN reductions, once for the result): in
+  all, 1 more convolution per block forward and 3 more per backward (2 in a shortcut block).
 
 Both work on batch chunks, so a normalised tensor never exists at full size: the extra memory is
 a few chunk-sized temporaries. The results and every gradient are those of the plain modules in
 training mode (batch statistics) up to floating-point rounding; the running statistics are
-updated as `nn.BatchNorm2d` updates them (`batch_statistics`). BN arithmetic is fp32 whatever
-the activations' dtype, as PyTorch's half-precision batch norm computes it.
+updated as `nn.BatchNorm2d` updates them (`batch_statistics`). BN arithmetic is fp32 (or fp64)
+whatever the activations' dtype, as PyTorch's half-precision batch norm computes it.
 """
 
 from __future__ import annotations
@@ -130,8 +132,9 @@ class BatchNormReluConv(torch.autograd.Function):
 
 
 class FusedBlock(torch.autograd.Function):
-    """Forward: the block chunk by chunk (the middle activation exists, once, during it).
-    Saved: the block input, the weights and both BNs' statistics. Backward: see the module."""
+    """Forward: the block chunk by chunk; the middle activation is computed twice (for its BN
+    statistics, then for the output) and never exists whole. Saved: the block input, the weights
+    and both BNs' statistics. Backward: see the module docstring."""
 
     @staticmethod
     def forward(
