@@ -239,6 +239,15 @@ def test_sparse_storage_counts_values_smallest_column_indices_and_int32_row_poin
     assert sparse_storage_bytes(10, (3, 256, 257), 4) == 10 * (4 + 4) + 4 * 4  # columns: 256 x 257
 
 
+def test_bitmap_storage_counts_one_bit_per_position_and_best_takes_the_smaller():
+    shape = (64, 32, 3, 3)  # 18,432 positions: a 2,304-byte bitmap
+    assert sparse_storage_bytes(1000, shape, 2, "bitmap") == 2000 + 2304
+    assert sparse_storage_bytes(1000, shape, 2, "best") == 4000 + 260  # 5% dense: CSR wins
+    assert sparse_storage_bytes(5530, shape, 2, "best") == 11060 + 2304  # 30% dense: bitmap wins
+    with pytest.raises(ValueError, match="layout: 'coo'"):
+        sparse_storage_bytes(10, shape, 2, "coo")
+
+
 # ---- inside training ---------------------------------------------------------------------------
 
 

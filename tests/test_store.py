@@ -278,6 +278,12 @@ def test_newer_schema_is_skipped_and_older_files_read_with_nulls(tmp_path, capsy
         trials.loc["old", "memory.flops_per_step"]
     )
     assert trials.loc["t_00001", "memory.flops_per_step"] == 123456789
+    without = table.drop_columns(["config.model.fused_norm"]).set_column(
+        1, "trial_id", pa.array(["before_fused_norm"])
+    )
+    pq.write_table(without, tmp_path / "trials" / "sweep=wrn" / "before.parquet")
+    rows = read_trials(tmp_path).set_index("trial_id")
+    assert trial_config(rows.loc["before_fused_norm"]) == CONFIG  # the added field's default
 
     newer = table.set_column(0, "schema_version", pa.array([2], pa.int64()))
     newer = newer.set_column(1, "trial_id", pa.array(["new"]))

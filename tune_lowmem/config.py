@@ -36,6 +36,7 @@ from .validation import (
 __all__ = ["ConfigError", "TrialConfig"]
 
 MICROBATCH_MODES = ("true", "simulated")
+FUSED_NORM_MODES = ("none", "unit", "block")
 REWIRING_MODES = ("dynamic", "static")
 PERIOD_SCHEDULES = ("paper", "constant")
 SPLITS = ("search", "final")
@@ -53,8 +54,11 @@ class WideResNetConfig:
     depth: int = 28  # 6n+4: n residual blocks in each of the three groups
     width: int = 2  # widening factor k; group widths are 16k, 32k, 64k
     num_classes: int = 10
+    # not the paper's: blocks trained through models.fused_norm (exact; see set_fused_norm)
+    fused_norm: str = "none"
 
     def validate(self, prefix: str) -> None:
+        choice(self.fused_norm, FUSED_NORM_MODES, f"{prefix}.fused_norm")
         positive_int(self.depth, f"{prefix}.depth")
         require(
             self.depth >= 10 and (self.depth - 4) % 6 == 0,

@@ -835,7 +835,7 @@ def trial_config(row: Mapping[str, Any]) -> TrialConfig:
         if isinstance(value, str) and kind.is_list:  # a row of a store older than list columns
             value = json.loads(value)
         if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
-            flat[key] = None
+            continue  # unset, or a field added since the row was written: its default
         elif kind.is_list:
             flat[key] = [kind.scalar(v) for v in value]
         else:

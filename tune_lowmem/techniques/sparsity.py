@@ -50,9 +50,11 @@ PAPER_EPOCHS = 200
 # The mask positions come from their own stream, apart from the one that initialised the weights.
 MASK_SEED_OFFSET = 1_000_003
 
-# Index storage the profiler assumes for a sparse weight: CSR over its 2-D view.
+# Index storage the profiler assumes for a sparse weight: CSR over its 2-D view (the paper's),
+# or a bitmap (`sparse_storage_bytes` layouts).
 UINT16_COLUMNS = 2**16  # the most columns whose indices 0 .. columns - 1 fit in a uint16
 ROW_POINTER_BYTES = 4  # int32
+STORAGE_LAYOUTS = ("csr", "bitmap", "best")
 
 
 def column_index_bytes(columns: int) -> int:
@@ -61,14 +63,25 @@ def column_index_bytes(columns: int) -> int:
     return 2 if columns <= UINT16_COLUMNS else 4
 
 
-def sparse_storage_bytes(numel_nonzero: int, shape: Sequence[int], value_bytes: int) -> int:
-    """Bytes of one sparse weight: CSR over the weight viewed as shape[0] rows by prod(shape[1:])
-    columns; the nonzero values, one column index per nonzero (`column_index_bytes`: uint16 for
-    up to 65,536 columns, else int32), shape[0] + 1 int32 row pointers. Its gradient and optimizer
-    state share this pattern, so they need values only (numel_nonzero * value_bytes each)."""
+def sparse_storage_bytes(
+    numel_nonzero: int, shape: Sequence[int], value_bytes: int, layout: str = "csr"
+) -> int:
+    """Bytes of one sparse weight in `layout` (STORAGE_LAYOUTS). csr (the paper's): CSR over the
+    weight viewed as shape[0] rows by prod(shape[1:]) columns; the nonzero values, one column
+    index per nonzero (`column_index_bytes`: uint16 for up to 65,536 columns, else int32),
+    shape[0] + 1 int32 row pointers. bitmap: the nonzero values and one bit per position. best:
+    the smaller of the two (bitmap wins above about 1/8 / index bytes of density, e.g. 6% with
+    uint16 indices). Its gradient and optimizer state share the pattern, so they need values
+    only (numel_nonzero * value_bytes each)."""
+    if layout not in STORAGE_LAYOUTS:
+        raise ValueError(
+            f"layout: {layout!r} is not allowed; allowed: {', '.join(STORAGE_LAYOUTS)}"
+        )
     rows = shape[0] if len(shape) else 1
     column_bytes = column_index_bytes(math.prod(shape[1:]))
-    return numel_nonzero * (value_bytes + column_bytes) + (rows + 1) * ROW_POINTER_BYTES
+    csr = numel_nonzero * (value_bytes + column_bytes) + (rows + 1) * ROW_POINTER_BYTES
+    bitmap = numel_nonzero * value_bytes + math.ceil(math.prod(shape) / 8)
+    return {"csr": csr, "bitmap": bitmap, "best": min(csr, bitmap)}[layout]
 
 
 @dataclass(frozen=True)
