@@ -12,7 +12,7 @@ import sys
 
 from .config import ConfigError
 
-COMMANDS = ("train", "pareto", "report", "profile", "launch", "resume", "status")
+COMMANDS = ("train", "pareto", "report", "profile", "launch", "resume", "status", "export")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -50,19 +50,21 @@ SAMPLERS = ("nsga2", "tpe", "gp", "random", "grid")
 PARAM_TYPES = ("uniform", "loguniform", "int", "choice")
 DIRECTIONS = ("maximize", "minimize")
 
-# What a trial reports, by task: an objective must be one of these.
+# What a trial reports, by task: an objective must be one of these. *_bleu is tokenised BLEU on
+# BPE-removed, lower-cased, Moses-tokenised text (fairseq-generate --remove-bpe, the paper's);
+# *_sacrebleu is detokenised sacreBLEU (13a, signature decode.sacrebleu_signature()).
 TRAINING_METRICS = {
     "wrn-cifar10": ("val_accuracy", "val_loss", "test_accuracy", "test_loss", "train_loss"),
-    "dct-iwslt14": ("val_bleu", "test_bleu", "val_loss", "test_loss", "val_nll_loss", "test_nll_loss",
-                    "val_ppl", "test_ppl", "train_loss"),  # BLEU: final epoch only
+    "dct-iwslt14": ("val_bleu", "test_bleu", "val_sacrebleu", "test_sacrebleu", "val_loss", "test_loss",
+                    "val_nll_loss", "test_nll_loss", "val_ppl", "test_ppl", "train_loss"),  # BLEU: final epoch only
 }
 MEMORY_PARTS = ("model", "optimizer", "activation", "total")
 # The profiler's prediction (known before training) and the measured step (known once it starts).
 PREDICTED_METRICS = (*(f"memory_{part}_mb" for part in MEMORY_PARTS), "flops_per_step")
 MEASURED_METRICS = tuple(f"measured_{part}_mb" for part in MEMORY_PARTS)
 # The worst value an objective can take, for points that never train; others get +-1e9.
-BOUNDS = {"val_accuracy": (0.0, 1.0), "test_accuracy": (0.0, 1.0), "val_bleu": (0.0, 100.0),
-          "test_bleu": (0.0, 100.0)}
+BOUNDS = {"val_accuracy": (0.0, 1.0), "test_accuracy": (0.0, 1.0),
+          **{f"{split}_{kind}": (0.0, 100.0) for split in ("val", "test") for kind in ("bleu", "sacrebleu")}}
 UNKNOWN_WORST = 1e9
 CONSTRAINT = "memory_over_budget_mb"  # Optuna constraint: predicted MB - budget, > 0 is infeasible
 

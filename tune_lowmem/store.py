@@ -4,6 +4,8 @@ Layout under a store root ``DIR``::
 
     DIR/trials/sweep=<name>/<trial_id>.parquet   one row: the trial's config, final metrics, memory
     DIR/epochs/sweep=<name>/<trial_id>.parquet   one row per epoch of that trial
+    DIR/models/sweep=<name>/<trial_id>.pt        the final weights of a completed trial: a plain
+                                                 torch state_dict (`torch.load(..., weights_only=True)`)
 
 Both tables are Hive-partitioned Parquet datasets that need nothing of this project to read::
 
@@ -11,6 +13,11 @@ Both tables are Hive-partitioned Parquet datasets that need nothing of this proj
     pyarrow.dataset.dataset("DIR/trials", partitioning="hive")
     duckdb: SELECT * FROM read_parquet('DIR/trials/*/*.parquet', hive_partitioning=true,
                                        union_by_name=true)
+
+Translation trials' `metric.val_bleu` / `metric.test_bleu` are tokenised BLEU (BPE removed,
+text still Moses-tokenised and lower-cased, as fairseq-generate --remove-bpe and the paper score
+it); `metric.*_sacrebleu` (stores from this version on) are detokenised sacreBLEU, signature
+`tune_lowmem.decode.sacrebleu_signature()` with `version.sacrebleu`.
 
 ``sweep`` is the partition key and lives in the path only (a copy inside the files would clash
 with it in pyarrow). Config columns have the types of the `TrialConfig` fields, so every trial
@@ -38,7 +45,7 @@ import re
 import types
 import typing
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -67,8 +74,9 @@ VERSIONED_PACKAGES = {
     "torch": "torch",
     "ray": "ray",
     "optuna": "optuna",
+    "sacrebleu": "sacrebleu",  # completes the signature of metric.*_sacrebleu
 }
-TRIALS, EPOCHS = "trials", "epochs"
+TRIALS, EPOCHS, MODELS = "trials", "epochs", "models"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 _NAME_RULE = "letters, digits, '-', '_' and '.', starting with a letter or digit, at most 200"
 _SUFFIX = ".parquet"
@@ -161,9 +169,25 @@ def write_trial(
     trial = _trial_table(record)
     epoch_table = None if epochs is None else _epochs_table(record.trial_id, epochs)
     if epoch_table is not None:
-        _atomic_write(_file(root, EPOCHS, record.sweep, record.trial_id), epoch_table)
+        _atomic_write(_file(root, EPOCHS, record.sweep, record.trial_id), functools.partial(pq.write_table, epoch_table))
     path = _file(root, TRIALS, record.sweep, record.trial_id)
-    _atomic_write(path, trial)
+    _atomic_write(path, functools.partial(pq.write_table, trial))
+    return path
+
+
+def model_file(root: str | Path, sweep: str, trial_id: str) -> Path:
+    """Where a trial's final weights are (or would be) kept."""
+    return _file(root, MODELS, sweep, trial_id).with_suffix(".pt")
+
+
+def write_model(root: str | Path, sweep: str, trial_id: str, state_dict: Mapping[str, Any]) -> Path:
+    """Keep a trial's final weights (on the CPU, in the dtypes it trained in) beside its rows;
+    written before the trial's row, so a completed row means its weights are there."""
+    import torch
+
+    path = model_file(root, sweep, trial_id)
+    state = {name: tensor.detach().cpu() for name, tensor in state_dict.items()}
+    _atomic_write(path, lambda handle: torch.save(state, handle))
     return path
 
 
@@ -315,13 +339,13 @@ def _file(root: str | Path, table: str, sweep: str, trial_id: str) -> Path:
     )
 
 
-def _atomic_write(path: Path, table: pa.Table) -> None:
-    """Write a hidden temporary file beside ``path``, fsync it, rename it onto ``path``."""
+def _atomic_write(path: Path, write: Callable[[Any], None]) -> None:
+    """``write`` a hidden temporary file beside ``path``, fsync it, rename it onto ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex}")  # leading dot: readers skip it
     try:
         with open(tmp, "wb") as handle:
-            pq.write_table(table, handle)
+            write(handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)

@@ -15,7 +15,8 @@ One Tune trial trains one `TrialConfig` (a point of the search space with one se
 4. the trial's row (and its epochs) lands in the store when it ends: completed, failed with
    the reason (an exception, a diverged loss), or infeasible when it ran out of memory (the
    point needs more than the device has: retrying it would fail the same way). A failure is the
-   trial's result, not a crash: it is not retried, and the sweep goes on.
+   trial's result, not a crash: it is not retried, and the sweep goes on. A completed trial's
+   final weights are kept beside its row (`store.model_file`), for `tune-lowmem export`.
 
 Every result carries ``trial_status`` (running, completed, failed, infeasible) and every
 objective key (None when unknown), so the searcher can tell a failure from a result.
@@ -227,6 +228,7 @@ class _Run:
         if trainer.device.type == "cuda":
             extra["cuda_peak_mb"] = torch.cuda.max_memory_allocated(trainer.device) / 1e6
         if final:
+            store.write_model(self.root, self.sweep, self.trial_id, trainer.model.state_dict())
             self._write("completed", {**metrics, **extra})
         result = final_result(self.space, "completed" if final else "running", {**metrics, **extra}, self._memory())
         due = time.monotonic() - self.last_checkpoint >= self.space.resume_checkpoint_s

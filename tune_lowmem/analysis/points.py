@@ -65,7 +65,7 @@ class Points:
     @property
     def score_name(self) -> str:
         split, _, kind = self.score.removeprefix("metric.").partition("_")
-        return f"{split} {'BLEU' if kind == 'bleu' else kind}"
+        return f"{split} {'BLEU (tokenised)' if kind == 'bleu' else kind}"
 
     @property
     def score_label(self) -> str:

@@ -3,7 +3,8 @@
 Adam (0.9, 0.98) with decoupled weight decay 1e-4 (fairseq's Adam decays the weights directly),
 lr 5e-4 after a linear warm-up of 4,000 updates from 1e-7, then inverse square root; label
 smoothing 0.1; minibatches of at most 4,000 tokens; no gradient clipping. Each epoch reports
-the validation loss; the last one also decodes with beam search and reports BLEU.
+the validation loss; the last one also decodes with beam search and reports tokenised BLEU
+(`*_bleu`, the paper's) and detokenised sacreBLEU (`*_sacrebleu`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from torch import nn
 
 from ..config import TrialConfig
 from ..data import data_root, iwslt14
-from ..decode import bleu, references, translate
+from ..decode import bleu, detok_bleu, references, translate
 from ..models import build_model
 
 
@@ -62,7 +63,13 @@ class Iwslt14Translation:
         return len(self.corpus.src_dict), len(self.corpus.tgt_dict)
 
     def build_model(self) -> nn.Module:
-        return build_model(self.config, self.vocab_sizes())
+        """The model, its weights from `model.init_checkpoint` (a fairseq checkpoint) when set."""
+        model = build_model(self.config, self.vocab_sizes())
+        if self.config.model.init_checkpoint is not None:
+            from ..fairseq_interop import init_from_checkpoint
+
+            init_from_checkpoint(model, self.config.model, self.corpus.src_dict.symbols, self.corpus.tgt_dict.symbols)
+        return model
 
     def build_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
         s = self.config.schedule
@@ -119,16 +126,19 @@ class Iwslt14Translation:
             metrics[f"{name}_nll_loss"] = nll / tokens
             metrics[f"{name}_ppl"] = math.exp(metrics[f"{name}_nll_loss"])
             if final:
-                metrics[f"{name}_bleu"] = self.bleu(model, split)
+                metrics.update(self.bleu(model, split, name))
         return metrics
 
-    def bleu(self, model: nn.Module, split: iwslt14.ParallelText) -> float:
+    def bleu(self, model: nn.Module, split: iwslt14.ParallelText, name: str) -> dict[str, float]:
+        """`<name>_bleu`, tokenised BLEU as the paper reports it, and `<name>_sacrebleu`,
+        detokenised sacreBLEU (see tune_lowmem.decode)."""
         s = self.config.schedule
         hypotheses = translate(
             model, split, self.corpus.tgt_dict, beam_size=s.beam_size, len_penalty=s.length_penalty,
             max_len_a=s.max_decode_len_a, max_len_b=s.max_decode_len_b, device=self.device,
         )
-        return bleu(hypotheses, references(split, self.corpus.tgt_dict))
+        refs = references(split, self.corpus.tgt_dict)
+        return {f"{name}_bleu": bleu(hypotheses, refs), f"{name}_sacrebleu": detok_bleu(hypotheses, refs)}
 
     # ---- length of training -------------------------------------------------------------------
 

@@ -1,0 +1,216 @@
+"""`tune-lowmem export --format fairseq` and `model.init_checkpoint`: a stored trial's weights go to
+fairseq-generate, which translates as the project's decoder does; fairseq checkpoints come back
+as a trial's starting point; bad input gets one line and exit status 2."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.test_translation_task import tiny_dct
+from tune_lowmem import cli, fairseq_interop, store
+from tune_lowmem.config import ConfigError
+from tune_lowmem.data import data_root, iwslt14
+from tune_lowmem.decode import bleu, references, translate
+from tune_lowmem.tasks.translation import Iwslt14Translation
+
+SWEEP = "s"
+HAS_FAIRSEQ = fairseq_interop.fairseq_available()
+needs_fairseq = pytest.mark.skipif(not HAS_FAIRSEQ, reason=fairseq_interop.INSTALL_HINT)
+SENTENCES = 12  # test sentences that fairseq-generate translates
+
+
+def stored_trial(root: Path, trial_id: str, config, weights: bool = True):
+    """A completed trial in the store, its final weights kept as the trainable keeps them."""
+    record = store.TrialRecord(
+        sweep=SWEEP, trial_id=trial_id, status="completed", config=config.to_flat()
+    )
+    store.write_trial(root, record, epochs=[])
+    if weights:
+        torch.manual_seed(1)
+        model = Iwslt14Translation(config, torch.device("cpu")).build_model()
+        store.write_model(root, SWEEP, trial_id, model.state_dict())
+        return model
+    return None
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_final_weights_are_kept_beside_the_trial(tmp_path):
+    model = stored_trial(tmp_path, "t1", tiny_dct())
+    path = store.model_file(tmp_path, SWEEP, "t1")
+    assert path == tmp_path / "models" / f"sweep={SWEEP}" / "t1.pt"
+    kept = torch.load(path, weights_only=True)
+    assert kept.keys() == model.state_dict().keys()
+    assert all(torch.equal(kept[k], v) for k, v in model.state_dict().items())
+    assert list(store.read_trials(tmp_path)["trial_id"]) == ["t1"]  # the store reads as before
+
+
+def test_export_without_the_extra_says_how_to_install(tmp_path, capsys, monkeypatch):
+    stored_trial(tmp_path, "t1", tiny_dct())
+    monkeypatch.setattr(fairseq_interop, "fairseq_available", lambda: False)
+    code, _, err = run_cli(capsys, "export", "t1", "--format", "fairseq", "--store", str(tmp_path))
+    assert code == 2 and err.count("\n") == 1
+    assert "./setup.sh --fairseq" in err and "--format" in err
+
+
+@pytest.mark.parametrize(
+    ("trial", "argv", "message"),
+    [
+        ("t1", ["nope"], "'nope' is not a trial"),
+        ("wrn", ["wrn"], "is a trial of task wrn-cifar10"),
+        ("bare", ["bare"], "has no final weights"),
+        ("t1", ["t1", "--sweep", "other"], "is not a trial in sweep other"),
+    ],
+)
+def test_export_bad_input_gets_one_line(tmp_path, capsys, tiny_config, trial, argv, message):
+    stored_trial(tmp_path, "t1", tiny_dct())
+    stored_trial(tmp_path, "wrn", tiny_config(), weights=False)
+    stored_trial(tmp_path, "bare", tiny_dct(), weights=False)
+    code, _, err = run_cli(capsys, "export", *argv, "--format", "fairseq", "--store", str(tmp_path))
+    assert code == 2 and err.count("\n") == 1 and message in err, err
+
+
+def test_export_refuses_unknown_formats(tmp_path, capsys):
+    code, _, err = run_cli(capsys, "export", "t1", "--format", "onnx", "--store", str(tmp_path))
+    assert code == 2 and "--format: 'onnx' is not allowed; allowed: fairseq" in err
+
+
+def test_init_checkpoint_errors_name_the_field(tmp_path):
+    config = tiny_dct(**{"model.init_checkpoint": str(tmp_path / "missing.pt")})
+    with pytest.raises(
+        ConfigError, match=r"^model.init_checkpoint: .*missing.pt: no such checkpoint file"
+    ):
+        Iwslt14Translation(config, torch.device("cpu")).build_model()
+    (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(ConfigError, match="not a fairseq checkpoint torch can load safely"):
+        Iwslt14Translation(
+            config.replace(**{"model.init_checkpoint": str(tmp_path / "junk.pt")}),
+            torch.device("cpu"),
+        ).build_model()
+
+
+# ---- with fairseq ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """A tiny trial exported with the CLI: (config, model, folder)."""
+    root = tmp_path_factory.mktemp("store")
+    config = tiny_dct(**{"data.test_subset": None})
+    model = stored_trial(root, "t1", config)
+    out = root / "export"
+    assert (
+        cli.main(["export", "t1", "--format", "fairseq", "--store", str(root), "--out", str(out)])
+        == 0
+    )
+    return config, model, out
+
+
+def fairseq(tool: str, *argv: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", f"fairseq_cli.{tool}", *argv],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout + done.stderr
+
+
+@needs_fairseq
+def test_fairseq_generate_translates_as_the_project_decodes(exported, tmp_path):
+    config, model, out = exported
+    folder = iwslt14.find_folder(data_root(config.data))
+    text = tmp_path / "text"
+    text.mkdir()
+    for lang in ("de", "en"):
+        lines = (folder / f"test.{lang}").read_text(encoding="utf-8").splitlines()[:SENTENCES]
+        (text / f"test.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    fairseq(
+        "preprocess",
+        "-s",
+        "de",
+        "-t",
+        "en",
+        "--srcdict",
+        str(out / "dict.de.txt"),
+        "--tgtdict",
+        str(out / "dict.en.txt"),
+        "--testpref",
+        str(text / "test"),
+        "--destdir",
+        str(tmp_path / "bin"),
+    )
+    # batch size 1: fairseq's length limit uses the batch's longest source, the project's each one's
+    log = fairseq(
+        "generate",
+        str(tmp_path / "bin"),
+        "--path",
+        str(out / fairseq_interop.CHECKPOINT_NAME),
+        "--beam",
+        "5",
+        "--lenpen",
+        "1",
+        "--max-len-a",
+        "1.2",
+        "--max-len-b",
+        "10",
+        "--batch-size",
+        "1",
+        "--remove-bpe",
+        "--scoring",
+        "sacrebleu",
+        "--sacrebleu-tokenizer",
+        "none",
+        "--cpu",
+    )
+    theirs = {int(m[1]): m[2] for m in re.finditer(r"^H-(\d+)\t\S+\t(.*)$", log, re.MULTILINE)}
+    fairseq_bleu = float(re.search(r"BLEU = ([\d.]+)", log)[1])
+
+    corpus = iwslt14.load(folder)
+    data = iwslt14.ParallelText.encode(
+        *(
+            (text / f"test.{lang}").read_text(encoding="utf-8").splitlines()
+            for lang in ("de", "en")
+        ),
+        corpus.src_dict,
+        corpus.tgt_dict,
+    )
+    ours = translate(
+        model, data, corpus.tgt_dict, beam_size=5, len_penalty=1.0, max_len_a=1.2, max_len_b=10
+    )
+    our_bleu = bleu(ours, references(data, corpus.tgt_dict))
+    print(
+        f"\nBLEU on {SENTENCES} test sentences: project {our_bleu:.2f}, fairseq-generate {fairseq_bleu:.2f}"
+    )
+    assert [theirs[i] for i in range(SENTENCES)] == ours
+    assert abs(our_bleu - fairseq_bleu) <= 0.1
+
+
+@needs_fairseq
+def test_a_fairseq_checkpoint_starts_a_trial(exported):
+    config, model, out = exported
+    start = config.replace(
+        **{
+            "model.init_checkpoint": str(out / fairseq_interop.CHECKPOINT_NAME),
+            "model.dropout": 0.1,
+        }
+    )  # dropouts are not the architecture
+    loaded = Iwslt14Translation(start, torch.device("cpu")).build_model()
+    assert all(torch.equal(loaded.state_dict()[k], v) for k, v in model.state_dict().items())
+    other = start.replace(**{"model.ffn_dim": 96})
+    with pytest.raises(
+        ConfigError,
+        match=r"^model.init_checkpoint: .*another architecture \(ffn_dim 64 there, 96 here\)",
+    ):
+        Iwslt14Translation(other, torch.device("cpu")).build_model()

@@ -1,0 +1,208 @@
+"""The project's DynamicConv Transformer computes fairseq's `lightconv_iwslt_de_en` (dynamic):
+same weights (copied by tune_lowmem.fairseq_interop's name mapping), same log-probabilities, same
+loss and same parameters after optimizer steps, on real IWSLT'14 batches. Skipped without the
+`fairseq` extra (./setup.sh --fairseq)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tune_lowmem.config import DataConfig, DynamicConvConfig, TrialConfig
+from tune_lowmem.data import data_root, iwslt14
+from tune_lowmem.fairseq_interop import INSTALL_HINT, build_fairseq, fairseq_arguments, to_fairseq
+from tune_lowmem.models.dynamicconv import DynamicConvTransformer
+from tune_lowmem.tasks.translation import Iwslt14Translation
+
+pytest.importorskip("fairseq", reason=INSTALL_HINT)
+
+NO_DROPOUT = {
+    "dropout": 0.0,
+    "weight_dropout": 0.0,
+    "attention_dropout": 0.0,
+    "relu_dropout": 0.0,
+    "input_dropout": 0.0,
+}
+# Kernel 31 in both stacks: short sentences take fairseq's trimmed-kernel path (K > T).
+SMALL = DynamicConvConfig(
+    embed_dim=32,
+    ffn_dim=64,
+    heads=4,
+    encoder_layers=2,
+    decoder_layers=2,
+    encoder_kernels=(3, 31),
+    decoder_kernels=(3, 31),
+    **NO_DROPOUT,
+)
+EPSILON = 0.1  # the recipe's label smoothing
+LR = 5e-4  # the recipe's peak learning rate
+RECIPE_OPTIMIZER = (
+    "--optimizer",
+    "adam",
+    "--adam-betas",
+    "(0.9, 0.98)",
+    "--adam-eps",
+    "1e-8",
+    "--weight-decay",
+    "0.0001",
+    "--lr",
+    repr(LR),
+)
+
+
+@pytest.fixture(scope="module")
+def corpus() -> iwslt14.Iwslt14:
+    return iwslt14.load(iwslt14.find_folder(data_root(DataConfig())))
+
+
+@pytest.fixture(scope="module")
+def batches(corpus) -> list[iwslt14.Batch]:
+    """Three real test batches of ~500 tokens: the shortest sentences, middling, the longest."""
+    groups = iwslt14.batches_by_tokens(corpus.test, 500, seed=0)
+    return [iwslt14.collate(corpus.test, groups[i]) for i in (0, len(groups) // 2, -1)]
+
+
+def models(config: DynamicConvConfig, corpus, folder, extra_args=()):
+    """The project's model (seeded) and fairseq's, with the project's weights copied across."""
+    torch.manual_seed(0)
+    ours = DynamicConvTransformer(config, len(corpus.src_dict), len(corpus.tgt_dict), iwslt14.PAD)
+    # fairseq 0.12 spreads epsilon over V - 1 words, the paper's 2019 fairseq (and the project)
+    # over V: eps' = eps (V - 1) / V gives the same loss, term for term.
+    vocab = len(corpus.tgt_dict)
+    smoothing = (
+        "--criterion",
+        "label_smoothed_cross_entropy",
+        "--label-smoothing",
+        repr(EPSILON * (vocab - 1) / vocab),
+    )
+    cfg, task, theirs = build_fairseq(
+        config,
+        corpus.src_dict.symbols,
+        corpus.tgt_dict.symbols,
+        folder,
+        extra_args=(*smoothing, *extra_args),
+    )
+    theirs.load_state_dict(to_fairseq(ours.state_dict()), strict=True)
+    return ours, (cfg, task, theirs)
+
+
+def sample(batch: iwslt14.Batch) -> dict:
+    """A project batch as fairseq's translation task hands it to the criterion."""
+    net_input = {
+        "src_tokens": batch.src_tokens,
+        "src_lengths": batch.src_lengths,
+        "prev_output_tokens": batch.prev_output_tokens,
+    }
+    return {
+        "id": batch.ids,
+        "nsentences": len(batch),
+        "ntokens": batch.ntokens,
+        "net_input": net_input,
+        "target": batch.target,
+    }
+
+
+def record(name: str, difference: torch.Tensor) -> float:
+    """The largest absolute difference, printed for the record (pytest -s)."""
+    value = float(difference.abs().max())
+    print(f"largest |project - fairseq| {name}: {value:.3g}")
+    return value
+
+
+@pytest.fixture(scope="module")
+def small(corpus, tmp_path_factory):
+    return models(SMALL, corpus, tmp_path_factory.mktemp("fairseq-small"))
+
+
+def test_the_mapping_covers_every_weight(small):
+    ours, (_, _, theirs) = small
+    assert fairseq_arguments(SMALL)[:2] == ["--arch", "lightconv_iwslt_de_en"]
+    assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in theirs.parameters())
+    for name, tensor in theirs.state_dict().items():
+        if name.endswith("version"):
+            continue
+        source = "decoder.embed_out" if name == "decoder.output_projection.weight" else name
+        assert torch.equal(tensor, ours.state_dict()[source]), name
+
+
+@pytest.mark.parametrize("path", ["auto", "unfold"])
+def test_training_mode_log_probs_and_loss_agree(small, batches, path):
+    ours, (_, task, theirs) = small
+    criterion = task.build_criterion(small[1][0].criterion)
+    ours.train(), theirs.train()  # training mode; every dropout is 0
+    ours.set_conv_path(path)
+    for batch in batches:
+        logits = ours(batch.src_tokens, batch.prev_output_tokens)
+        net_output = theirs(**sample(batch)["net_input"])
+        mine = F.log_softmax(logits, dim=-1)
+        fairseqs = theirs.get_normalized_probs(net_output, log_probs=True)
+        real = batch.target.ne(iwslt14.PAD)
+        token = record(
+            "per-token log-prob",
+            (
+                mine.gather(-1, batch.target[..., None])
+                - fairseqs.gather(-1, batch.target[..., None])
+            )[real],
+        )
+        assert token < 2e-5
+        assert record("log-prob (all words)", (mine - fairseqs)[real]) < 2e-5
+        loss, nll = iwslt14.label_smoothed_nll_loss(logits, batch.target, EPSILON)
+        their_loss, sample_size, logging = criterion(theirs, sample(batch))
+        assert sample_size == batch.ntokens
+        assert record("loss / token", (loss - their_loss) / batch.ntokens) < 1e-6
+        assert record("nll / token", (nll - logging["nll_loss"]) / batch.ntokens) < 1e-6
+    ours.set_conv_path("auto")
+
+
+def test_optimizer_steps_give_the_same_parameters(corpus, batches, tmp_path):
+    """Two updates from the same state: the project's optimizer (Iwslt14Translation's) against
+    fairseq's Adam built from the recipe's flags; gradients first, then the parameters."""
+    from fairseq.optim import build_optimizer
+
+    ours, (cfg, task, theirs) = models(SMALL, corpus, tmp_path, RECIPE_OPTIMIZER)
+    criterion = task.build_criterion(cfg.criterion)
+    trial = TrialConfig.from_dict(
+        {"task": "dct-iwslt14", "device": "cpu", "model": dataclasses.asdict(SMALL)}
+    )
+    optimizer = Iwslt14Translation(trial, torch.device("cpu")).build_optimizer(ours)
+    fairseq_optimizer = build_optimizer(cfg.optimizer, list(theirs.parameters()))
+    ours.train(), theirs.train()
+    for batch in batches[:2]:
+        for group in optimizer.param_groups:
+            group["lr"] = LR
+        fairseq_optimizer.set_lr(LR)
+        optimizer.zero_grad(), fairseq_optimizer.zero_grad()
+        loss, _ = iwslt14.label_smoothed_nll_loss(
+            ours(batch.src_tokens, batch.prev_output_tokens), batch.target, EPSILON
+        )
+        (loss / batch.ntokens).backward()
+        their_loss, sample_size, _ = criterion(theirs, sample(batch))
+        (their_loss / sample_size).backward()  # what fairseq's trainer does with the summed loss
+        theirs_now = dict(theirs.named_parameters())
+        for name, param in ours.named_parameters():
+            other = theirs_now[
+                "decoder.output_projection.weight" if name == "decoder.embed_out" else name
+            ]
+            assert record("gradient", param.grad - other.grad) < 1e-6, name
+        optimizer.step(), fairseq_optimizer.step()
+        for name, param in ours.named_parameters():
+            other = theirs_now[
+                "decoder.output_projection.weight" if name == "decoder.embed_out" else name
+            ]
+            assert record("parameter after step", param - other) < 1e-6, name
+
+
+def test_paper_size_forward_agrees(corpus, batches, tmp_path):
+    """The full lightconv_iwslt_de_en (38.7M parameters with fairseq's vocabularies), one batch."""
+    paper = DynamicConvConfig(**NO_DROPOUT)
+    ours, (_, _, theirs) = models(paper, corpus, tmp_path)
+    ours.eval(), theirs.eval()
+    batch = batches[0].rows(torch.arange(4))
+    with torch.no_grad():
+        mine = F.log_softmax(ours(batch.src_tokens, batch.prev_output_tokens), dim=-1)
+        fairseqs = theirs.get_normalized_probs(theirs(**sample(batch)["net_input"]), log_probs=True)
+    real = batch.target.ne(iwslt14.PAD)
+    assert record("paper-size log-prob", (mine - fairseqs)[real]) < 5e-5
