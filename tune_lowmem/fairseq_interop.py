@@ -1,18 +1,34 @@
 """The DynamicConv Transformer to and from fairseq's `lightconv_iwslt_de_en` (dynamic convolutions).
 
-The name mapping (project -> fairseq) is the identity on every parameter, because the project's
-model names its modules as fairseq's does, except for:
+The name mapping (project -> fairseq 0.12) is the identity on every parameter, because the
+project's model names its modules as fairseq does, except for:
 
+    encoder.layers.N.layer_norms.0          -> encoder.layers.N.layer_norm1
+    encoder.layers.N.layer_norms.1          -> encoder.layers.N.layer_norm2
+                                               (fairseq < 0.10 used the project's names; both read)
     decoder.embed_out                       -> decoder.output_projection.weight
-                                               (fairseq < 0.10 called it decoder.embed_out; both
-                                               are read; with shared input/output embeddings it
-                                               is decoder.embed_tokens.weight, and the project
-                                               has no decoder.embed_out)
+                                               (fairseq < 0.10: decoder.embed_out; both read; with
+                                               shared input/output embeddings it is
+                                               decoder.embed_tokens.weight and the project has no
+                                               decoder.embed_out)
+    (nothing)                               -> {encoder,decoder}.layers.N.conv.conv_bias: fairseq
+                                               0.12's scriptable DynamicConv always holds a bias
+                                               of shape (1, 1, C) that lightconv never uses
+                                               (conv_bias=False); written as zeros, ignored
     (nothing)                               -> encoder.version, decoder.version: fairseq's format
                                                marks, tensor([2.]), written, ignored on reading
-    (nothing)                               <- encoder/decoder.embed_positions._float_tensor and
+    (nothing)                               <- {encoder,decoder}.embed_positions._float_tensor /
                                                .weights: old fairseq's sinusoid buffers, computed,
                                                never learnt; ignored on reading
+
+One behaviour differs, and the project keeps the paper's: where a causal kernel is longer than
+the target (K > T in a decoder layer, so only T taps see the sequence), fairseq 0.12 trains with
+its scriptable unfold path, which drops the invisible taps *before* the softmax (renormalising
+over the visible ones), while its own incremental decoder (fairseq-generate), fairseq's band
+path and the CUDA kernel the paper trained with take the softmax over all K taps and then drop
+them. The project does the latter in training and decoding alike, so a teacher-forced batch
+with T < K scores here as fairseq-generate scores it step by step; with T >= K (and always in
+the encoder) fairseq's training forward and the project's agree.
 
 Tensors keep their shapes: both models keep nn.Linear's (out, in) layout, and the layer norms,
 attention projections and dynamic-convolution kernel predictors (`conv.weight_linear`, no bias)
@@ -30,6 +46,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.util
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,7 +65,9 @@ CHECKPOINT_NAME = "checkpoint_best.pt"
 OUTPUT = "decoder.output_projection.weight"
 OLD_OUTPUT = "decoder.embed_out"
 FORMAT_MARKS = ("encoder.version", "decoder.version")
-POSITION_BUFFERS = ("_float_tensor", "weights")
+UNUSED = re.compile(r"(coder\.embed_positions\.(_float_tensor|weights)|\.conv\.conv_bias)$")
+ENCODER_NORM = re.compile(r"^(encoder\.layers\.\d+)\.layer_norms\.([01])\.")
+FAIRSEQ_ENCODER_NORM = re.compile(r"^(encoder\.layers\.\d+)\.layer_norm([12])\.")
 # Training hyperparameters of DynamicConvConfig: everything else is the architecture.
 DROPOUTS = ("dropout", "weight_dropout", "attention_dropout", "relu_dropout", "input_dropout")
 
@@ -169,11 +188,33 @@ def same_architecture(a: DynamicConvConfig, b: DynamicConvConfig) -> list[str]:
 # ---- weights -----------------------------------------------------------------------------------
 
 
+def fairseq_name(name: str) -> str:
+    """The fairseq 0.12 name of one of the project's parameters."""
+    return (
+        OUTPUT
+        if name == OLD_OUTPUT
+        else ENCODER_NORM.sub(lambda m: f"{m[1]}.layer_norm{int(m[2]) + 1}.", name)
+    )
+
+
+def project_name(name: str) -> str:
+    """The project's name of a fairseq parameter (0.12's names or older ones)."""
+    if name in (OUTPUT, OLD_OUTPUT):
+        return OLD_OUTPUT
+    return FAIRSEQ_ENCODER_NORM.sub(lambda m: f"{m[1]}.layer_norms.{int(m[2]) - 1}.", name)
+
+
 def to_fairseq(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The project's state_dict in fairseq's names (fp32, CPU), format marks included."""
+    """The project's state_dict in fairseq 0.12's names (fp32, CPU), with the format marks and
+    the unused convolution biases fairseq's model holds."""
     state = {
-        OUTPUT if k == OLD_OUTPUT else k: v.detach().float().cpu() for k, v in state_dict.items()
+        fairseq_name(name): tensor.detach().float().cpu() for name, tensor in state_dict.items()
     }
+    for name, tensor in list(state.items()):
+        if name.endswith(".conv.weight_linear.weight"):
+            state[name.replace("weight_linear.weight", "conv_bias")] = torch.zeros(
+                1, 1, tensor.shape[1]
+            )
     state.setdefault(OUTPUT, state["decoder.embed_tokens.weight"])  # shared input/output embedding
     return {**state, **{mark: torch.tensor([2.0]) for mark in FORMAT_MARKS}}
 
@@ -181,16 +222,12 @@ def to_fairseq(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor
 def from_fairseq(
     state_dict: Mapping[str, torch.Tensor], shared_output: bool
 ) -> dict[str, torch.Tensor]:
-    """fairseq's state_dict (new or old names) in the project's names."""
-    state = {}
-    for name, tensor in state_dict.items():
-        if (
-            name in FORMAT_MARKS
-            or name.rpartition(".")[2] in POSITION_BUFFERS
-            and "embed_positions" in name
-        ):
-            continue
-        state[OLD_OUTPUT if name == OUTPUT else name] = tensor
+    """fairseq's state_dict (0.12's names or older ones) in the project's names."""
+    state = {
+        project_name(name): tensor
+        for name, tensor in state_dict.items()
+        if name not in FORMAT_MARKS and not UNUSED.search(name)
+    }
     if shared_output:
         state.pop(OLD_OUTPUT, None)
     return state
