@@ -412,3 +412,86 @@ def export_checkpoint(
     path = out / CHECKPOINT_NAME
     torch.save(checkpoint, path)
     return path
+
+
+# ---- fairseq's own tools -----------------------------------------------------------------------
+
+
+def _fairseq_cli(tool: str, *argv: str) -> str:
+    """Run fairseq_cli.<tool> in a fresh interpreter (fairseq keeps global Hydra state); its log."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", f"fairseq_cli.{tool}", *argv],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"fairseq {tool} failed: {done.stderr[-2000:]}")
+    return done.stdout + done.stderr
+
+
+def fairseq_generate(
+    export: Path,
+    pairs: list[tuple[str, str]],
+    folder: Path,
+    beam: int = 5,
+    len_penalty: float = 1.0,
+    max_len: int = 200,
+    batch_size: int = 32,
+    langs: tuple[str, str] = ("de", "en"),
+) -> tuple[list[str], float]:
+    """Translate (source, reference) text pairs with fairseq-preprocess and fairseq-generate from
+    an exported folder: the BPE-removed hypotheses in order, and fairseq's BLEU (sacrebleu,
+    tokenize none: the project's tokenised BLEU). The length limit is fixed (`max_len`), because
+    fairseq's a * source + b takes the batch's longest source and the project's each sentence's."""
+    src, tgt = langs
+    text = folder / "text"
+    text.mkdir(parents=True, exist_ok=True)
+    for lang, lines in zip(langs, zip(*pairs)):
+        (text / f"test.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    _fairseq_cli(
+        "preprocess",
+        "-s",
+        src,
+        "-t",
+        tgt,
+        "--srcdict",
+        str(export / f"dict.{src}.txt"),
+        "--tgtdict",
+        str(export / f"dict.{tgt}.txt"),
+        "--testpref",
+        str(text / "test"),
+        "--destdir",
+        str(folder / "bin"),
+    )
+    log = _fairseq_cli(
+        "generate",
+        str(folder / "bin"),
+        "--path",
+        str(export / CHECKPOINT_NAME),
+        "--beam",
+        str(beam),
+        "--lenpen",
+        str(len_penalty),
+        "--max-len-a",
+        "0",
+        "--max-len-b",
+        str(max_len),
+        "--batch-size",
+        str(batch_size),
+        "--remove-bpe",
+        "--scoring",
+        "sacrebleu",
+        "--sacrebleu-tokenizer",
+        "none",
+        "--cpu",
+    )
+    hypotheses = {int(m[1]): m[2] for m in re.finditer(r"^H-(\d+)\t\S+\t(.*)$", log, re.MULTILINE)}
+    if sorted(hypotheses) != list(range(len(pairs))):
+        raise RuntimeError(
+            f"fairseq-generate translated {len(hypotheses)} of {len(pairs)} sentences"
+        )
+    return [hypotheses[i] for i in range(len(pairs))], float(re.search(r"BLEU = ([\d.]+)", log)[1])
