@@ -4,6 +4,7 @@ as a trial's starting point; bad input gets one line and exit status 2."""
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
@@ -152,3 +153,31 @@ def test_a_fairseq_checkpoint_starts_a_trial(exported):
         match=r"^model.init_checkpoint: .*another architecture \(ffn_dim 64 there, 96 here\)",
     ):
         Iwslt14Translation(other, torch.device("cpu")).build_model()
+
+
+def test_other_architectures_are_refused_by_name():
+    with pytest.raises(
+        ConfigError,
+        match=r"^model.init_checkpoint: a checkpoint of another architecture "
+        r"\(transformer_iwslt_de_en\).*needs architecture \(lightconv\*\)",
+    ):
+        fairseq_interop.model_config({"_name": "transformer_iwslt_de_en"}, "model.init_checkpoint")
+    lightweight = {"_name": "lightconv_iwslt_de_en", "encoder_conv_type": "lightweight"}
+    with pytest.raises(ConfigError, match="needs dynamic convolutions"):
+        fairseq_interop.model_config(lightweight, "model.init_checkpoint")
+
+
+@needs_fairseq
+def test_an_old_style_checkpoint_loads_safely(exported, tmp_path):
+    """fairseq < 0.10 pickled its arguments as an argparse.Namespace and named the weights as the
+    project does (layer_norms.N, decoder.embed_out): read with weights_only, Namespace allowed."""
+    config, model, out = exported
+    exported_state = torch.load(out / fairseq_interop.CHECKPOINT_NAME, weights_only=True)
+    args = argparse.Namespace(**exported_state["cfg"]["model"])  # the whole flat argument list
+    old = {"args": args, "model": {k: v.clone() for k, v in model.state_dict().items()}}
+    torch.save(old, tmp_path / "old.pt")
+    with pytest.raises(Exception, match="Weights only load failed"):  # torch's default refuses it
+        torch.load(tmp_path / "old.pt")
+    start = config.replace(**{"model.init_checkpoint": str(tmp_path / "old.pt")})
+    loaded = Iwslt14Translation(start, torch.device("cpu")).build_model()
+    assert all(torch.equal(loaded.state_dict()[k], v) for k, v in model.state_dict().items())
