@@ -37,8 +37,9 @@ fairseq pickles besides tensors and plain containers, argparse.Namespace, is all
 one load through `torch.serialization.safe_globals`. Exported checkpoints hold only tensors and
 plain containers, so fairseq's own loader reads them under torch's weights_only default.
 
-Only `export_checkpoint` needs fairseq itself (it builds fairseq's arguments and checks that
-fairseq's model takes the weights); reading a checkpoint needs only torch.
+Reading a checkpoint (`load_checkpoint`, `init_from_checkpoint`) needs only torch; writing one
+(`export_checkpoint`: fairseq parses the arguments and its model must take the weights),
+`build_fairseq` and `fairseq_generate` need the fairseq extra.
 """
 
 from __future__ import annotations
@@ -118,9 +119,7 @@ def model_config(args: Mapping[str, Any], field_name: str) -> DynamicConvConfig:
     """The project's model section for fairseq's model arguments (a checkpoint's cfg.model or
     args); a ConfigError naming `field_name` for anything the project's model cannot compute."""
 
-    def get(name: str, default: Any = None) -> Any:
-        return args.get(name, default)
-
+    get = args.get
     arch = get("_name") or get("arch")
     equal = {
         "architecture (lightconv*)": str(arch).startswith("lightconv"),
