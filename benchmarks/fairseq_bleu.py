@@ -6,7 +6,7 @@ with both decoders (beam 5, length penalty 1, a fixed length limit) and prints b
 BLEUs, how many hypotheses are identical, and the detokenised sacreBLEU with its signature.
 Needs the fairseq extra (./setup.sh --fairseq). Run by hand:
 
-    TUNE_LOWMEM_DATA=../shared/data .venv/bin/python benchmarks/fairseq_bleu.py --updates 400
+    TUNE_LOWMEM_DATA=../shared/data .venv/bin/python benchmarks/fairseq_bleu.py --updates 150
 """
 
 from __future__ import annotations
@@ -20,13 +20,14 @@ from tune_lowmem import cli, store
 from tune_lowmem.config import TrialConfig
 from tune_lowmem.data import data_root, iwslt14
 from tune_lowmem.decode import bleu, detok_bleu, references, sacrebleu_signature, translate
-from tune_lowmem.fairseq_interop import fairseq_generate
+from tune_lowmem.fairseq_tools import fairseq_generate
 from tune_lowmem.train import Trainer
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--updates", type=int, default=400)
+    parser.add_argument("--updates", type=int, default=150)
+    parser.add_argument("--embed-dim", type=int, default=64)
     parser.add_argument("--sentences", type=int, default=200, help="test sentences to translate")
     parser.add_argument("--max-len", type=int, default=200)
     args = parser.parse_args()
@@ -35,20 +36,20 @@ def main() -> None:
             "task": "dct-iwslt14",
             "device": "cpu",
             "model": {
-                "embed_dim": 128,
-                "ffn_dim": 256,
+                "embed_dim": args.embed_dim,
+                "ffn_dim": 2 * args.embed_dim,
                 "heads": 4,
                 "encoder_layers": 2,
                 "decoder_layers": 2,
-                "encoder_kernels": [3, 15],
-                "decoder_kernels": [3, 15],
+                "encoder_kernels": [3, 7],
+                "decoder_kernels": [3, 7],
                 "dropout": 0.1,
             },
             "schedule": {
                 "max_updates": args.updates,
-                "warmup_updates": 100,
-                "lr": 3e-3,
-                "max_tokens": 4000,
+                "warmup_updates": 50,
+                "lr": 5e-3,
+                "max_tokens": 2000,
                 "beam_size": 1,
             },
             "data": {"val_size": 50, "test_subset": 10},
@@ -56,7 +57,13 @@ def main() -> None:
     )
     started = time.perf_counter()
     trainer = Trainer(config)
-    trainer.run()
+    trainer.run(
+        lambda metrics, _: print(
+            f"epoch {metrics['epoch']}: {metrics['updates']} updates, "
+            f"val nll {metrics['val_nll_loss']:.2f}",
+            flush=True,
+        )
+    )
     print(f"trained {trainer.updates} updates in {time.perf_counter() - started:.0f} s")
 
     with tempfile.TemporaryDirectory() as tmp:

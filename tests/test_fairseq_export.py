@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tests.test_translation_task import tiny_dct
-from tune_lowmem import cli, fairseq_interop, store
+from tune_lowmem import cli, fairseq_interop, fairseq_tools, store
 from tune_lowmem.config import ConfigError
 from tune_lowmem.data import data_root, iwslt14
 from tune_lowmem.decode import bleu, references, translate
@@ -123,7 +123,7 @@ def test_fairseq_generate_translates_as_the_project_decodes(exported, tmp_path):
         (folder / f"test.{lang}").read_text(encoding="utf-8").split("\n") for lang in ("de", "en")
     )
     pairs = [p for p in zip(*lines) if 0 < len(p[0].split()) <= MAX_WORDS][:SENTENCES]
-    theirs, fairseq_bleu = fairseq_interop.fairseq_generate(out, pairs, tmp_path, max_len=MAX_LEN)
+    theirs, fairseq_bleu = fairseq_tools.fairseq_generate(out, pairs, tmp_path, max_len=MAX_LEN)
 
     corpus = iwslt14.load(folder)
     data = iwslt14.ParallelText.encode(*map(list, zip(*pairs)), corpus.src_dict, corpus.tgt_dict)

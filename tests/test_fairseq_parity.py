@@ -15,12 +15,12 @@ from tune_lowmem.config import DataConfig, DynamicConvConfig, TrialConfig
 from tune_lowmem.data import data_root, iwslt14
 from tune_lowmem.fairseq_interop import (
     INSTALL_HINT,
-    build_fairseq,
     fairseq_arguments,
     fairseq_name,
     from_fairseq,
     to_fairseq,
 )
+from tune_lowmem.fairseq_tools import build_fairseq
 from tune_lowmem.models.dynamicconv import DynamicConvTransformer
 from tune_lowmem.tasks.translation import Iwslt14Translation
 

@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
     from .. import store
     from ..config import ConfigError
     from ..data import data_root, iwslt14
-    from ..fairseq_interop import export_checkpoint, require_fairseq
+    from ..fairseq_interop import require_fairseq
 
     if args.format not in FORMATS:
         raise ConfigError(
@@ -48,6 +48,8 @@ def run(args: argparse.Namespace) -> int:
         )
     require_fairseq("--format")
     import torch
+
+    from ..fairseq_tools import export_checkpoint
 
     corpus = iwslt14.load(iwslt14.find_folder(data_root(config.data)))
     out = Path(args.out or Path("export") / args.trial_id)
