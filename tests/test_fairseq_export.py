@@ -181,3 +181,26 @@ def test_an_old_style_checkpoint_loads_safely(exported, tmp_path):
     start = config.replace(**{"model.init_checkpoint": str(tmp_path / "old.pt")})
     loaded = Iwslt14Translation(start, torch.device("cpu")).build_model()
     assert all(torch.equal(loaded.state_dict()[k], v) for k, v in model.state_dict().items())
+
+
+def test_the_new_config_field_leaves_seed_groups_as_they_were(tmp_path, monkeypatch):
+    """A point keeps the seed_group an earlier version (without `model.init_checkpoint`) gave it."""
+    config = tiny_dct()
+    fields = store.config_fields(config.task)
+    earlier = {k: v for k, v in fields.items() if k != "model.init_checkpoint"}
+    with monkeypatch.context() as patch:  # an earlier version's writer: no such column at all
+        patch.setattr(store, "config_fields", lambda task: earlier)
+        old = {k: v for k, v in config.to_flat().items() if k in earlier}
+        store.write_trial(
+            tmp_path, store.TrialRecord(sweep=SWEEP, trial_id="old", status="completed", config=old)
+        )
+    for trial_id, values in (
+        ("new", config),
+        ("init", config.replace(**{"model.init_checkpoint": "x.pt"})),
+    ):
+        record = store.TrialRecord(
+            sweep=SWEEP, trial_id=trial_id, status="completed", config=values.to_flat()
+        )
+        store.write_trial(tmp_path, record)
+    groups = store.read_trials(tmp_path).set_index("trial_id")["seed_group"]
+    assert groups["new"] == groups["old"] != groups["init"]

@@ -77,6 +77,7 @@ VERSIONED_PACKAGES = {
     "sacrebleu": "sacrebleu",  # completes the signature of metric.*_sacrebleu
 }
 TRIALS, EPOCHS, MODELS = "trials", "epochs", "models"
+LATER_FIELDS = ("model.init_checkpoint",)  # config fields newer than SCHEMA_VERSION 1's first stores
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 _NAME_RULE = "letters, digits, '-', '_' and '.', starting with a letter or digit, at most 200"
 _SUFFIX = ".parquet"
@@ -313,8 +314,13 @@ def _floats(values: list[Any], field_name: str) -> pa.Array:
 
 
 def _seed_group(config: Mapping[str, pa.Array]) -> str:
-    """The same point with another seed gets the same id: a hash of the typed config but seed."""
-    point = {key: array[0].as_py() for key, array in config.items() if key != "seed"}
+    """The same point with another seed gets the same id: a hash of the typed config but seed.
+    Fields added later (`LATER_FIELDS`) count only when set, so a point keeps its id across them."""
+    point = {
+        key: array[0].as_py()
+        for key, array in config.items()
+        if key != "seed" and not (key in LATER_FIELDS and array[0].as_py() is None)
+    }
     return hashlib.sha256(json.dumps(point, sort_keys=True).encode()).hexdigest()[:16]
 
 
