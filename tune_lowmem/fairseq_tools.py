@@ -128,9 +128,9 @@ def fairseq_generate(
     an exported folder: the BPE-removed hypotheses in order, and fairseq's BLEU (sacrebleu,
     tokenize none: the project's tokenised BLEU). The length limit is fixed (`max_len`), because
     fairseq's a * source + b takes the batch's longest source and the project's each sentence's.
-    All sentences go in one batch: with --batch-size 1, fairseq-fixed 0.12.3.1's generate left out
-    a sentence here; it also left out sentences of more than ~105 tokens (4 of the first 100 test
-    sentences), so give it shorter ones. A missing hypothesis is an error, never skipped."""
+    All sentences go in one batch. fairseq-fixed 0.12.3.1's generate left out sentences here
+    (1 of 12 with --batch-size 1; 4 of 100 in one batch, the longest; cause not found), so a
+    missing hypothesis is an error, never skipped."""
     src, tgt = langs
     text = folder / "text"
     text.mkdir(parents=True, exist_ok=True)
