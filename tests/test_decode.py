@@ -11,7 +11,16 @@ import torch
 import torch.nn.functional as F
 
 from tune_lowmem.data.iwslt14 import EOS, PAD, Dictionary, ParallelText
-from tune_lowmem.decode import beam_search, bleu, references, remove_bpe, translate
+from tune_lowmem.decode import (
+    beam_search,
+    bleu,
+    detok_bleu,
+    detokenise,
+    references,
+    remove_bpe,
+    sacrebleu_signature,
+    translate,
+)
 
 from .test_dynamicconv import VOCAB, tiny_model, tokens
 
@@ -139,3 +148,22 @@ def test_bleu_on_tokenised_text():
     assert ours < sacrebleu.corpus_bleu(hyps, [refs], tokenize="13a").score
     with pytest.raises(ValueError, match="hypotheses: 1 given for 2 references"):
         bleu(["a"], ["a", "b"])
+
+
+def test_tokenised_bleu_does_not_tell_the_user_to_detokenize(caplog):
+    """The tokenisation is deliberate: sacrebleu's warning (100 lines ending in ' .') stays off."""
+    text = [f"sentence number {i} ends in a tokenised period ." for i in range(120)]
+    with caplog.at_level("WARNING", logger="sacrebleu"):
+        assert bleu(text, text) == pytest.approx(100.0)
+    assert not [r for r in caplog.records if "detokenize" in r.getMessage()]
+
+
+def test_detokenised_sacrebleu_and_its_signature():
+    assert detokenise(["we &apos;re all born . it &apos;s &quot; art &quot; , isn &apos;t it ?"]) == [
+        'we\'re all born. it\'s "art", isn\'t it?'
+    ]
+    hyps, refs = ["so we &apos;re all here"], ["so we &apos;re all here now"]
+    assert detok_bleu(refs, refs) == pytest.approx(100.0)
+    expected = sacrebleu.corpus_bleu(detokenise(hyps), [detokenise(refs)], lowercase=True).score
+    assert detok_bleu(hyps, refs) == pytest.approx(expected) and detok_bleu(hyps, refs) != bleu(hyps, refs)
+    assert sacrebleu_signature().startswith("nrefs:1|case:lc|eff:no|tok:13a|smooth:exp|version:")

@@ -88,8 +88,14 @@ class DynamicConvConfig:
     relu_dropout: float = 0.0
     input_dropout: float = 0.0
     share_decoder_input_output_embed: bool = False  # fairseq's recipe leaves them untied
+    init_checkpoint: str | None = None  # start from a fairseq checkpoint of this architecture
 
     def validate(self, prefix: str) -> None:
+        _require(
+            self.init_checkpoint is None or (isinstance(self.init_checkpoint, str) and self.init_checkpoint != ""),
+            f"{prefix}.init_checkpoint",
+            f"{self.init_checkpoint!r} is not allowed; a fairseq checkpoint's path or null is required",
+        )
         for name in ("embed_dim", "ffn_dim", "heads", "encoder_layers", "decoder_layers"):
             positive_int(getattr(self, name), f"{prefix}.{name}")
         require(

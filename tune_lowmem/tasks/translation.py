@@ -1,9 +1,10 @@
 """The DynamicConv Transformer on IWSLT'14 de-en with fairseq's pay_less_attention recipe.
 
-Adam (0.9, 0.98) with decoupled weight decay 1e-4 (fairseq's Adam decays the weights directly),
+fairseq's Adam (0.9, 0.98; tune_lowmem.optim) with decoupled weight decay 1e-4,
 lr 5e-4 after a linear warm-up of 4,000 updates from 1e-7, then inverse square root; label
 smoothing 0.1; minibatches of at most 4,000 tokens; no gradient clipping. Each epoch reports
-the validation loss; the last one also decodes with beam search and reports BLEU.
+the validation loss; the last one also decodes with beam search and reports tokenised BLEU
+(`*_bleu`, the paper's) and detokenised sacreBLEU (`*_sacrebleu`).
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from torch import nn
 
 from ..config import DynamicConvConfig, InverseSqrtScheduleConfig, TrialConfig
 from ..data import data_root, iwslt14
-from ..decode import bleu, references, translate
+from ..decode import bleu, detok_bleu, references, translate
 from ..models.dynamicconv import DynamicConvTransformer
+from ..optim import FairseqAdam
 from ..validation import ConfigError
 from .base import Metric, Task, conv_and_linear_weights
 
@@ -39,9 +41,15 @@ IWSLT14_LENGTHS = (30, 30)
 
 TRANSLATION_METRICS = {
     "val_bleu": Metric(
-        "maximize", 0.0, 100.0, "BLEU of beam search on the validation split (final epoch)"
+        "maximize", 0.0, 100.0, "tokenised BLEU of beam search (BPE removed, lower-cased), validation split"
     ),
-    "test_bleu": Metric("maximize", 0.0, 100.0, "BLEU of beam search on the test split (final)"),
+    "test_bleu": Metric("maximize", 0.0, 100.0, "tokenised BLEU of beam search (BPE removed, lower-cased), test split"),
+    "val_sacrebleu": Metric(
+        "maximize", 0.0, 100.0, "detokenised sacreBLEU (13a) on the validation split (final)"
+    ),
+    "test_sacrebleu": Metric(
+        "maximize", 0.0, 100.0, "detokenised sacreBLEU (13a) on the test split (final)"
+    ),
     "val_loss": Metric("minimize", 0.0, None, "label-smoothed loss per target token (nats)"),
     "test_loss": Metric("minimize", 0.0, None, "label-smoothed loss per target token (nats)"),
     "val_nll_loss": Metric("minimize", 0.0, None, "negative log-likelihood per token (nats)"),
@@ -109,9 +117,16 @@ class DynamicConvIwslt14(Task):
         return len(self.corpus.src_dict), len(self.corpus.tgt_dict)
 
     def build_model(self) -> nn.Module:
-        return DynamicConvTransformer.from_config(
+        """The model, its weights from `model.init_checkpoint` (a fairseq checkpoint) when set."""
+        model = DynamicConvTransformer.from_config(
             self.config.model, *self.vocab_sizes(), iwslt14.PAD
         )
+        if self.config.model.init_checkpoint is not None:
+            from ..fairseq_interop import init_from_checkpoint
+
+            source, target = self.corpus.src_dict.symbols, self.corpus.tgt_dict.symbols
+            init_from_checkpoint(model, self.config.model, source, target)
+        return model
 
     def sparse_parameter_names(self, model: nn.Module) -> list[str]:
         """Every linear and convolution weight except embeddings and what is tied to them; norms
@@ -120,7 +135,7 @@ class DynamicConvIwslt14(Task):
 
     def build_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
         s = self.config.schedule
-        return torch.optim.AdamW(
+        return FairseqAdam(
             model.parameters(), lr=self.learning_rate(0, 0), betas=s.betas, eps=s.adam_eps, weight_decay=s.weight_decay
         )
 
@@ -210,16 +225,19 @@ class DynamicConvIwslt14(Task):
             metrics[f"{name}_nll_loss"] = nll / tokens
             metrics[f"{name}_ppl"] = math.exp(metrics[f"{name}_nll_loss"])
             if final:
-                metrics[f"{name}_bleu"] = self.bleu(model, split)
+                metrics.update(self.bleu(model, split, name))
         return metrics
 
-    def bleu(self, model: nn.Module, split: iwslt14.ParallelText) -> float:
+    def bleu(self, model: nn.Module, split: iwslt14.ParallelText, name: str) -> dict[str, float]:
+        """`<name>_bleu`, tokenised BLEU as the paper reports it, and `<name>_sacrebleu`,
+        detokenised sacreBLEU (see tune_lowmem.decode)."""
         s = self.config.schedule
         hypotheses = translate(
             model, split, self.corpus.tgt_dict, beam_size=s.beam_size, len_penalty=s.length_penalty,
             max_len_a=s.max_decode_len_a, max_len_b=s.max_decode_len_b, device=self.device,
         )
-        return bleu(hypotheses, references(split, self.corpus.tgt_dict))
+        refs = references(split, self.corpus.tgt_dict)
+        return {f"{name}_bleu": bleu(hypotheses, refs), f"{name}_sacrebleu": detok_bleu(hypotheses, refs)}
 
     # ---- length of training -------------------------------------------------------------------
 
