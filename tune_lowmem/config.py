@@ -91,7 +91,7 @@ class DynamicConvConfig:
     init_checkpoint: str | None = None  # start from a fairseq checkpoint of this architecture
 
     def validate(self, prefix: str) -> None:
-        _require(
+        require(
             self.init_checkpoint is None or (isinstance(self.init_checkpoint, str) and self.init_checkpoint != ""),
             f"{prefix}.init_checkpoint",
             f"{self.init_checkpoint!r} is not allowed; a fairseq checkpoint's path or null is required",
