@@ -28,6 +28,9 @@ CHECKPOINT_STRATEGIES = {
 }
 REWIRING_MODES = ("dynamic", "static")
 PERIOD_SCHEDULES = ("paper", "constant")
+SCHEDULE_UNITS = ("relative", "absolute")
+# How pure bf16 rounds each update into its weights (costs: techniques/rounding.py).
+PRECISION_UPDATES = ("nearest", "stochastic")
 SPLITS = ("search", "final")
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -179,9 +182,11 @@ class StepScheduleConfig:
             f"{self.milestones!r} is not allowed; increasing fractions of training in (0, 1) are required",
         )
 
-    def milestone_epochs(self) -> tuple[int, ...]:
-        """The epochs at which the lr is cut, scaled from 60/120/160 of 200 to `epochs`."""
-        return tuple(max(1, round(m * self.epochs)) for m in self.milestones)
+    def milestone_updates(self, total_updates: float) -> tuple[int, ...]:
+        """The updates from which the lr is cut: each milestone's fraction of the run's
+        `total_updates` (epochs x updates per epoch, which may be fractional), rounded half up,
+        so that a short run cuts where the paper's 200 epochs would (epochs 60/120/160)."""
+        return tuple(math.floor(m * total_updates + 0.5) for m in self.milestones)
 
 
 @dataclass(frozen=True)
@@ -283,6 +288,10 @@ class SparsityConfig:
     fraction: float | None = None  # Np as a fraction of sparse params; None: the task's default
     initial_threshold: float = 1e-3  # the adaptive global pruning threshold H at the start
     stop_epoch: float = 0.95  # rewiring stops at this fraction of training (paper: 190 of 200)
+    # relative: the paper's periods and boundaries as fractions of the run's updates (exactly the
+    # paper's at 200 epochs x 450 updates); absolute: periods in updates, boundaries in scaled
+    # epochs, so short runs rewire rarely or never. See techniques/rewiring.py.
+    schedule_units: str = "relative"
 
     def validate(self, prefix: str) -> None:
         _fraction(self.density, f"{prefix}.density")
@@ -295,6 +304,7 @@ class SparsityConfig:
             _fraction(self.fraction, f"{prefix}.fraction")
         _positive_float(self.initial_threshold, f"{prefix}.initial_threshold")
         _fraction(self.stop_epoch, f"{prefix}.stop_epoch", open_low=False)
+        _choice(self.schedule_units, SCHEDULE_UNITS, f"{prefix}.schedule_units")
 
     @property
     def enabled(self) -> bool:
@@ -322,6 +332,9 @@ class TrialConfig:
     data: DataConfig = field(default_factory=DataConfig)
     microbatch: MicrobatchConfig = field(default_factory=MicrobatchConfig)
     sparsity: SparsityConfig = field(default_factory=SparsityConfig)
+    # bf16 only: stochastic rounds each weight update (unbiased; no extra state, the step holds
+    # the half weights and gradients in fp32 while it runs), nearest as plain bf16 does.
+    precision_update: str = "nearest"
 
     def __post_init__(self) -> None:
         self.validate()
@@ -335,6 +348,13 @@ class TrialConfig:
         )
         _choice(self.device, DEVICES, "device")
         _choice(self.precision, PRECISIONS, "precision")
+        _choice(self.precision_update, PRECISION_UPDATES, "precision_update")
+        _require(
+            self.precision_update == "nearest" or self.precision == "bf16",
+            "precision_update",
+            f"{self.precision_update!r} is not allowed with precision {self.precision}; "
+            "allowed: nearest (stochastic needs precision bf16)",
+        )
         _choice(self.checkpoint, CHECKPOINT_STRATEGIES[self.task], "checkpoint")
         for name, expected in (("model", MODEL_CONFIGS[self.task]), ("schedule", SCHEDULE_CONFIGS[self.task])):
             section = getattr(self, name)

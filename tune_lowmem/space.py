@@ -405,6 +405,7 @@ def _params(raw: Any, base: dict[str, Any]) -> tuple[Param, ...]:
             raise ConfigError(prefix, f"not a field of the {base['task']} TrialConfig; allowed: {', '.join(fields)}")
         params.append(_param(name, _mapping(spec, prefix), prefix))
     _probe(params, base)
+    _check_rewiring(params, base)
     return tuple(params)
 
 
@@ -460,6 +461,34 @@ def _probe(params: list[Param], base: dict[str, Any]) -> None:
             if not any(_valid({**base, **dict(c), param.name: value}) is None for c in combos):
                 error = _valid({**base, param.name: value})
                 raise ConfigError(f"params.{param.name}", f"{value!r} gives no valid config: {error}")
+
+
+def _check_rewiring(params: list[Param], base: dict[str, Any]) -> None:
+    """Searched rewiring knobs do nothing at a point that never rewires: each combination of the
+    ends and choices of what shapes the rewiring schedule must rewire at least once if sparse."""
+    from .techniques.rewiring import REWIRING_KNOBS, SCHEDULE_SHAPERS, planned_run, rewiring_updates
+
+    knobs = [p.name for p in params if p.name in REWIRING_KNOBS]
+    if not knobs:
+        return
+    shapers = [[(p.name, v) for v in p.probes()] for p in params if p.name in SCHEDULE_SHAPERS]
+    for combo in itertools.islice(itertools.product(*shapers), _PROBE_COMBINATIONS):
+        values = {**base, **dict(combo)}
+        if _valid(values) is not None:
+            continue
+        config = TrialConfig.from_dict(values)
+        if not config.sparsity.enabled or config.sparsity.rewiring == "static":
+            continue
+        run = planned_run(config)
+        if next(rewiring_updates(config.sparsity, run), None) is None:
+            point = ", ".join(f"{k}={v}" for k, v in combo)
+            raise ConfigError(
+                f"params.{knobs[0]}",
+                f"the point {point} rewires 0 times in its {run.updates} updates "
+                f"(sparsity.schedule_units {config.sparsity.schedule_units}), so searching "
+                f"{', '.join(knobs)} does nothing; allowed: points that rewire (schedule_units "
+                "relative, a lower period_multiplier or a longer run)",
+            )
 
 
 def _conditions(raw: Any, params: tuple[Param, ...]) -> dict[str, Condition]:

@@ -24,6 +24,7 @@ from .techniques import checkpointing, microbatch
 from .techniques.precision import Precision
 
 EpochCallback = Callable[[dict[str, float], "Trainer"], None]
+DENSE_METRICS = {"sparsity_rewirings": 0.0}  # every trial says how often it rewired
 
 
 class TrainingDiverged(RuntimeError):
@@ -57,7 +58,9 @@ class Trainer:
         if config.microbatch.mode == "simulated" and config.microbatch.size is not None:
             microbatch.apply_simulated(model, config.microbatch.size)
         self.sparsity = self._build_sparsity(model)
-        self.precision = Precision(config.precision, self.device.type)
+        self.precision = Precision(
+            config.precision, self.device.type, config.precision_update, config.seed
+        )
         self.model: nn.Module = self.precision.apply(model).to(self.device)
         self.optimizer = self.task.build_optimizer(self.model)
         if self.sparsity is not None:
@@ -69,9 +72,10 @@ class Trainer:
     def _build_sparsity(self, model: nn.Module):
         if not self.config.sparsity.enabled:
             return None
+        from .techniques.rewiring import RunLength
         from .techniques.sparsity import DynamicSparsity
 
-        return DynamicSparsity.from_config(model, self.config, self.task.epochs())
+        return DynamicSparsity.from_config(model, self.config, RunLength.of(self.config, self.task))
 
     # ---- one update ---------------------------------------------------------------------------
 
@@ -96,7 +100,7 @@ class Trainer:
         if stepped:
             if self.sparsity is not None:
                 self.sparsity.mask_gradients()
-            optimizer.step()
+            self.precision.step(optimizer, model.parameters())
             if self.sparsity is not None:
                 self.sparsity.after_step(self.epoch, self.updates)
         elif self.precision.scaler is None:
@@ -131,7 +135,7 @@ class Trainer:
                 lr=self.task.learning_rate(self.epoch - 1, self.updates - 1),
                 epoch_seconds=train_seconds,
                 skipped_steps=self.precision.skipped_steps,
-                **(self.sparsity.metrics() if self.sparsity is not None else {}),
+                **(self.sparsity.metrics() if self.sparsity is not None else DENSE_METRICS),
             )
             self.history.append(metrics)
             if on_epoch is not None:

@@ -7,6 +7,7 @@ import argparse
 import json
 
 from . import add_config_arguments, config_from_arguments
+from .threads import add_threads_argument, apply_threads
 
 
 def add_parser(subparsers) -> None:
@@ -26,6 +27,7 @@ def add_parser(subparsers) -> None:
         help="dct-iwslt14: tokens of each sentence pair in the synthetic minibatch "
         "(default 30 30, a typical IWSLT'14 batch)",
     )
+    add_threads_argument(parser)
     parser.set_defaults(run=run)
 
 
@@ -38,6 +40,8 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_arguments(args)
     lengths = None if args.lengths is None else tuple(args.lengths)
     task = synthetic_task(config, torch.device("cpu"), lengths)  # refuses what it cannot profile
+    if args.measure:
+        apply_threads(args)
     ways = {"predicted": predict} | ({"measured": measure} if args.measure else {})
     reports = {name: way(config, lengths) for name, way in ways.items()}
     baselines = {name: way(baseline_config(config), lengths) for name, way in ways.items()}

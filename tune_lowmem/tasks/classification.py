@@ -9,10 +9,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..config import TrialConfig
+from ..config import StepScheduleConfig, TrialConfig
 from ..data import cifar10
 from ..models import build_model
 from ..techniques import microbatch
+
+
+def step_learning_rate(schedule: StepScheduleConfig, update: int, total_updates: float) -> float:
+    """The lr of 0-based `update` of a run of `total_updates`: cut by gamma from each milestone's
+    fraction of the updates on (per update, not per epoch, so short runs cut where they should)."""
+    cuts = bisect.bisect_right(schedule.milestone_updates(total_updates), update)
+    return schedule.lr * schedule.lr_multiplier * schedule.gamma**cuts
 
 
 class Cifar10Classification:
@@ -40,9 +47,14 @@ class Cifar10Classification:
         )
 
     def learning_rate(self, epoch: int, update: int) -> float:
-        schedule = self.config.schedule
-        cuts = bisect.bisect_right(schedule.milestone_epochs(), epoch)
-        return schedule.lr * schedule.lr_multiplier * schedule.gamma**cuts
+        return step_learning_rate(self.config.schedule, update, self.total_updates())
+
+    def updates_per_epoch(self) -> int:
+        """Full minibatches of the training split (`train_batches` drops the last partial one)."""
+        return len(self.data.train) // self.config.schedule.batch_size
+
+    def total_updates(self) -> int:
+        return self.config.schedule.epochs * self.updates_per_epoch()
 
     def train_batches(self, epoch: int):
         return cifar10.train_batches(

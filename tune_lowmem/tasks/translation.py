@@ -135,6 +135,12 @@ class Iwslt14Translation:
     def updates_per_epoch(self) -> int:
         return len(self.batches)
 
+    def total_updates(self) -> int:
+        s = self.config.schedule
+        if s.max_epochs is None:
+            return s.max_updates
+        return min(s.max_updates, s.max_epochs * self.updates_per_epoch())
+
     def epochs(self) -> int:
         s = self.config.schedule
         epochs = math.ceil(s.max_updates / self.updates_per_epoch())

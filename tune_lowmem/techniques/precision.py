@@ -5,6 +5,10 @@
   No fp32 master copy, as in the paper.
 - amp-fp16 / amp-bf16: parameters and optimizer state in fp32, the forward pass under
   `torch.autocast`; amp-fp16 uses dynamic loss scaling too.
+
+`TrialConfig.precision_update` picks how pure bf16 rounds each weight update: nearest (plain
+bf16), or stochastic (`techniques.rounding`: unbiased, so small updates are not lost; no
+persistent extra memory, the step holds bf16 weights and gradients in fp32 while it runs).
 """
 
 from __future__ import annotations
@@ -123,10 +127,13 @@ class DynamicLossScaler:
 class Precision:
     """One precision mode for one training loop: model casting, forward context, backward, unscale."""
 
-    def __init__(self, precision: str, device_type: str):
+    def __init__(self, precision: str, device_type: str, update: str = "nearest", seed: int = 0):
         self.name = precision
         self.device_type = device_type
         self.scaler = DynamicLossScaler() if uses_loss_scaling(precision) else None
+        self.rounding = None  # the stream of stochastic rounding's random bits, when it is on
+        if update == "stochastic":
+            self.rounding = torch.Generator(device=device_type).manual_seed(seed)
 
     def apply(self, model: nn.Module) -> nn.Module:
         return cast_model(model, self.name)
@@ -147,6 +154,15 @@ class Precision:
         grads = [p.grad for p in parameters if p.grad is not None]
         return all_finite(grads)
 
+    def step(self, optimizer: torch.optim.Optimizer, parameters: Iterable[nn.Parameter]) -> None:
+        """The optimizer's step, its update rounded into half weights as `update` says."""
+        if self.rounding is None:
+            optimizer.step()
+            return
+        from .rounding import stochastic_step
+
+        stochastic_step(optimizer, list(parameters), self.rounding)
+
     @property
     def skipped_steps(self) -> int:
         return self.scaler.skipped_steps if self.scaler else 0
@@ -156,8 +172,11 @@ class Precision:
         return self.scaler.scale if self.scaler else math.nan
 
     def state_dict(self) -> dict:
-        return self.scaler.state_dict() if self.scaler else {}
+        state = self.scaler.state_dict() if self.scaler else {}
+        return state if self.rounding is None else {**state, "rounding": self.rounding.get_state()}
 
     def load_state_dict(self, state: dict) -> None:
         if self.scaler:
             self.scaler.load_state_dict(state)
+        if self.rounding is not None and "rounding" in state:
+            self.rounding.set_state(state["rounding"])

@@ -16,7 +16,8 @@ paper leaves them open:
   as the reference's `grow_random` does); only when there is no other room left (densities near 1)
   does it fall back to just-pruned positions;
 - a layer is never emptied: if all its active weights fall under H, its largest one survives;
-- rewiring happens after update u when u > 0 and u % period == 0; the period is looked up per epoch.
+- rewiring happens after update u when u > 0 and u % period == 0; the period follows the
+  schedule of `techniques.rewiring`, scaled to the run (`SparsityConfig.schedule_units`).
 
 Masks are bool tensors kept here, not buffers of the model, so `model.state_dict()` keeps the
 dense model's keys; they follow the parameters to whatever device they are moved to.
@@ -38,15 +39,11 @@ import torch
 from torch import nn
 
 from ..config import SparsityConfig, TrialConfig
+from .rewiring import RunLength, rewires_after, rewiring_period
 
 # Sohoni et al. A.3.1: Np = 20,000 of WRN-28-2's 1,451,520 sparse weights. The transformer uses
 # the same fraction of its own sparse weights (the paper changes only its periods).
 DEFAULT_FRACTION = 0.01377866
-# The reference's WRN schedule: (from epoch, of PAPER_EPOCHS) -> updates between rewirings.
-PAPER_PERIODS = ((0, 100), (25, 200), (80, 400), (140, 800))
-PAPER_EPOCHS = 200
-# Sohoni et al. A.3.1: the DC-Transformer halves the periods for its 50,000-update schedule.
-PERIOD_SCALE = {"wrn-cifar10": 1.0, "dct-iwslt14": 0.5}
 # The mask positions come from their own stream, apart from the one that initialised the weights.
 MASK_SEED_OFFSET = 1_000_003
 
@@ -121,24 +118,7 @@ def sparse_parameter_names(model: nn.Module, task: str) -> list[str]:
     return SPARSE_SELECTORS[task](model)
 
 
-# ---- pure pieces: the schedule, the split of regrowth -----------------------------------------
-
-
-def rewiring_period(
-    sparsity: SparsityConfig, epoch: int, epochs: int, scale: float = 1.0
-) -> int | None:
-    """Updates between rewirings during `epoch` (0-based) of `epochs`; None when none happen.
-
-    The paper's boundaries (epochs 25, 80, 140 of 200) are scaled to `epochs`."""
-    if sparsity.rewiring == "static" or epoch >= sparsity.stop_epoch * epochs:
-        return None
-    if sparsity.period_schedule == "constant":
-        base = sparsity.constant_period
-    else:
-        base = [
-            period for start, period in PAPER_PERIODS if epoch * PAPER_EPOCHS >= start * epochs
-        ][-1]
-    return max(1, round(base * sparsity.period_multiplier * scale))
+# ---- pure pieces: the split of regrowth --------------------------------------------------------
 
 
 def apportion(total: int, weights: Sequence[int], capacity: Sequence[int]) -> list[int]:
@@ -194,18 +174,16 @@ class DynamicSparsity:
         model: nn.Module,
         names: Sequence[str],
         sparsity: SparsityConfig,
-        epochs: int,
+        run: RunLength,
         *,
         seed: int = 0,
-        period_scale: float = 1.0,
     ):
         if not names:
             raise ValueError(f"sparsity: {type(model).__name__} has no weights to make sparse")
         self.model = model
         self.names = list(names)
         self.sparsity = sparsity
-        self.epochs = epochs
-        self.period_scale = period_scale
+        self.run = run
         self.generator = torch.Generator().manual_seed(seed + MASK_SEED_OFFSET)
         shapes = {name: model.get_parameter(name).shape for name in self.names}
         self.masks = initial_masks(shapes, sparsity.density, self.generator)
@@ -218,24 +196,16 @@ class DynamicSparsity:
         self.threshold = sparsity.initial_threshold
         self.rewirings = 0
         self.last_pruned = 0
-        self.period: int | None = rewiring_period(sparsity, 0, epochs, period_scale)
+        self.period: int | None = rewiring_period(sparsity, run, 0, 0)
         self.optimizer: torch.optim.Optimizer | None = None
         self.apply_masks()
 
     @classmethod
-    def from_config(
-        cls, model: nn.Module, config: TrialConfig, epochs: int
-    ) -> DynamicSparsity:
+    def from_config(cls, model: nn.Module, config: TrialConfig, run: RunLength) -> DynamicSparsity:
         """The trial's sparsity on its fp32 model (before casting and moving it); the rewiring
-        schedule is stated in epochs of the `epochs` the trial trains, as the reference's."""
-        return cls(
-            model,
-            sparse_parameter_names(model, config.task),
-            config.sparsity,
-            epochs,
-            seed=config.seed,
-            period_scale=PERIOD_SCALE[config.task],
-        )
+        schedule is scaled to `run`, the length of the trial's training."""
+        names = sparse_parameter_names(model, config.task)
+        return cls(model, names, config.sparsity, run, seed=config.seed)
 
     # ---- training-step hooks ------------------------------------------------------------------
 
@@ -253,8 +223,8 @@ class DynamicSparsity:
     @torch.no_grad()
     def after_step(self, epoch: int, update: int) -> None:
         """Rewire when the schedule says so, then re-apply the masks to weights and optimizer state."""
-        self.period = rewiring_period(self.sparsity, epoch, self.epochs, self.period_scale)
-        if self.period is not None and update > 0 and update % self.period == 0:
+        self.period = rewiring_period(self.sparsity, self.run, epoch, update)
+        if rewires_after(self.sparsity, self.run, epoch, update):
             self.rewire()
         self.apply_masks()
 
