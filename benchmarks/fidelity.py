@@ -9,16 +9,19 @@ trains both; per epoch it prints both means of train loss and validation accurac
 project - independent difference over seeds and its 95% t-interval. The project is faithful when
 every interval holds 0 (exit status 0; 1 otherwise).
 
-    nice PYTHONPATH=$PWD .venv/bin/python benchmarks/fidelity.py --seeds 3 --epochs 4 --train 2000
+    nice PYTHONPATH=$PWD .venv/bin/python benchmarks/fidelity.py --seeds 3 --epochs 4 --train 2000 \
+        --jobs 3
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import multiprocessing
 import statistics
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 
 import torch
 import torch.nn.functional as F
@@ -130,7 +133,7 @@ def independent_run(data, seed: int, epochs: int, batch: int) -> list[tuple[floa
             opt.zero_grad()
             loss.backward()
             opt.step()
-            losses.append(float(loss))
+            losses.append(loss.item())
             step += 1
         rows.append((statistics.fmean(losses), accuracy(model, data.val.images, data.val.labels)))
     return rows
@@ -163,6 +166,21 @@ def project_run(seed: int, args) -> tuple[list[tuple[float, float]], int]:
     return [(m["train_loss"], m["val_accuracy"]) for m in history], params
 
 
+def run_one(kind: str, seed: int, args) -> tuple[list[tuple[float, float]], int]:
+    """One seed of one side: (train loss, validation accuracy) per epoch, and the parameter count."""
+    torch.set_num_threads(args.threads)
+    if kind == "project":
+        rows, params = project_run(seed, args)
+    else:
+        from tune_lowmem.data.cifar10 import Cifar10
+
+        data = Cifar10.from_config(project_config(seed, args).data, seed)  # the arrays only
+        rows = independent_run(data, seed, args.epochs, args.batch)
+        params = sum(p.numel() for p in WRN().parameters())
+    print(f"{kind} seed {seed}: {rows}", file=sys.stderr, flush=True)
+    return rows, params
+
+
 def interval(diffs: list[float]) -> tuple[float, float, float]:
     """Mean and 95% t-interval of the per-seed differences."""
     mean = statistics.fmean(diffs)
@@ -177,28 +195,24 @@ def main() -> int:
     parser.add_argument("--train", type=int, default=2000, help="training images")
     parser.add_argument("--val", type=int, default=1000, help="validation images")
     parser.add_argument("--batch", type=int, default=100)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads of each run")
+    parser.add_argument("--jobs", type=int, default=1, help="runs (seed x side) at once")
     args = parser.parse_args()
     if args.seeds < 2:
         parser.error("--seeds: at least 2 are needed for an interval")
-    torch.set_num_threads(args.threads)
-    from tune_lowmem.data.cifar10 import Cifar10
-
     started = time.perf_counter()
-    ours, theirs = [], []
-    for seed in range(args.seeds):
-        data = Cifar10.from_config(project_config(seed, args).data, seed)  # the arrays only
-        rows, params = project_run(seed, args)
-        ours.append(rows)
-        theirs.append(independent_run(data, seed, args.epochs, args.batch))
-        assert params == sum(p.numel() for p in WRN().parameters()), "parameter counts differ"
-        print(
-            f"seed {seed} done ({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True
-        )
+    jobs = [(kind, seed) for seed in range(args.seeds) for kind in ("project", "independent")]
+    with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        done = dict(zip(jobs, pool.map(run_one, *zip(*jobs), [args] * len(jobs))))
+    ours = [done["project", seed][0] for seed in range(args.seeds)]
+    theirs = [done["independent", seed][0] for seed in range(args.seeds)]
+    params = done["project", 0][1]
+    assert params == done["independent", 0][1], "parameter counts differ"
     print(
         f"WRN-16-2 ({params:,} parameters), {args.train} CIFAR-10 images, batch {args.batch}, "
         f"{args.epochs} epochs, {args.seeds} seeds, {args.val} validation images, "
-        f"{args.threads} threads; difference = project - independent, mean and 95% t-interval"
+        f"{args.threads} thread(s) per run; difference = project - independent, mean and 95% "
+        "t-interval over seeds"
     )
     print(
         f"{'epoch':>5} {'metric':>9} {'project':>9} {'indep.':>9} {'diff':>9} {'95% interval':>21}  holds 0"

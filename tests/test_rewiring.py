@@ -143,3 +143,19 @@ def test_space_refuses_searched_rewiring_knobs_that_never_rewire():
     SearchSpace.from_dict(space_with("relative", KNOBS))  # rewires at both ends
     # without a searched rewiring knob, a schedule that does not rewire is the user's choice
     SearchSpace.from_dict(space_with("absolute", {"sparsity.density": KNOBS["sparsity.density"]}))
+
+
+def test_rows_of_older_stores_read_as_what_they_trained(tmp_path):
+    """A row written before schedule_units and precision_update existed rewired in absolute
+    units and rounded to nearest."""
+    config = tiny_wrn_config(**{"sparsity.density": 0.5})
+    record = store.TrialRecord(
+        sweep="old", trial_id="t", status="completed", config=config.to_flat(), metrics={}
+    )
+    store.write_trial(tmp_path, record, epochs=[])
+    row = store.read_trials(tmp_path, "old").iloc[0]
+    old = row.drop(["config.sparsity.schedule_units", "config.precision_update"])
+    assert store.trial_config(row) == config  # today's rows: as written
+    read = store.trial_config(old)
+    assert read.sparsity.schedule_units == "absolute" and read.precision_update == "nearest"
+    assert read.replace(**{"sparsity.schedule_units": "relative"}) == config

@@ -2,7 +2,8 @@
 
 The whole file is checked before anything starts (no folder created, no Ray started): every
 key, every range, every choice value built into a real `TrialConfig`, every objective a metric
-the trial reports. A mistake raises `ConfigError` naming the field, e.g.
+the trial reports, every searched rewiring knob at points that rewire. A mistake raises
+`ConfigError` naming the field, e.g.
 ``params.sparsity.density.low: 0 is not allowed; loguniform needs low > 0``.
 
 The schema (see search_spaces/quickstart.yaml for a full example)::
@@ -450,14 +451,16 @@ def _valid(values: Mapping[str, Any]) -> ConfigError | None:
 
 def _probe(params: list[Param], base: dict[str, Any]) -> None:
     """Each probe value must give a valid config, alone over the base or with some values of
-    the other params (those valid alone), so that no value can only ever fail."""
+    the other params (those valid alone: one other param's first, then combinations), so that
+    no value can only ever fail."""
     alone = {p.name: [v for v in p.probes() if _valid({**base, p.name: v}) is None] for p in params}
     for param in params:
         for value in param.probes():
             if value in alone[param.name]:
                 continue
             others = [[(o.name, v) for v in alone[o.name]] for o in params if o is not param]
-            combos = itertools.islice(itertools.product(*others), _PROBE_COMBINATIONS)
+            pairs = ([pair] for values in others for pair in values)
+            combos = itertools.chain(pairs, itertools.islice(itertools.product(*others), _PROBE_COMBINATIONS))
             if not any(_valid({**base, **dict(c), param.name: value}) is None for c in combos):
                 error = _valid({**base, param.name: value})
                 raise ConfigError(f"params.{param.name}", f"{value!r} gives no valid config: {error}")

@@ -416,13 +416,17 @@ def _read_file(path: Path) -> pa.Table:
     return data
 
 
+# Config fields added after stores were first written: what a row without them trained with.
+ADDED_FIELDS = {"sparsity.schedule_units": "absolute", "precision_update": "nearest"}
+
+
 def trial_config(row: Mapping[str, Any]) -> TrialConfig:
     """The `TrialConfig` of one stored trial row (a `read_trials` row), ready to train or profile."""
     flat: dict[str, Any] = {}
     for key, base in config_fields(row["config.task"]).items():
         value = row.get(f"config.{key}")
         if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
-            flat[key] = None
+            flat[key] = ADDED_FIELDS.get(key)
         elif base is tuple:
             flat[key] = json.loads(value)
         else:
