@@ -191,6 +191,7 @@ def interval(diffs: list[float]) -> tuple[float, float, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds first..first+seeds-1")
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--train", type=int, default=2000, help="training images")
     parser.add_argument("--val", type=int, default=1000, help="validation images")
@@ -201,16 +202,17 @@ def main() -> int:
     if args.seeds < 2:
         parser.error("--seeds: at least 2 are needed for an interval")
     started = time.perf_counter()
-    jobs = [(kind, seed) for seed in range(args.seeds) for kind in ("project", "independent")]
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
+    jobs = [(kind, seed) for seed in seeds for kind in ("project", "independent")]
     with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
         done = dict(zip(jobs, pool.map(run_one, *zip(*jobs), [args] * len(jobs))))
-    ours = [done["project", seed][0] for seed in range(args.seeds)]
-    theirs = [done["independent", seed][0] for seed in range(args.seeds)]
-    params = done["project", 0][1]
-    assert params == done["independent", 0][1], "parameter counts differ"
+    ours = [done["project", seed][0] for seed in seeds]
+    theirs = [done["independent", seed][0] for seed in seeds]
+    params = done["project", seeds[0]][1]
+    assert params == done["independent", seeds[0]][1], "parameter counts differ"
     print(
         f"WRN-16-2 ({params:,} parameters), {args.train} CIFAR-10 images, batch {args.batch}, "
-        f"{args.epochs} epochs, {args.seeds} seeds, {args.val} validation images, "
+        f"{args.epochs} epochs, seeds {seeds[0]}..{seeds[-1]}, {args.val} validation images, "
         f"{args.threads} thread(s) per run; difference = project - independent, mean and 95% "
         "t-interval over seeds"
     )
