@@ -9,6 +9,7 @@ from torch import nn
 from tests.conftest import tiny_wrn_config
 from tune_lowmem.config import ConfigError, SparsityConfig, TrialConfig
 from tune_lowmem.models.wideresnet import WideResNet
+from tune_lowmem.techniques.rewiring import RunLength
 from tune_lowmem.techniques.sparsity import (
     Sparsity,
     DynamicSparsity,
@@ -48,7 +49,7 @@ def two_layer_toy(**sparsity) -> tuple[nn.Module, DynamicSparsity]:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(100, 10, bias=False), nn.Linear(10, 100, bias=False))
     config = SparsityConfig(**{"density": 0.5, "fraction": 0.05, **sparsity})
-    return model, DynamicSparsity(model, ["0.weight", "1.weight"], config, epochs=1)
+    return model, DynamicSparsity(model, ["0.weight", "1.weight"], config, RunLength(10, 10))
 
 
 def set_active(model, sparsity, small_counts: list[int]) -> None:
@@ -183,9 +184,14 @@ def test_a_layer_is_never_emptied():
 # ---- schedule and storage ----------------------------------------------------------------------
 
 
-def test_paper_schedule_scales_with_epochs_and_stops():
-    paper = SparsityConfig(density=0.3)
-    assert [rewiring_period(paper, e, 200) for e in (0, 24, 25, 80, 139, 140, 189, 190)] == [
+def period_at(sparsity: SparsityConfig, epochs: int, epoch: int, scale: float = 1.0):
+    """The period during `epoch` of a run of `epochs` epochs of 450 updates."""
+    return rewiring_period(sparsity, RunLength(epochs * 450, 450, scale=scale), epoch, epoch * 450)
+
+
+def test_absolute_schedule_scales_boundaries_with_epochs_and_stops():
+    paper = SparsityConfig(density=0.3, schedule_units="absolute")
+    assert [period_at(paper, 200, e) for e in (0, 24, 25, 80, 139, 140, 189, 190)] == [
         100,
         100,
         200,
@@ -195,16 +201,14 @@ def test_paper_schedule_scales_with_epochs_and_stops():
         800,
         None,
     ]
-    assert [rewiring_period(paper, e, 20) for e in (2, 3, 8, 14, 19)] == [100, 200, 400, 800, None]
-    assert (
-        rewiring_period(SparsityConfig(density=0.3, period_multiplier=0.25), 30, 200, scale=0.5)
-        == 25
-    )
+    assert [period_at(paper, 20, e) for e in (2, 3, 8, 14, 19)] == [100, 200, 400, 800, None]
+    quarter = SparsityConfig(density=0.3, period_multiplier=0.25, schedule_units="absolute")
+    assert period_at(quarter, 200, 30, scale=0.5) == 25
     constant = SparsityConfig(
         density=0.3, period_schedule="constant", constant_period=7, period_multiplier=2
     )
-    assert rewiring_period(constant, 150, 200) == 14
-    assert rewiring_period(SparsityConfig(density=0.3, rewiring="static"), 0, 200) is None
+    assert period_at(constant, 200, 150) == 14
+    assert period_at(SparsityConfig(density=0.3, rewiring="static"), 200, 0) is None
 
 
 def test_rewiring_happens_every_period_and_never_when_static():

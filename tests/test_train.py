@@ -35,13 +35,6 @@ def test_same_seed_same_numbers(two_runs):
     assert strip(first) == strip(second)
 
 
-def test_schedule_cuts_lr_at_scaled_milestones():
-    trainer = Trainer(tiny_wrn_config(**{"schedule.epochs": 10, "schedule.lr_multiplier": 2.0}))
-    lrs = [trainer.task.learning_rate(e, 0) for e in range(10)]
-    assert lrs[0] == pytest.approx(0.2) and lrs[2] == pytest.approx(0.2)
-    assert lrs[3] == pytest.approx(0.04) and lrs[6] == pytest.approx(0.008) and lrs[8] == pytest.approx(0.0016)
-
-
 def test_resume_from_state_dict_continues_identically():
     config = tiny_wrn_config(**{"schedule.epochs": 2})
     straight = train(config)

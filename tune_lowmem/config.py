@@ -10,6 +10,7 @@ dict (YAML), a flat dict with dotted keys (what Optuna and Ray hand over, e.g.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
@@ -39,6 +40,8 @@ MICROBATCH_MODES = ("true", "simulated")
 FUSED_NORM_MODES = ("none", "unit", "block")
 REWIRING_MODES = ("dynamic", "static")
 PERIOD_SCHEDULES = ("paper", "constant")
+SCHEDULE_UNITS = ("relative", "absolute")
+# How pure bf16 rounds each update into its weights (costs: techniques/rounding.py).
 SPLITS = ("search", "final")
 DEVICES = ("auto", "cpu", "cuda")
 SEED_LIMIT = 2**32  # numpy's generators take seeds below it
@@ -143,9 +146,11 @@ class StepScheduleConfig:
             f"{self.milestones!r} is not allowed; increasing fractions of training in (0, 1) are required",
         )
 
-    def milestone_epochs(self) -> tuple[int, ...]:
-        """The epochs at which the lr is cut, scaled from 60/120/160 of 200 to `epochs`."""
-        return tuple(max(1, round(m * self.epochs)) for m in self.milestones)
+    def milestone_updates(self, total_updates: float) -> tuple[int, ...]:
+        """The updates from which the lr is cut: each milestone's fraction of the run's
+        `total_updates` (epochs x updates per epoch, which may be fractional), rounded half up,
+        so that a short run cuts where the paper's 200 epochs would (epochs 60/120/160)."""
+        return tuple(math.floor(m * total_updates + 0.5) for m in self.milestones)
 
 
 @dataclass(frozen=True)
@@ -229,6 +234,10 @@ class SparsityConfig:
     fraction: float | None = None  # Np as a fraction of sparse params; None: the paper's WRN value
     initial_threshold: float = 1e-3  # the adaptive global pruning threshold H at the start
     stop_epoch: float = 0.95  # rewiring stops at this fraction of training (paper: 190 of 200)
+    # relative: the paper's periods and boundaries as fractions of the run's updates (exactly the
+    # paper's at 200 epochs x 450 updates); absolute: periods in updates, boundaries in scaled
+    # epochs, so short runs rewire rarely or never. See techniques/rewiring.py.
+    schedule_units: str = "relative"
 
     def validate(self, prefix: str) -> None:
         fraction(self.density, f"{prefix}.density")
@@ -241,6 +250,7 @@ class SparsityConfig:
             fraction(self.fraction, f"{prefix}.fraction")
         positive_float(self.initial_threshold, f"{prefix}.initial_threshold")
         fraction(self.stop_epoch, f"{prefix}.stop_epoch", open_low=False)
+        choice(self.schedule_units, SCHEDULE_UNITS, f"{prefix}.schedule_units")
 
     @property
     def enabled(self) -> bool:
@@ -267,6 +277,9 @@ class TrialConfig:
     data: Any = None  # the task's data section
     microbatch: MicrobatchConfig = field(default_factory=MicrobatchConfig)
     sparsity: SparsityConfig = field(default_factory=SparsityConfig)
+    # bf16 only: stochastic rounds each weight update (unbiased; no extra state, the step holds
+    # the half weights and gradients in fp32 while it runs), nearest as plain bf16 does.
+    precision_update: str = "nearest"
 
     def __post_init__(self) -> None:
         task = self.task_type()

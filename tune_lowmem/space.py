@@ -2,7 +2,8 @@
 
 The whole file is checked before anything starts (no folder created, no Ray started): every
 key, every range, every choice value built into a real `TrialConfig`, every objective a metric
-the trial reports. A mistake raises `ConfigError` naming the field, e.g.
+the trial reports, every searched rewiring knob at points that rewire. A mistake raises
+`ConfigError` naming the field, e.g.
 ``params.sparsity.density.low: 0 is not allowed; loguniform needs low > 0``.
 
 The schema (see search_spaces/quickstart.yaml for a full example)::
@@ -393,6 +394,7 @@ def _params(raw: Any, base: dict[str, Any]) -> tuple[Param, ...]:
             raise ConfigError(prefix, f"not a field of the {base['task']} TrialConfig; allowed: {', '.join(fields)}")
         params.append(_param(name, mapping(spec, prefix), prefix))
     _probe(params, base)
+    _check_rewiring(params, base)
     return tuple(params)
 
 
@@ -448,17 +450,47 @@ def _valid(values: Mapping[str, Any]) -> ConfigError | None:
 
 def _probe(params: list[Param], base: dict[str, Any]) -> None:
     """Each probe value must give a valid config, alone over the base or with some values of
-    the other params (those valid alone), so that no value can only ever fail."""
+    the other params (those valid alone: one other param's first, then combinations), so that
+    no value can only ever fail."""
     alone = {p.name: [v for v in p.probes() if _valid({**base, p.name: v}) is None] for p in params}
     for param in params:
         for value in param.probes():
             if value in alone[param.name]:
                 continue
             others = [[(o.name, v) for v in alone[o.name]] for o in params if o is not param]
-            combos = itertools.islice(itertools.product(*others), _PROBE_COMBINATIONS)
+            pairs = ([pair] for values in others for pair in values)
+            combos = itertools.chain(pairs, itertools.islice(itertools.product(*others), _PROBE_COMBINATIONS))
             if not any(_valid({**base, **dict(c), param.name: value}) is None for c in combos):
                 error = _valid({**base, param.name: value})
                 raise ConfigError(f"params.{param.name}", f"{value!r} gives no valid config: {error}")
+
+
+def _check_rewiring(params: list[Param], base: dict[str, Any]) -> None:
+    """Searched rewiring knobs do nothing at a point that never rewires: each combination of the
+    ends and choices of what shapes the rewiring schedule must rewire at least once if sparse."""
+    from .techniques.rewiring import REWIRING_KNOBS, SCHEDULE_SHAPERS, planned_run, rewiring_updates
+
+    knobs = [p.name for p in params if p.name in REWIRING_KNOBS]
+    if not knobs:
+        return
+    shapers = [[(p.name, v) for v in p.probes()] for p in params if p.name in SCHEDULE_SHAPERS]
+    for combo in itertools.islice(itertools.product(*shapers), _PROBE_COMBINATIONS):
+        values = {**base, **dict(combo)}
+        if _valid(values) is not None:
+            continue
+        config = TrialConfig.from_dict(values)
+        if not config.sparsity.enabled or config.sparsity.rewiring == "static":
+            continue
+        run = planned_run(config)
+        if next(rewiring_updates(config.sparsity, run), None) is None:
+            point = ", ".join(f"{k}={v}" for k, v in combo)
+            raise ConfigError(
+                f"params.{knobs[0]}",
+                f"the point {point} rewires 0 times in its {run.updates} updates "
+                f"(sparsity.schedule_units {config.sparsity.schedule_units}), so searching "
+                f"{', '.join(knobs)} does nothing; allowed: points that rewire (schedule_units "
+                "relative, a lower period_multiplier or a longer run)",
+            )
 
 
 def _conditions(raw: Any, params: tuple[Param, ...]) -> dict[str, Condition]:

@@ -87,7 +87,12 @@ VERSIONED_PACKAGES = {
 }
 TRIALS, EPOCHS, MODELS = "trials", "epochs", "models"
 # Config fields newer than the first stores, with the value every older row implicitly had.
-LATER_FIELDS = {"model.init_checkpoint": None, "model.fused_norm": "none"}
+LATER_FIELDS = {
+    "model.init_checkpoint": None,
+    "model.fused_norm": "none",
+    "sparsity.schedule_units": "absolute",  # the first version scaled only the boundaries
+    "precision_update": "nearest",
+}
 # Config fields removed since, with the value every row that had them held.
 REMOVED_FIELDS = {"data.num_workers": 0}
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
@@ -855,11 +860,12 @@ def config_values(row: Mapping[str, Any]) -> dict[str, Any]:
             value = json.loads(value)
         if isinstance(value, np.ndarray):
             value = value.tolist()
+        key = column.removeprefix("config.")
         if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
-            value = None
+            value = LATER_FIELDS.get(key)  # a field added since: what the row trained with
         elif isinstance(value, np.generic):
             value = value.item()
-        values[column.removeprefix("config.")] = value
+        values[key] = value
     return values
 
 
@@ -871,7 +877,9 @@ def trial_config(row: Mapping[str, Any]) -> TrialConfig:
         if isinstance(value, str) and kind.is_list:  # a row of a store older than list columns
             value = json.loads(value)
         if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
-            continue  # unset, or a field added since the row was written: its default
+            if key in LATER_FIELDS:  # added since the row was written: what it trained with
+                flat[key] = LATER_FIELDS[key]
+            continue  # unset: the field's default
         elif kind.is_list:
             flat[key] = [kind.scalar(v) for v in value]
         else:

@@ -94,7 +94,7 @@ class Trainer:
         if stepped:
             for technique in self.techniques:
                 technique.before_step()
-            optimizer.step()
+            self.precision.step(optimizer, model.parameters())
             for technique in self.techniques:
                 technique.after_step(self.epoch, self.updates)
         elif self.precision.scaler is None:
@@ -130,8 +130,9 @@ class Trainer:
                 epoch_seconds=train_seconds,
                 skipped_steps=self.precision.skipped_steps,
             )
-            for technique in self.techniques:
-                metrics.update(technique.metrics())
+            for technique in TECHNIQUES:
+                own = self.technique(technique)
+                metrics.update(own.metrics() if own else technique.off_metrics(self.config))
             self.history.append(metrics)
             if on_epoch is not None:
                 on_epoch(metrics, self)

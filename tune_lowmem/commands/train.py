@@ -6,12 +6,14 @@ import argparse
 import json
 
 from . import add_config_arguments, config_from_arguments
+from .threads import add_threads_argument, apply_threads
 
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("train", help="train one configuration without Ray")
     add_config_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object per epoch")
+    add_threads_argument(parser)
     parser.set_defaults(run=run)
 
 
@@ -20,6 +22,7 @@ def run(args: argparse.Namespace) -> int:
     from ..train import train
 
     config = config_from_arguments(args)
+    apply_threads(args)
     cuda_present(config.device)
 
     def show(metrics: dict, _trainer) -> None:

@@ -31,6 +31,13 @@ CLASSIFICATION_METRICS = {
 }
 
 
+def step_learning_rate(schedule: StepScheduleConfig, update: int, total_updates: float) -> float:
+    """The lr of 0-based `update` of a run of `total_updates`: cut by gamma from each milestone's
+    fraction of the updates on (per update, not per epoch, so short runs cut where they should)."""
+    cuts = bisect.bisect_right(schedule.milestone_updates(total_updates), update)
+    return schedule.lr * schedule.lr_multiplier * schedule.gamma**cuts
+
+
 class Cifar10Classification(Task):
     """CIFAR-10 under the step schedule; subclasses say which model."""
 
@@ -69,11 +76,10 @@ class Cifar10Classification(Task):
         )
 
     def learning_rate(self, epoch: int, update: int) -> float:
-        schedule = self.config.schedule
-        cuts = bisect.bisect_right(schedule.milestone_epochs(), epoch)
-        return schedule.lr * schedule.lr_multiplier * schedule.gamma**cuts
+        return step_learning_rate(self.config.schedule, update, self.total_updates())
 
     def updates_per_epoch(self) -> int:
+        """Full minibatches of the training split (`train_batches` drops the last partial one)."""
         data = self.config.data
         if self.synthetic:
             images = data.train_subset or cifar10.TRAIN_SIZE - (

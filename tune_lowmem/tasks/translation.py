@@ -71,6 +71,7 @@ class DynamicConvIwslt14(Task):
     MICROBATCH_UNIT = "tokens"
     SHAPE_FIELDS = ("max_tokens",)
     REWIRING_PERIOD_SCALE = 0.5  # Sohoni et al. A.3.1: halved for the 50,000-update schedule
+    PAPER_UPDATES = 50_000  # fairseq's max_update in the paper's recipe
 
     @classmethod
     def validation_empty(cls, config: TrialConfig) -> bool:
@@ -246,6 +247,12 @@ class DynamicConvIwslt14(Task):
             pairs = self.config.data.train_subset or IWSLT14_TRAIN_PAIRS
             return max(1, pairs // self.sentences_per_batch())
         return len(self.batches)
+
+    def total_updates(self) -> int:
+        s = self.config.schedule
+        if s.max_epochs is None:
+            return s.max_updates
+        return min(s.max_updates, s.max_epochs * self.updates_per_epoch())
 
     def epochs(self) -> int:
         s = self.config.schedule
