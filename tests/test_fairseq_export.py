@@ -15,7 +15,7 @@ from tune_lowmem import cli, fairseq_interop, fairseq_tools, store
 from tune_lowmem.config import ConfigError
 from tune_lowmem.data import data_root, iwslt14
 from tune_lowmem.decode import bleu, references, translate
-from tune_lowmem.tasks.translation import Iwslt14Translation
+from tune_lowmem.tasks.translation import DynamicConvIwslt14
 
 SWEEP = "s"
 HAS_FAIRSEQ = fairseq_interop.fairseq_available()
@@ -32,7 +32,7 @@ def stored_trial(root: Path, trial_id: str, config, weights: bool = True):
     store.write_trial(root, record, epochs=[])
     if weights:
         torch.manual_seed(1)
-        model = Iwslt14Translation(config, torch.device("cpu")).build_model()
+        model = DynamicConvIwslt14(config, torch.device("cpu")).build_model()
         store.write_model(root, SWEEP, trial_id, model.state_dict())
         return model
     return None
@@ -89,10 +89,10 @@ def test_init_checkpoint_errors_name_the_field(tmp_path):
     with pytest.raises(
         ConfigError, match=r"^model.init_checkpoint: .*missing.pt: no such checkpoint file"
     ):
-        Iwslt14Translation(config, torch.device("cpu")).build_model()
+        DynamicConvIwslt14(config, torch.device("cpu")).build_model()
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(ConfigError, match="not a fairseq checkpoint torch can load safely"):
-        Iwslt14Translation(
+        DynamicConvIwslt14(
             config.replace(**{"model.init_checkpoint": str(tmp_path / "junk.pt")}),
             torch.device("cpu"),
         ).build_model()
@@ -145,14 +145,14 @@ def test_a_fairseq_checkpoint_starts_a_trial(exported):
             "model.dropout": 0.1,
         }
     )  # dropouts are not the architecture
-    loaded = Iwslt14Translation(start, torch.device("cpu")).build_model()
+    loaded = DynamicConvIwslt14(start, torch.device("cpu")).build_model()
     assert all(torch.equal(loaded.state_dict()[k], v) for k, v in model.state_dict().items())
     other = start.replace(**{"model.ffn_dim": 96})
     with pytest.raises(
         ConfigError,
         match=r"^model.init_checkpoint: .*another architecture \(ffn_dim 64 there, 96 here\)",
     ):
-        Iwslt14Translation(other, torch.device("cpu")).build_model()
+        DynamicConvIwslt14(other, torch.device("cpu")).build_model()
 
 
 def test_other_architectures_are_refused_by_name():
@@ -179,7 +179,7 @@ def test_an_old_style_checkpoint_loads_safely(exported, tmp_path):
     with pytest.raises(Exception, match="Weights only load failed"):  # torch's default refuses it
         torch.load(tmp_path / "old.pt")
     start = config.replace(**{"model.init_checkpoint": str(tmp_path / "old.pt")})
-    loaded = Iwslt14Translation(start, torch.device("cpu")).build_model()
+    loaded = DynamicConvIwslt14(start, torch.device("cpu")).build_model()
     assert all(torch.equal(loaded.state_dict()[k], v) for k, v in model.state_dict().items())
 
 

@@ -8,8 +8,8 @@ from tests.conftest import tiny_wrn_config
 from tune_lowmem import store
 from tune_lowmem.config import ConfigError, SparsityConfig
 from tune_lowmem.space import SearchSpace
+from tune_lowmem.tasks.translation import DynamicConvIwslt14
 from tune_lowmem.techniques.rewiring import (
-    PAPER_UPDATES,
     RunLength,
     planned_rewirings,
     rewiring_period,
@@ -42,7 +42,7 @@ def test_relative_is_the_papers_schedule_at_the_papers_length():
     expected = reference_rewirings()
     assert list(rewiring_updates(RELATIVE, paper)) == expected
     assert list(rewiring_updates(ABSOLUTE, paper)) == expected
-    dct = RunLength(50_000, 1_000, PAPER_UPDATES["dct-iwslt14"], 0.5)  # halved periods
+    dct = RunLength(50_000, 1_000, DynamicConvIwslt14.PAPER_UPDATES, 0.5)  # halved periods
     assert [
         rewiring_period(RELATIVE, dct, u // 1000, u) for u in (0, 6_249, 6_250, 20_000, 35_000)
     ] == [50, 50, 100, 200, 400]

@@ -11,8 +11,8 @@ from tune_lowmem.config import ConfigError, SparsityConfig, TrialConfig
 from tune_lowmem.models.wideresnet import WideResNet
 from tune_lowmem.techniques.rewiring import RunLength
 from tune_lowmem.techniques.sparsity import (
-    Sparsity,
     DynamicSparsity,
+    Sparsity,
     apportion,
     rewiring_period,
     sparse_storage_bytes,
