@@ -37,7 +37,9 @@ TRAINED = {  # what changes the learning curve, in training order (the outer axi
     "precision": ["fp32", "bf16"],
     "microbatch.size": [None, 10],
 }
-SHARED = {"checkpoint": ["none", "residual-1", "residual-2", "residual-2*"]}  # same curve, other memory
+SHARED = {
+    "checkpoint": ["none", "residual-1", "residual-2", "residual-2*"]
+}  # same curve, other memory
 GRID = {**TRAINED, **SHARED}
 BASE = {
     "task": "wrn-cifar10",
@@ -96,7 +98,10 @@ def main() -> None:
         partial = args.table.with_suffix(".tmp")
         pd.DataFrame(rows).to_parquet(partial, index=False)
         partial.replace(args.table)
-        print(f"{len(rows) // len(SHARED['checkpoint']):3d} trained {trained}: {curve} in {seconds:.0f} s", flush=True)
+        print(
+            f"{len(rows) // len(SHARED['checkpoint']):3d} trained {trained}: {curve} in {seconds:.0f} s",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

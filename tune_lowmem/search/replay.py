@@ -47,11 +47,17 @@ class Table:
     @classmethod
     def from_frame(cls, frame: pd.DataFrame) -> Table:
         names = [c.removeprefix(CONFIG) for c in frame if c.startswith(CONFIG)]
-        params = {n: list(dict.fromkeys(_plain(v) for v in frame[CONFIG + n])) for n in names}
+        columns = {n: [_plain(v) for v in frame[CONFIG + n]] for n in names}
+        for values in columns.values():  # Parquet keeps an integer column with nulls as floats
+            if None in values and all(v is None or float(v).is_integer() for v in values):
+                values[:] = [None if v is None else int(v) for v in values]
+        params = {n: list(dict.fromkeys(values)) for n, values in columns.items()}
         curves = {}
-        for row in frame.to_dict("records"):
-            point = {n: _plain(row[CONFIG + n]) for n in names}
+        for i, row in enumerate(frame.to_dict("records")):
+            point = {n: columns[n][i] for n in names}
             curves[key(point)] = ([float(v) for v in row["curve"]], float(row[MEMORY_OBJECTIVE]))
+        if len(curves) != np.prod([len(v) for v in params.values()]):
+            raise ValueError(f"the table's {len(curves)} points are not a full grid of {params}")
         return cls(curves, params)
 
     def finals(self) -> list[list[float]]:
