@@ -3,6 +3,7 @@ restart, its settings checked in the space, and the replay harness on a tiny tab
 
 from __future__ import annotations
 
+import json
 import pickle
 
 import pandas as pd
@@ -212,3 +213,45 @@ def test_replay_tells_a_stopped_point_its_partial_values(tmp_path):
         curve, memory = table.curves[replay.key(params)]
         reached = curve[0] if trial.number in stopped_points else curve[-1]
         assert trial.values == pytest.approx([reached, memory])
+
+
+def test_a_sweep_under_ray_stores_its_stopped_trials(tmp_path):
+    """The one Ray test: Tune runs the scheduler; a stopped trial is stored as stopped at its
+    rung, its partial values are told to the study, and the front holds completed trials only."""
+    import ray
+    import yaml
+
+    from tune_lowmem import store
+    from tune_lowmem.search import launch, sweep_study
+
+    raw = {
+        "name": "stopping",
+        "base": {**BASE, "schedule": {"epochs": 2, "batch_size": 20}},
+        "params": {"schedule.lr_multiplier": {"type": "choice", "values": [0.01, 0.1, 1.0, 4.0]}},
+        "objectives": OBJECTIVES,
+        "sampler": "grid",
+        "max_concurrent": 1,
+        "resume_checkpoint_s": 0,
+        "scheduler": {"type": "mo-asha", "grace_epochs": 1, "reduction_factor": 100},
+    }
+    path = tmp_path / "stopping.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        outcome = launch(path, store_root=tmp_path / "store")
+    finally:
+        ray.shutdown()
+    rows = outcome.trials.set_index("trial_id")
+    decisions = json.loads(
+        (place.sweep_folder(tmp_path / "store", "stopping") / RECORD).read_text()
+    )
+    assert len(rows) == 4 and len(decisions["records"]["1"]) == 4
+    assert set(rows.index[rows["status"] == "stopped"]) == set(decisions["stopped"])
+    assert set(rows["status"]) <= {"completed", "stopped"} and decisions["stopped"]
+    assert (rows.loc[list(decisions["stopped"]), "epochs_completed"] == 1).all()
+    assert (rows.loc[rows["status"] == "completed", "epochs_completed"] == 2).all()
+    told = sorted(t.values[0] for t in sweep_study(tmp_path / "store", "stopping").trials)
+    assert told == pytest.approx(sorted(rows["metric.val_accuracy"]))
+    completed = rows[rows["status"] == "completed"]["metric.val_accuracy"]
+    assert set(outcome.front["val_accuracy"]) <= set(completed)
+    assert store.STATUSES[-1] == "stopped"
