@@ -29,6 +29,7 @@ The schema (see search_spaces/quickstart.yaml for a full example)::
     max_concurrent: 2                  # optional cap on trials running at once
     max_failures: 1                    # retries of a trial whose worker died (not of a raised error)
     resume_checkpoint_s: 10            # training seconds between a trial's Tune checkpoints (0: every epoch)
+    scheduler: {type: mo-asha, grace_epochs: 1, reduction_factor: 3}   # optional early stopping
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ CONSTRAINT = "memory_over_budget_mb"  # Optuna constraint: predicted MB - budget
 
 _TOP_KEYS = ("name", "description", "base", "params", "conditions", "objectives", "memory_budget_mb",
              "sampler", "sampler_options", "sampler_seed", "num_samples", "seeds_per_point",
-             "resources", "max_concurrent", "max_failures", "resume_checkpoint_s")
+             "resources", "max_concurrent", "max_failures", "resume_checkpoint_s", "scheduler")
 _PARAM_KEYS = {"uniform": ("low", "high", "step"), "loguniform": ("low", "high"),
                "int": ("low", "high", "step"), "choice": ("values",)}
 _RESOURCE_KEYS = ("cpu", "gpu", "gpu_memory_mb")
@@ -92,6 +93,8 @@ _OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
 }
 _CONDITION = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(<=|>=|==|!=|<|>|not in|in)\s*(.+?)\s*$")
 _GRID_LIMIT = 1_000_000
+SCHEDULERS = ("mo-asha",)
+_SCHEDULER_KEYS = ("type", "grace_epochs", "reduction_factor")
 _SAMPLER_CLASSES = {"nsga2": "NSGAIISampler", "tpe": "TPESampler", "gp": "GPSampler", "random": "RandomSampler",
                     "grid": "GridSampler"}
 _NOT_OPTIONS = ("self", "seed", "search_space")  # set by the space itself
@@ -186,6 +189,29 @@ class Resources:
 
 
 @dataclass(frozen=True)
+class SchedulerSettings:
+    """The ``scheduler`` section (early stopping, `search.scheduler`): rungs at
+    grace_epochs * reduction_factor**k epochs, below max_epochs (the base's schedule.epochs)."""
+
+    type: str = "mo-asha"
+    grace_epochs: int = 1
+    reduction_factor: float = 3.0
+    max_epochs: int = 1
+
+    def rungs(self) -> list[int]:
+        rungs, rung = [], float(self.grace_epochs)
+        while rung < self.max_epochs:
+            if not rungs or round(rung) > rungs[-1]:
+                rungs.append(round(rung))
+            rung *= self.reduction_factor
+        return rungs
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, "grace_epochs": self.grace_epochs,
+                "reduction_factor": self.reduction_factor}
+
+
+@dataclass(frozen=True)
 class SearchSpace:
     """A validated search space; `from_dict(space.to_dict())` gives it back."""
 
@@ -208,6 +234,7 @@ class SearchSpace:
     # store row is then the trial's result). Epochs shorter than Tune's snapshot period would let a
     # killed driver's snapshot name a checkpoint that Tune has already deleted.
     resume_checkpoint_s: float = 10.0
+    scheduler: SchedulerSettings | None = None  # None: every trial trains to its end
 
     # ---- reading -------------------------------------------------------------------------
 
@@ -256,6 +283,7 @@ class SearchSpace:
             max_concurrent=optional_positive_int(raw.get("max_concurrent"), "max_concurrent"),
             max_failures=nonnegative_int(raw.get("max_failures", 1), "max_failures"),
             resume_checkpoint_s=nonnegative_float(raw.get("resume_checkpoint_s", 10.0), "resume_checkpoint_s"),
+            scheduler=_scheduler(raw.get("scheduler"), base, params),
         )
         space.build_sampler()  # the sampler's own checks (options, dependencies) now, not mid-sweep
         return space
@@ -279,6 +307,7 @@ class SearchSpace:
             "max_concurrent": self.max_concurrent,
             "max_failures": self.max_failures,
             "resume_checkpoint_s": self.resume_checkpoint_s,
+            "scheduler": None if self.scheduler is None else self.scheduler.to_dict(),
         }
 
     # ---- using -----------------------------------------------------------------------------
@@ -357,6 +386,26 @@ def _sampler_options(sampler: str, raw: Any) -> dict[str, Any]:
         elif isinstance(default, float):
             require(is_number(value), field_name, f"{value!r} is not allowed; a finite number is required")
     return options
+
+
+def _scheduler(raw: Any, base: dict[str, Any], params: tuple[Param, ...]) -> SchedulerSettings | None:
+    """Early stopping's settings; its rungs count epochs of the base's fixed schedule."""
+    if raw is None:
+        return None
+    raw = mapping(raw, "scheduler")
+    known_keys(raw, _SCHEDULER_KEYS, "scheduler.")
+    kind = raw.get("type")
+    require(kind in SCHEDULERS, "scheduler.type", f"{kind!r} is not allowed; allowed: {', '.join(SCHEDULERS)}")
+    grace = positive_int(raw.get("grace_epochs", 1), "scheduler.grace_epochs")
+    factor = raw.get("reduction_factor", 3)
+    require(is_number(factor) and factor > 1, "scheduler.reduction_factor",
+            f"{factor!r} is not allowed; a number > 1 is required")
+    epochs = base.get("schedule.epochs")
+    require(is_int(epochs) and "schedule.epochs" not in {p.name for p in params}, "scheduler",
+            "early stopping needs a fixed number of epochs: set schedule.epochs in base, unsearched")
+    require(grace < epochs, "scheduler.grace_epochs",
+            f"{grace} is not allowed; fewer than schedule.epochs ({epochs}) is required")
+    return SchedulerSettings(kind, grace, float(factor), epochs)
 
 
 def _config_message(error: ConfigError) -> str:

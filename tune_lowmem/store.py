@@ -69,7 +69,7 @@ from .config import ConfigError, TrialConfig
 from .schema import Kind, config_kinds, scalar_fits
 
 SCHEMA_VERSION = 1
-STATUSES = ("completed", "failed", "infeasible")
+STATUSES = ("completed", "failed", "infeasible", "stopped")  # stopped: by early stopping
 MEMORY_COLUMNS: dict[str, pa.DataType] = {
     **{
         f"{kind}_{part}_mb": pa.float64()
@@ -683,7 +683,7 @@ def _schema_problem(
     if table == TRIALS:
         unknown = set(data["status"].to_pylist()) - set(STATUSES)
         if unknown:
-            return f"status {sorted(unknown)[0]!r} is not one of {', '.join(STATUSES)}"
+            return f"status {min(unknown)!r} is not one of {', '.join(STATUSES)}"
     for column in schema:  # the whole file's columns, also those not read
         allowed = _allowed_types(column.name, base)
         if allowed is None:

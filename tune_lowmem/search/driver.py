@@ -44,6 +44,7 @@ from ..yaml_loading import load_file
 from . import journal, place
 from .generator import PlacedSearch
 from .place import sweep_folder
+from .scheduler import MultiObjectiveASHA, RecordStopped
 from .searcher import ScreenedSearcher, tune_saved
 
 SPACE_FILE = "space.yaml"
@@ -139,11 +140,16 @@ def _trainable(space: SearchSpace, sweep: str, root: Path):
 
 def _tuner(space: SearchSpace, sweep: str, root: Path) -> tune.Tuner:
     place.bind(sweep, root)
+    scheduler, stopping = None, []
+    if space.scheduler is not None:  # early stopping: its decisions kept in the sweep folder
+        scheduler = MultiObjectiveASHA(space.scheduler, space.objectives, sweep)
+        stopping = [RecordStopped(space, sweep)]
     return tune.Tuner(
         _trainable(space, sweep, root),
         tune_config=tune.TuneConfig(
             search_alg=PlacedSearch(ScreenedSearcher(space, sweep), sweep, space.max_concurrent),
             num_samples=space.num_samples * space.seeds_per_point,
+            scheduler=scheduler,
             trial_dirname_creator=trial_dirname,
             reuse_actors=True,  # a worker process per trial costs seconds of imports
         ),
@@ -155,6 +161,7 @@ def _tuner(space: SearchSpace, sweep: str, root: Path) -> tune.Tuner:
             callbacks=[
                 ProgressPrinter(space, sweep, functools.partial(place.root, sweep)),
                 RecordWorkerDeaths(space, sweep),
+                *stopping,
             ],
             verbose=0,
         ),
