@@ -15,6 +15,7 @@ from tune_lowmem.techniques.rewiring import (
     rewiring_period,
     rewiring_updates,
 )
+from tune_lowmem.techniques.sparsity import Sparsity
 from tune_lowmem.train import Trainer
 from tune_lowmem.trainable import store_record
 
@@ -69,7 +70,7 @@ def test_training_rewires_the_planned_number_of_times():
         )
         trainer = Trainer(config)
         history = trainer.run()
-        assert history[-1]["sparsity_rewirings"] == rewirings == trainer.sparsity.rewirings
+        assert history[-1]["sparsity_rewirings"] == rewirings == trainer.technique(Sparsity).engine.rewirings
         assert planned_rewirings(config) == rewirings
 
 

@@ -22,8 +22,8 @@ def run(args: argparse.Namespace) -> int:
     from ..train import train
 
     config = config_from_arguments(args)
-    apply_threads(args)
     cuda_present(config.device)
+    apply_threads(args)
 
     def show(metrics: dict, _trainer) -> None:
         if args.json:

@@ -298,7 +298,7 @@ def saved_space(name: str, root: str | Path) -> SearchSpace:
 
 
 def _finish(space: SearchSpace, sweep: str, root: Path, results) -> SweepResult:
-    store.compact(root, sweep, force=True)  # one file for the analysis to read, not one per trial
+    store.compact(root, sweep)  # once a sweep has many one-trial files: fewer for analysis to read
     baselines.record(root, sweep)  # the report then needs no profiler for an untrained baseline
     trials = store.read_trials(root, sweep)
     return SweepResult(sweep, root, space, results, trials, front(space, trials))
