@@ -18,8 +18,7 @@ import time
 from tune_lowmem.config import TrialConfig
 from tune_lowmem.memory import MB, MemoryReport, accounting
 from tune_lowmem.memory.measure import measure
-from tune_lowmem.memory.predict import predict
-from tune_lowmem.memory.predict import dry_run, planned_nonzeros, shape_key
+from tune_lowmem.memory.predict import dry_run, planned_nonzeros, predict, shape_key
 
 PAPER = {  # the paper's ratios to its 404.8 MB baseline (Sohoni et al. 2019, Table 3 and text)
     "fp16 + residual-2*": "9.5x",

@@ -27,10 +27,10 @@ import time
 import torch
 
 from tune_lowmem.config import DynamicConvConfig, TrialConfig
-from tune_lowmem.tasks import get_task
 from tune_lowmem.memory import MB, MemoryReport
 from tune_lowmem.memory.measure import measure
 from tune_lowmem.memory.predict import predict
+from tune_lowmem.tasks import get_task
 
 PRECISIONS = ("fp32", "fp16", "bf16")
 SPARSE_DENSITY = {"wrn-cifar10": 0.3, "dct-iwslt14": 0.4}

@@ -70,7 +70,11 @@ def test_training_rewires_the_planned_number_of_times():
         )
         trainer = Trainer(config)
         history = trainer.run()
-        assert history[-1]["sparsity_rewirings"] == rewirings == trainer.technique(Sparsity).engine.rewirings
+        assert (
+            history[-1]["sparsity_rewirings"]
+            == rewirings
+            == trainer.technique(Sparsity).engine.rewirings
+        )
         assert planned_rewirings(config) == rewirings
 
 

@@ -217,7 +217,9 @@ def test_sweep_store_matches_tune_and_optuna(local_ray, tmp_path):
         assert row["sampler"] == "nsga2"
         assert row["metric.val_accuracy"] == pytest.approx(metrics["val_accuracy"])
         assert row["metric.test_accuracy"] == pytest.approx(metrics["test_accuracy"])
-        assert row["memory.predicted_total_mb"] == pytest.approx(metrics["memory.predicted_total_mb"])
+        assert row["memory.predicted_total_mb"] == pytest.approx(
+            metrics["memory.predicted_total_mb"]
+        )
         assert row["memory.measured_total_mb"] == pytest.approx(metrics["memory.measured_total_mb"])
         for name, value in result.config["params"].items():
             stored = row[f"config.{name}"]

@@ -300,9 +300,13 @@ def test_resume_from_state_dict_continues_identically():
     strip = lambda h: [{k: v for k, v in m.items() if k != "epoch_seconds"} for m in h]
     assert strip(resumed.run()) == strip(history)
     assert all(
-        torch.equal(resumed.technique(Sparsity).engine.masks[n], m) for n, m in straight.technique(Sparsity).engine.masks.items()
+        torch.equal(resumed.technique(Sparsity).engine.masks[n], m)
+        for n, m in straight.technique(Sparsity).engine.masks.items()
     )
-    assert resumed.technique(Sparsity).engine.threshold == straight.technique(Sparsity).engine.threshold
+    assert (
+        resumed.technique(Sparsity).engine.threshold
+        == straight.technique(Sparsity).engine.threshold
+    )
 
 
 @pytest.mark.slow

@@ -79,7 +79,9 @@ def test_trainable_reports_trains_and_fails(local_ray, tmp_path):
     assert row["status"] == "completed" and row["epochs_completed"] == 2
     assert row["metric.val_accuracy"] == pytest.approx(trained.metrics["val_accuracy"])
     assert row["memory.predicted_total_mb"] == pytest.approx(predicted)
-    assert row["memory.measured_total_mb"] == pytest.approx(trained.metrics["memory.measured_total_mb"])
+    assert row["memory.measured_total_mb"] == pytest.approx(
+        trained.metrics["memory.measured_total_mb"]
+    )
     assert len(store.read_epochs(tmp_path, space.name, trained.metrics["trial_id"])) == 2
     with trained.checkpoint.as_directory() as folder:  # epoch 1's checkpoint resumes exactly
         state = torch.load(Path(folder, CHECKPOINT_FILE), weights_only=True)

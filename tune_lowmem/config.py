@@ -95,7 +95,8 @@ class DynamicConvConfig:
 
     def validate(self, prefix: str) -> None:
         require(
-            self.init_checkpoint is None or (isinstance(self.init_checkpoint, str) and self.init_checkpoint != ""),
+            self.init_checkpoint is None
+            or (isinstance(self.init_checkpoint, str) and self.init_checkpoint != ""),
             f"{prefix}.init_checkpoint",
             f"{self.init_checkpoint!r} is not allowed; a fairseq checkpoint's path or null is required",
         )
@@ -106,14 +107,24 @@ class DynamicConvConfig:
             f"{prefix}.heads",
             f"{self.heads!r} is not allowed; it must divide model.embed_dim {self.embed_dim}",
         )
-        for name, layers in (("encoder_kernels", self.encoder_layers), ("decoder_kernels", self.decoder_layers)):
+        for name, layers in (
+            ("encoder_kernels", self.encoder_layers),
+            ("decoder_kernels", self.decoder_layers),
+        ):
             kernels = getattr(self, name)
             require(
-                len(kernels) == layers and all(isinstance(k, int) and k > 0 and k % 2 == 1 for k in kernels),
+                len(kernels) == layers
+                and all(isinstance(k, int) and k > 0 and k % 2 == 1 for k in kernels),
                 f"{prefix}.{name}",
                 f"{kernels!r} is not allowed; one odd positive kernel size per layer ({layers}) is required",
             )
-        for name in ("dropout", "weight_dropout", "attention_dropout", "relu_dropout", "input_dropout"):
+        for name in (
+            "dropout",
+            "weight_dropout",
+            "attention_dropout",
+            "relu_dropout",
+            "input_dropout",
+        ):
             probability(getattr(self, name), f"{prefix}.{name}")
 
 
@@ -141,7 +152,8 @@ class StepScheduleConfig:
         nonnegative_float(self.weight_decay, f"{prefix}.weight_decay")
         fraction(self.gamma, f"{prefix}.gamma")
         require(
-            all(0 < m < 1 for m in self.milestones) and list(self.milestones) == sorted(self.milestones),
+            all(0 < m < 1 for m in self.milestones)
+            and list(self.milestones) == sorted(self.milestones),
             f"{prefix}.milestones",
             f"{self.milestones!r} is not allowed; increasing fractions of training in (0, 1) are required",
         )
@@ -214,7 +226,9 @@ class MicrobatchConfig:
     """Microbatching: split each minibatch, one optimizer step per minibatch."""
 
     size: int | None = None  # examples or tokens per microbatch (the task's unit); None: off
-    mode: str = "true"  # true: sequential, gradients accumulated; simulated: BN over groups of the batch
+    mode: str = (
+        "true"  # true: sequential, gradients accumulated; simulated: BN over groups of the batch
+    )
 
     def validate(self, prefix: str) -> None:
         optional_positive_int(self.size, f"{prefix}.size")
@@ -338,7 +352,9 @@ class TrialConfig:
                 raise ConfigError(key, f"unknown field; allowed: {', '.join(sorted(allowed))}")
             if key in sections:
                 if not isinstance(value, Mapping):
-                    raise ConfigError(key, f"{value!r} is not allowed; a mapping of its fields is required")
+                    raise ConfigError(
+                        key, f"{value!r} is not allowed; a mapping of its fields is required"
+                    )
                 kwargs[key] = _build_section(sections[key], value, key)
             else:
                 kwargs[key] = value
@@ -379,7 +395,9 @@ def _build_section(section_cls: type, values: Mapping[str, Any], prefix: str) ->
         if key not in known:
             raise ConfigError(f"{prefix}.{key}", f"unknown field; allowed: {', '.join(known)}")
         default = getattr(section_cls(), key)
-        kwargs[key] = tuple(value) if isinstance(default, tuple) and isinstance(value, list) else value
+        kwargs[key] = (
+            tuple(value) if isinstance(default, tuple) and isinstance(value, list) else value
+        )
     try:
         return section_cls(**kwargs)
     except TypeError as error:  # pragma: no cover - guarded by the key check above

@@ -72,7 +72,9 @@ def detokenise(lines: list[str], lang: str = "en") -> list[str]:
 def detok_bleu(hypotheses: list[str], references: list[str], lang: str = "en") -> float:
     """Detokenised sacreBLEU (0-100) of tokenised text, signature `sacrebleu_signature()`."""
     _check_lengths(hypotheses, references)
-    return DETOKENISED_BLEU.corpus_score(detokenise(hypotheses, lang), [detokenise(references, lang)]).score
+    return DETOKENISED_BLEU.corpus_score(
+        detokenise(hypotheses, lang), [detokenise(references, lang)]
+    ).score
 
 
 @dataclass(frozen=True)
@@ -85,8 +87,12 @@ class Hypothesis:
 
 @torch.no_grad()
 def beam_search(
-    model: DynamicConvTransformer, src_tokens: torch.Tensor, beam_size: int = 5,
-    len_penalty: float = 1.0, max_len_a: float = 1.2, max_len_b: int = 10,
+    model: DynamicConvTransformer,
+    src_tokens: torch.Tensor,
+    beam_size: int = 5,
+    len_penalty: float = 1.0,
+    max_len_a: float = 1.2,
+    max_len_b: int = 10,
 ) -> list[Hypothesis]:
     """The best hypothesis for each row of left-padded `src_tokens`, all rows searched together
     with incremental decoding."""
@@ -150,8 +156,15 @@ def beam_search(
 
 @torch.no_grad()
 def translate(
-    model: DynamicConvTransformer, data: ParallelText, tgt_dict: Dictionary, *, beam_size: int = 5,
-    len_penalty: float = 1.0, max_len_a: float = 1.2, max_len_b: int = 10, batch_size: int = 128,
+    model: DynamicConvTransformer,
+    data: ParallelText,
+    tgt_dict: Dictionary,
+    *,
+    beam_size: int = 5,
+    len_penalty: float = 1.0,
+    max_len_a: float = 1.2,
+    max_len_b: int = 10,
+    batch_size: int = 128,
     device: torch.device | str = "cpu",
 ) -> list[str]:
     """BPE-removed translations of every source sentence of `data`, in its order; sentences are

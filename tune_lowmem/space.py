@@ -77,26 +77,57 @@ LEGACY_METRICS = {
 UNKNOWN_WORST = 1e9  # what a never-trained point is told for a metric without bounds
 CONSTRAINT = "memory_over_budget_mb"  # Optuna constraint: predicted MB - budget, > 0 is infeasible
 
-_TOP_KEYS = ("name", "description", "base", "params", "conditions", "objectives", "memory_budget_mb",
-             "sampler", "sampler_options", "sampler_seed", "num_samples", "seeds_per_point",
-             "resources", "max_concurrent", "max_failures", "resume_checkpoint_s", "scheduler")
-_PARAM_KEYS = {"uniform": ("low", "high", "step"), "loguniform": ("low", "high"),
-               "int": ("low", "high", "step"), "choice": ("values",)}
+_TOP_KEYS = (
+    "name",
+    "description",
+    "base",
+    "params",
+    "conditions",
+    "objectives",
+    "memory_budget_mb",
+    "sampler",
+    "sampler_options",
+    "sampler_seed",
+    "num_samples",
+    "seeds_per_point",
+    "resources",
+    "max_concurrent",
+    "max_failures",
+    "resume_checkpoint_s",
+    "scheduler",
+)
+_PARAM_KEYS = {
+    "uniform": ("low", "high", "step"),
+    "loguniform": ("low", "high"),
+    "int": ("low", "high", "step"),
+    "choice": ("values",),
+}
 _RESOURCE_KEYS = ("cpu", "gpu", "gpu_memory_mb")
 _NOT_SEARCHABLE = {
     "task": "the task fixes the model and schedule sections; set it in base",
     "seed": "seeds come from seeds_per_point (0..k-1)",
 }
 _OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
-    "<=": operator.le, ">=": operator.ge, "==": operator.eq, "!=": operator.ne,
-    "<": operator.lt, ">": operator.gt, "not in": lambda a, b: a not in b, "in": lambda a, b: a in b,
+    "<=": operator.le,
+    ">=": operator.ge,
+    "==": operator.eq,
+    "!=": operator.ne,
+    "<": operator.lt,
+    ">": operator.gt,
+    "not in": lambda a, b: a not in b,
+    "in": lambda a, b: a in b,
 }
 _CONDITION = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(<=|>=|==|!=|<|>|not in|in)\s*(.+?)\s*$")
 _GRID_LIMIT = 1_000_000
 SCHEDULERS = ("mo-asha",)
 _SCHEDULER_KEYS = ("type", "grace_epochs", "reduction_factor")
-_SAMPLER_CLASSES = {"nsga2": "NSGAIISampler", "tpe": "TPESampler", "gp": "GPSampler", "random": "RandomSampler",
-                    "grid": "GridSampler"}
+_SAMPLER_CLASSES = {
+    "nsga2": "NSGAIISampler",
+    "tpe": "TPESampler",
+    "gp": "GPSampler",
+    "random": "RandomSampler",
+    "grid": "GridSampler",
+}
 _NOT_OPTIONS = ("self", "seed", "search_space")  # set by the space itself
 _AT_LEAST_ONE = ("n_ei_candidates", "population_size", "n_candidates")  # options counting draws
 _PROBE_COMBINATIONS = 256  # other params' probe values tried before a value is declared impossible
@@ -144,8 +175,9 @@ class Param:
             return trial.suggest_categorical(self.name, list(self.values))
         if self.kind == "int":
             return trial.suggest_int(self.name, self.low, self.high, step=self.step or 1)
-        return trial.suggest_float(self.name, self.low, self.high, step=self.step,
-                                   log=self.kind == "loguniform")
+        return trial.suggest_float(
+            self.name, self.low, self.high, step=self.step, log=self.kind == "loguniform"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         if self.kind == "choice":
@@ -185,7 +217,11 @@ class Resources:
 
     def to_dict(self) -> dict[str, Any]:
         values = {"cpu": self.cpu, "gpu": self.gpu}
-        return values if self.gpu_memory_mb is None else {**values, "gpu_memory_mb": self.gpu_memory_mb}
+        return (
+            values
+            if self.gpu_memory_mb is None
+            else {**values, "gpu_memory_mb": self.gpu_memory_mb}
+        )
 
 
 @dataclass(frozen=True)
@@ -207,8 +243,11 @@ class SchedulerSettings:
         return rungs
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": self.type, "grace_epochs": self.grace_epochs,
-                "reduction_factor": self.reduction_factor}
+        return {
+            "type": self.type,
+            "grace_epochs": self.grace_epochs,
+            "reduction_factor": self.reduction_factor,
+        }
 
 
 @dataclass(frozen=True)
@@ -243,7 +282,9 @@ class SearchSpace:
         """Read and validate a YAML file; `num_samples` overrides the file's."""
         loaded = load_file(path, "search-space file")
         if not isinstance(loaded, Mapping):
-            raise ConfigError(str(path), "a YAML mapping with name, base, params, objectives is required")
+            raise ConfigError(
+                str(path), "a YAML mapping with name, base, params, objectives is required"
+            )
         if num_samples is not None:
             loaded = {**loaded, "num_samples": num_samples}
         return cls.from_dict(loaded)
@@ -256,7 +297,11 @@ class SearchSpace:
                 raise ConfigError(key, "required")
         name = check_name(raw["name"], "name")
         description = raw.get("description") or ""
-        require(isinstance(description, str), "description", f"{description!r} is not allowed; text is required")
+        require(
+            isinstance(description, str),
+            "description",
+            f"{description!r} is not allowed; text is required",
+        )
         base = _base(raw["base"])
         task = base["task"]
         params = _params(raw["params"], base)
@@ -264,8 +309,11 @@ class SearchSpace:
         objectives = _objectives(raw["objectives"], task)
         _validation_split(objectives, base, params)
         sampler = raw.get("sampler", "nsga2")
-        require(isinstance(sampler, str) and sampler in SAMPLERS, "sampler",
-                f"{sampler!r} is not allowed; allowed: {', '.join(SAMPLERS)}")
+        require(
+            isinstance(sampler, str) and sampler in SAMPLERS,
+            "sampler",
+            f"{sampler!r} is not allowed; allowed: {', '.join(SAMPLERS)}",
+        )
         space = cls(
             name=name,
             description=description,
@@ -282,7 +330,9 @@ class SearchSpace:
             resources=_resources(raw.get("resources") or {}, base),
             max_concurrent=optional_positive_int(raw.get("max_concurrent"), "max_concurrent"),
             max_failures=nonnegative_int(raw.get("max_failures", 1), "max_failures"),
-            resume_checkpoint_s=nonnegative_float(raw.get("resume_checkpoint_s", 10.0), "resume_checkpoint_s"),
+            resume_checkpoint_s=nonnegative_float(
+                raw.get("resume_checkpoint_s", 10.0), "resume_checkpoint_s"
+            ),
             scheduler=_scheduler(raw.get("scheduler"), base, params),
         )
         space.build_sampler()  # the sampler's own checks (options, dependencies) now, not mid-sweep
@@ -349,15 +399,20 @@ class SearchSpace:
         try:
             return makers[self.sampler]()
         except (TypeError, ValueError) as error:
-            raise ConfigError("sampler_options", f"{error}; see optuna.samplers for {self.sampler}'s options") from None
+            raise ConfigError(
+                "sampler_options", f"{error}; see optuna.samplers for {self.sampler}'s options"
+            ) from None
 
 
 # ---- validation helpers ---------------------------------------------------------------------
 
 
 def _seed(value: Any) -> int | None:
-    require(value is None or (is_int(value) and 0 <= value < SEED_LIMIT), "sampler_seed",
-             f"{value!r} is not allowed; an integer in [0, 2**32) or null is required (numpy's seeds)")
+    require(
+        value is None or (is_int(value) and 0 <= value < SEED_LIMIT),
+        "sampler_seed",
+        f"{value!r} is not allowed; an integer in [0, 2**32) or null is required (numpy's seeds)",
+    )
     return value
 
 
@@ -373,38 +428,68 @@ def _sampler_options(sampler: str, raw: Any) -> dict[str, Any]:
     allowed = [p for p in parameters if p not in _NOT_OPTIONS]
     for name, value in options.items():
         field_name = f"sampler_options.{name}"
-        require(name in allowed, field_name, f"not an option of {sampler} here; allowed: {', '.join(allowed)}")
+        require(
+            name in allowed,
+            field_name,
+            f"not an option of {sampler} here; allowed: {', '.join(allowed)}",
+        )
         default = parameters[name].default
         if callable(default) or "Callable" in str(parameters[name].annotation):
             raise ConfigError(field_name, "a function in Optuna; it cannot be set from YAML")
         if isinstance(default, bool):
-            require(isinstance(value, bool), field_name, f"{value!r} is not allowed; true or false is required")
+            require(
+                isinstance(value, bool),
+                field_name,
+                f"{value!r} is not allowed; true or false is required",
+            )
         elif is_int(default):
             low = 1 if name in _AT_LEAST_ONE else 0
-            require(is_int(value) and value >= low, field_name,
-                    f"{value!r} is not allowed; an integer >= {low} is required")
+            require(
+                is_int(value) and value >= low,
+                field_name,
+                f"{value!r} is not allowed; an integer >= {low} is required",
+            )
         elif isinstance(default, float):
-            require(is_number(value), field_name, f"{value!r} is not allowed; a finite number is required")
+            require(
+                is_number(value),
+                field_name,
+                f"{value!r} is not allowed; a finite number is required",
+            )
     return options
 
 
-def _scheduler(raw: Any, base: dict[str, Any], params: tuple[Param, ...]) -> SchedulerSettings | None:
+def _scheduler(
+    raw: Any, base: dict[str, Any], params: tuple[Param, ...]
+) -> SchedulerSettings | None:
     """Early stopping's settings; its rungs count epochs of the base's fixed schedule."""
     if raw is None:
         return None
     raw = mapping(raw, "scheduler")
     known_keys(raw, _SCHEDULER_KEYS, "scheduler.")
     kind = raw.get("type")
-    require(kind in SCHEDULERS, "scheduler.type", f"{kind!r} is not allowed; allowed: {', '.join(SCHEDULERS)}")
+    require(
+        kind in SCHEDULERS,
+        "scheduler.type",
+        f"{kind!r} is not allowed; allowed: {', '.join(SCHEDULERS)}",
+    )
     grace = positive_int(raw.get("grace_epochs", 1), "scheduler.grace_epochs")
     factor = raw.get("reduction_factor", 3)
-    require(is_number(factor) and factor > 1, "scheduler.reduction_factor",
-            f"{factor!r} is not allowed; a number > 1 is required")
+    require(
+        is_number(factor) and factor > 1,
+        "scheduler.reduction_factor",
+        f"{factor!r} is not allowed; a number > 1 is required",
+    )
     epochs = base.get("schedule.epochs")
-    require(is_int(epochs) and "schedule.epochs" not in {p.name for p in params}, "scheduler",
-            "early stopping needs a fixed number of epochs: set schedule.epochs in base, unsearched")
-    require(grace < epochs, "scheduler.grace_epochs",
-            f"{grace} is not allowed; fewer than schedule.epochs ({epochs}) is required")
+    require(
+        is_int(epochs) and "schedule.epochs" not in {p.name for p in params},
+        "scheduler",
+        "early stopping needs a fixed number of epochs: set schedule.epochs in base, unsearched",
+    )
+    require(
+        grace < epochs,
+        "scheduler.grace_epochs",
+        f"{grace} is not allowed; fewer than schedule.epochs ({epochs}) is required",
+    )
     return SchedulerSettings(kind, grace, float(factor), epochs)
 
 
@@ -440,7 +525,10 @@ def _params(raw: Any, base: dict[str, Any]) -> tuple[Param, ...]:
             raise ConfigError(prefix, f"not searchable; {_NOT_SEARCHABLE[name]}")
         if name not in base:
             fields = [k for k in base if k not in _NOT_SEARCHABLE]
-            raise ConfigError(prefix, f"not a field of the {base['task']} TrialConfig; allowed: {', '.join(fields)}")
+            raise ConfigError(
+                prefix,
+                f"not a field of the {base['task']} TrialConfig; allowed: {', '.join(fields)}",
+            )
         params.append(_param(name, mapping(spec, prefix), prefix))
     _probe(params, base)
     _check_rewiring(params, base)
@@ -449,22 +537,38 @@ def _params(raw: Any, base: dict[str, Any]) -> tuple[Param, ...]:
 
 def _param(name: str, spec: dict[str, Any], prefix: str) -> Param:
     kind = spec.get("type")
-    require(kind in PARAM_TYPES, f"{prefix}.type", f"{kind!r} is not allowed; allowed: {', '.join(PARAM_TYPES)}")
+    require(
+        kind in PARAM_TYPES,
+        f"{prefix}.type",
+        f"{kind!r} is not allowed; allowed: {', '.join(PARAM_TYPES)}",
+    )
     known_keys({k: v for k, v in spec.items() if k != "type"}, _PARAM_KEYS[kind], f"{prefix}.")
     if kind == "choice":
         values = spec.get("values")
-        require(isinstance(values, list) and len(values) > 0, f"{prefix}.values",
-                 f"{values!r} is not allowed; a non-empty list is required")
+        require(
+            isinstance(values, list) and len(values) > 0,
+            f"{prefix}.values",
+            f"{values!r} is not allowed; a non-empty list is required",
+        )
         for value in values:
-            require(value is None or isinstance(value, (str, int, float, bool)), f"{prefix}.values",
-                     f"{value!r} is not allowed; numbers, text, true/false or null are required")
+            require(
+                value is None or isinstance(value, (str, int, float, bool)),
+                f"{prefix}.values",
+                f"{value!r} is not allowed; numbers, text, true/false or null are required",
+            )
         for i, value in enumerate(values):
-            require(not (isinstance(value, float) and not math.isfinite(value)), f"{prefix}.values",
-                    f"{value!r} is not allowed; finite numbers are required")
+            require(
+                not (isinstance(value, float) and not math.isfinite(value)),
+                f"{prefix}.values",
+                f"{value!r} is not allowed; finite numbers are required",
+            )
             same = [other for other in values[:i] if other == value]
             if same:
-                raise ConfigError(f"{prefix}.values", f"{same[0]!r} and {value!r} are the same choice "
-                                  "(they compare equal); distinct values are required")
+                raise ConfigError(
+                    f"{prefix}.values",
+                    f"{same[0]!r} and {value!r} are the same choice "
+                    "(they compare equal); distinct values are required",
+                )
         return Param(name, kind, values=tuple(values))
     for key in ("low", "high"):
         require(key in spec, f"{prefix}.{key}", f"required for type {kind}")
@@ -473,19 +577,33 @@ def _param(name: str, spec: dict[str, Any], prefix: str) -> Param:
     what = "an integer" if kind == "int" else "a finite number"
     for key, value in (("low", low), ("high", high)):
         require(check(value), f"{prefix}.{key}", f"{value!r} is not allowed; {what} is required")
-    require(low < high, f"{prefix}.high", f"{high!r} is not allowed; an empty range: high > low ({low!r}) is required")
+    require(
+        low < high,
+        f"{prefix}.high",
+        f"{high!r} is not allowed; an empty range: high > low ({low!r}) is required",
+    )
     if kind == "loguniform":
         require(low > 0, f"{prefix}.low", f"{low!r} is not allowed; loguniform needs low > 0")
     if step is not None:
-        require(check(step) and step > 0, f"{prefix}.step", f"{step!r} is not allowed; {what} > 0 is required")
+        require(
+            check(step) and step > 0,
+            f"{prefix}.step",
+            f"{step!r} is not allowed; {what} > 0 is required",
+        )
         count = (high - low) / step
-        require(math.isfinite(count) and abs(count - round(count)) < 1e-9, f"{prefix}.step",
-                 f"{step!r} is not allowed; high - low ({high - low!r}) must be a multiple of it")
+        require(
+            math.isfinite(count) and abs(count - round(count)) < 1e-9,
+            f"{prefix}.step",
+            f"{step!r} is not allowed; high - low ({high - low!r}) must be a multiple of it",
+        )
     if kind == "int" or step is not None:  # a grid of values: a sampler must be able to list it
         values = round((high - low) / (step or 1)) + 1
-        require(values <= _GRID_LIMIT, f"{prefix}.{'high' if step is None else 'step'}",
-                f"{high if step is None else step!r} is not allowed; the range has {values:.3g} values, "
-                f"at most {_GRID_LIMIT} are allowed")
+        require(
+            values <= _GRID_LIMIT,
+            f"{prefix}.{'high' if step is None else 'step'}",
+            f"{high if step is None else step!r} is not allowed; the range has {values:.3g} values, "
+            f"at most {_GRID_LIMIT} are allowed",
+        )
     return Param(name, kind, low=low, high=high, step=step)
 
 
@@ -508,10 +626,14 @@ def _probe(params: list[Param], base: dict[str, Any]) -> None:
                 continue
             others = [[(o.name, v) for v in alone[o.name]] for o in params if o is not param]
             pairs = ([pair] for values in others for pair in values)
-            combos = itertools.chain(pairs, itertools.islice(itertools.product(*others), _PROBE_COMBINATIONS))
+            combos = itertools.chain(
+                pairs, itertools.islice(itertools.product(*others), _PROBE_COMBINATIONS)
+            )
             if not any(_valid({**base, **dict(c), param.name: value}) is None for c in combos):
                 error = _valid({**base, param.name: value})
-                raise ConfigError(f"params.{param.name}", f"{value!r} gives no valid config: {error}")
+                raise ConfigError(
+                    f"params.{param.name}", f"{value!r} gives no valid config: {error}"
+                )
 
 
 def _check_rewiring(params: list[Param], base: dict[str, Any]) -> None:
@@ -551,18 +673,31 @@ def _conditions(raw: Any, params: tuple[Param, ...]) -> dict[str, Condition]:
         prefix = f"conditions.{child}"
         require(child in order, prefix, f"not a searched param; params: {', '.join(order)}")
         match = _CONDITION.match(text) if isinstance(text, str) else None
-        require(match is not None, prefix,
-                 f"{text!r} is not allowed; 'PARAM OP VALUE' with OP one of {', '.join(_OPERATORS)} is required")
+        require(
+            match is not None,
+            prefix,
+            f"{text!r} is not allowed; 'PARAM OP VALUE' with OP one of {', '.join(_OPERATORS)} is required",
+        )
         parent, op, value_text = match.groups()
-        require(parent in order and order[parent] < order[child], prefix,
-                 f"{parent!r} is not allowed; a param listed before {child} in params is required")
+        require(
+            parent in order and order[parent] < order[child],
+            prefix,
+            f"{parent!r} is not allowed; a param listed before {child} in params is required",
+        )
         condition = Condition(parent, op, load_text(value_text, prefix), text)
         probes = _condition_probes(by_name[parent], condition.value)
         try:
             truths = [condition.holds(v) for v in probes]
         except TypeError:
-            raise ConfigError(prefix, f"{text!r} cannot compare {parent}'s values {probes!r} with {condition.value!r}") from None
-        require(any(truths), prefix, f"{text!r} can never hold: {parent} takes {_describe_values(by_name[parent])}")
+            raise ConfigError(
+                prefix,
+                f"{text!r} cannot compare {parent}'s values {probes!r} with {condition.value!r}",
+            ) from None
+        require(
+            any(truths),
+            prefix,
+            f"{text!r} can never hold: {parent} takes {_describe_values(by_name[parent])}",
+        )
         conditions[child] = condition
     return conditions
 
@@ -572,9 +707,16 @@ def _condition_probes(param: Param, value: Any) -> list[Any]:
     range's ends and the condition's own values that lie in it (on the step grid)."""
     if param.kind == "choice":
         return param.probes()
-    inside = [v for v in (value if isinstance(value, list) else [value])
-              if is_number(v) and param.low <= v <= param.high
-              and (param.kind != "int" or (float(v).is_integer() and (v - param.low) % (param.step or 1) == 0))]
+    inside = [
+        v
+        for v in (value if isinstance(value, list) else [value])
+        if is_number(v)
+        and param.low <= v <= param.high
+        and (
+            param.kind != "int"
+            or (float(v).is_integer() and (v - param.low) % (param.step or 1) == 0)
+        )
+    ]
     return [param.low, param.high, *inside]
 
 
@@ -592,8 +734,12 @@ def _validation_split(objectives: Mapping[str, str], base: Mapping[str, Any], pa
     if not needs:
         return
     task = get_task(base["task"])
-    tries = [("base", {})] + [(f"params.{p.name}", {p.name: v}) for p in params
-                              if p.name.startswith("data.") for v in p.probes()]
+    tries = [("base", {})] + [
+        (f"params.{p.name}", {p.name: v})
+        for p in params
+        if p.name.startswith("data.")
+        for v in p.probes()
+    ]
     for field_name, change in tries:
         try:
             config = TrialConfig.from_dict({**base, **change})
@@ -601,8 +747,11 @@ def _validation_split(objectives: Mapping[str, str], base: Mapping[str, Any], pa
             continue
         if task.validation_empty(config):
             shown = ", ".join(f"{k}={v!r}" for k, v in change.items()) or "the base data section"
-            raise ConfigError(field_name, f"{shown} leaves no validation split, so objective {needs[0]} "
-                              "can never be measured; hold out data (data.val_size > 0, data.split: search)")
+            raise ConfigError(
+                field_name,
+                f"{shown} leaves no validation split, so objective {needs[0]} "
+                "can never be measured; hold out data (data.val_size > 0, data.split: search)",
+            )
 
 
 def _objectives(raw: Any, task: str) -> dict[str, str]:
@@ -615,10 +764,16 @@ def _objectives(raw: Any, task: str) -> dict[str, str]:
     objectives = {}
     for metric, direction in raw.items():
         name = LEGACY_METRICS.get(metric, metric)
-        require(name in known, f"objectives.{metric}",
-                f"not a metric of {task}; allowed: {', '.join(known)}")
-        require(direction in DIRECTIONS, f"objectives.{metric}",
-                f"{direction!r} is not allowed; allowed: {', '.join(DIRECTIONS)}")
+        require(
+            name in known,
+            f"objectives.{metric}",
+            f"not a metric of {task}; allowed: {', '.join(known)}",
+        )
+        require(
+            direction in DIRECTIONS,
+            f"objectives.{metric}",
+            f"{direction!r} is not allowed; allowed: {', '.join(DIRECTIONS)}",
+        )
         objectives[name] = direction
     return objectives
 
@@ -626,8 +781,11 @@ def _objectives(raw: Any, task: str) -> dict[str, str]:
 def _budget(value: Any) -> float | None:
     if value is None:
         return None
-    require(is_number(value) and value > 0, "memory_budget_mb",
-            f"{value!r} is not allowed; a positive number (MB) is required")
+    require(
+        is_number(value) and value > 0,
+        "memory_budget_mb",
+        f"{value!r} is not allowed; a positive number (MB) is required",
+    )
     return float(value)
 
 
@@ -636,11 +794,22 @@ def _num_samples(value: Any, sampler: str, params: tuple[Param, ...], conditions
         require(value is not None, "num_samples", f"required for sampler {sampler}")
         return positive_int(value, "num_samples")
     for param in params:
-        require(param.kind == "choice", f"params.{param.name}",
-                 f"type {param.kind} is not allowed with sampler grid; allowed: choice")
-    require(not conditions, "conditions", "not allowed with sampler grid (every grid point sets every param)")
+        require(
+            param.kind == "choice",
+            f"params.{param.name}",
+            f"type {param.kind} is not allowed with sampler grid; allowed: choice",
+        )
+    require(
+        not conditions,
+        "conditions",
+        "not allowed with sampler grid (every grid point sets every param)",
+    )
     size = math.prod(len(p.values) for p in params)
-    require(size <= _GRID_LIMIT, "params", f"the grid has {size} points; at most {_GRID_LIMIT} are allowed")
+    require(
+        size <= _GRID_LIMIT,
+        "params",
+        f"the grid has {size} points; at most {_GRID_LIMIT} are allowed",
+    )
     if value is None:
         return size
     positive_int(value, "num_samples")
@@ -655,18 +824,34 @@ def _resources(raw: Any, base: Mapping[str, Any]) -> Resources:
     gpu = raw.get("gpu", 0)
     memory = raw.get("gpu_memory_mb")
     if gpu == "auto":
-        require(memory is not None, "resources.gpu_memory_mb", "required with gpu: auto (one GPU's memory in MB)")
+        require(
+            memory is not None,
+            "resources.gpu_memory_mb",
+            "required with gpu: auto (one GPU's memory in MB)",
+        )
     else:
-        require(is_number(gpu) and gpu >= 0 and (gpu < 1 or float(gpu).is_integer()), "resources.gpu",
-                 f"{gpu!r} is not allowed; auto, a share below 1, or a whole number of GPUs is required")
+        require(
+            is_number(gpu) and gpu >= 0 and (gpu < 1 or float(gpu).is_integer()),
+            "resources.gpu",
+            f"{gpu!r} is not allowed; auto, a share below 1, or a whole number of GPUs is required",
+        )
     if memory is not None:
-        require(is_number(memory) and memory > 0, "resources.gpu_memory_mb",
-                 f"{memory!r} is not allowed; a positive number (MB) is required")
+        require(
+            is_number(memory) and memory > 0,
+            "resources.gpu_memory_mb",
+            f"{memory!r} is not allowed; a positive number (MB) is required",
+        )
     if gpu == "auto" or gpu > 0:
-        require(base["device"] != "cpu", "resources.gpu",
-                 f"{gpu!r} is not allowed with base device cpu; set base device to auto or cuda, or gpu: 0")
+        require(
+            base["device"] != "cpu",
+            "resources.gpu",
+            f"{gpu!r} is not allowed with base device cpu; set base device to auto or cuda, or gpu: 0",
+        )
     else:
-        require(base["device"] != "cuda", "resources.gpu",
-                f"{gpu!r} is not allowed with base device cuda: Ray would give the trial no GPU; "
-                "ask for one (gpu > 0 or auto) or set base device to auto or cpu")
+        require(
+            base["device"] != "cuda",
+            "resources.gpu",
+            f"{gpu!r} is not allowed with base device cuda: Ray would give the trial no GPU; "
+            "ask for one (gpu > 0 or auto) or set base device to auto or cpu",
+        )
     return Resources(cpu=cpu, gpu=gpu, gpu_memory_mb=None if memory is None else float(memory))

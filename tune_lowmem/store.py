@@ -577,6 +577,7 @@ def _odd_files(paths: list[Path]) -> dict[Path, str]:
             raise
         except (OSError, pa.ArrowException):
             continue  # unreadable: `_read_file` names it
+
     def counted(column: pa.Field) -> bool:  # JSON-text lists of old files read as lists
         old_list = column.name in _JSON_LISTS and _normal(column.type) == pa.string()
         return column.type != pa.null() and not old_list
@@ -634,9 +635,7 @@ def _checked_file(
         parquet = pq.ParquetFile(path)
         names = parquet.schema_arrow.names
         if columns is not None:
-            keys = {"schema_version", "trial_id"} | (
-                {"epoch"} if table == EPOCHS else {"status"}
-            )
+            keys = {"schema_version", "trial_id"} | ({"epoch"} if table == EPOCHS else {"status"})
             names = [n for n in names if n in keys or _wanted(n, columns)]
         data = parquet.read(columns=names)
     except FileNotFoundError:
@@ -658,9 +657,7 @@ def _wanted(name: str, columns: Sequence[str]) -> bool:
     return any(name == c or (c.endswith(".") and name.startswith(c)) for c in columns)
 
 
-def _schema_problem(
-    data: pa.Table, schema: pa.Schema, table: str, trial_id: str
-) -> str | None:
+def _schema_problem(data: pa.Table, schema: pa.Schema, table: str, trial_id: str) -> str | None:
     """What makes `data` not a file of this store's `table`, or None: the same types as written."""
     base = _BASE_COLUMNS if table == TRIALS else _EPOCH_COLUMNS
     if "schema_version" not in data.column_names:
@@ -675,7 +672,9 @@ def _schema_problem(
     missing = [name for name in required if name not in data.column_names]
     if missing:
         return f"lacks the column {missing[0]}; not a {table} file of the store"
-    if not _COMPACTED.fullmatch(f"{trial_id}{_SUFFIX}"):  # a trial's own file holds that trial alone
+    if not _COMPACTED.fullmatch(
+        f"{trial_id}{_SUFFIX}"
+    ):  # a trial's own file holds that trial alone
         if table == TRIALS and data.num_rows != 1:
             return f"has {data.num_rows} rows; a trials file holds one"
         if set(data["trial_id"].to_pylist()) - {trial_id}:

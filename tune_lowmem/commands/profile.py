@@ -45,7 +45,9 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_arguments(args)
     if args.measure:
         cuda_present(config.device, "device (with --measure)")
-    lengths = None if args.lengths is None else tuple(positive_int(n, "--lengths") for n in args.lengths)
+    lengths = (
+        None if args.lengths is None else tuple(positive_int(n, "--lengths") for n in args.lengths)
+    )
     task = synthetic_task(config, torch.device("cpu"), lengths)  # refuses what it cannot profile
     if args.measure:
         apply_threads(args)

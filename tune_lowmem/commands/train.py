@@ -29,8 +29,13 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(metrics), flush=True)
         else:
-            print("  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in metrics.items()),
-                  flush=True)
+            print(
+                "  ".join(
+                    f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                    for k, v in metrics.items()
+                ),
+                flush=True,
+            )
 
     train(config, on_epoch=show)
     return 0

@@ -43,7 +43,9 @@ def load(root: Path) -> tuple[Arrays, Arrays]:
         if candidate.exists():
             return _cached(candidate)
     if not root.is_dir():  # a mistyped data.root: no folder is made for a download into it
-        raise FileNotFoundError(f"data.root: {root} is not a folder; a folder holding CIFAR-10 is required")
+        raise FileNotFoundError(
+            f"data.root: {root} is not a folder; a folder holding CIFAR-10 is required"
+        )
     try:
         return _from_torchvision(root, download=True)
     except Exception as error:  # no network, or no permission to write there
@@ -62,12 +64,16 @@ def _from_torchvision(root: Path, download: bool = False) -> tuple[Arrays, Array
 
 def _cached(source: Path) -> tuple[Arrays, Arrays]:
     stat = source.stat()
-    key = hashlib.sha1(f"{source.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    key = hashlib.sha1(
+        f"{source.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()
+    ).hexdigest()[:16]
     path = cache_dir() / f"cifar10-{key}.npz"
     if not path.exists():
         train, test = _decode_jpegs(source)
         tmp = path.with_suffix(f".tmp{id(path)}.npz")
-        np.savez(tmp, train_x=train.images, train_y=train.labels, test_x=test.images, test_y=test.labels)
+        np.savez(
+            tmp, train_x=train.images, train_y=train.labels, test_x=test.images, test_y=test.labels
+        )
         tmp.replace(path)
     with np.load(path) as z:
         return Arrays(z["train_x"], z["train_y"]), Arrays(z["test_x"], z["test_y"])
@@ -96,7 +102,9 @@ def _decode_jpegs(source: Path) -> tuple[Arrays, Arrays]:
     for split in ("train", "test"):
         items = sorted(found[split], key=lambda item: item[0])
         arrays.append(
-            Arrays(np.stack([i[2] for i in items]), np.asarray([i[1] for i in items], dtype=np.int64))
+            Arrays(
+                np.stack([i[2] for i in items]), np.asarray([i[1] for i in items], dtype=np.int64)
+            )
         )
     return arrays[0], arrays[1]
 
@@ -121,7 +129,9 @@ class Cifar10:
     test: Split
 
     @classmethod
-    def from_config(cls, config: DataConfig, seed: int, device: torch.device | str = "cpu") -> Cifar10:
+    def from_config(
+        cls, config: DataConfig, seed: int, device: torch.device | str = "cpu"
+    ) -> Cifar10:
         """search: a seeded 45,000/5,000 train/validation split; final: all 50,000 train, no validation."""
         train, test = load(data_root(config))
         order = np.random.default_rng(seed).permutation(len(train.labels))
@@ -137,9 +147,15 @@ class Cifar10:
 
         def split(arrays: Arrays, idx: np.ndarray) -> Split:
             images = torch.from_numpy(arrays.images[np.sort(idx)]).permute(0, 3, 1, 2).contiguous()
-            return Split(images.to(device), torch.from_numpy(arrays.labels[np.sort(idx)]).to(device))
+            return Split(
+                images.to(device), torch.from_numpy(arrays.labels[np.sort(idx)]).to(device)
+            )
 
-        return cls(split(train, train_idx), split(train, val_idx) if len(val_idx) else None, split(test, test_idx))
+        return cls(
+            split(train, train_idx),
+            split(train, val_idx) if len(val_idx) else None,
+            split(test, test_idx),
+        )
 
 
 def normalize(images: torch.Tensor) -> torch.Tensor:
@@ -183,4 +199,7 @@ def train_batches(
 
 def eval_batches(split: Split, batch_size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     for start in range(0, len(split), batch_size):
-        yield normalize(split.images[start : start + batch_size]), split.labels[start : start + batch_size]
+        yield (
+            normalize(split.images[start : start + batch_size]),
+            split.labels[start : start + batch_size],
+        )

@@ -207,4 +207,3 @@ def _parts(batch: Any) -> list[Any]:
     if dataclasses.is_dataclass(batch):
         return [getattr(batch, f.name) for f in dataclasses.fields(batch)]
     return list(batch)
-

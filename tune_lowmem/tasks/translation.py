@@ -41,9 +41,17 @@ IWSLT14_LENGTHS = (30, 30)
 
 TRANSLATION_METRICS = {
     "val_bleu": Metric(
-        "maximize", 0.0, 100.0, "tokenised BLEU of beam search (BPE removed, lower-cased), validation split"
+        "maximize",
+        0.0,
+        100.0,
+        "tokenised BLEU of beam search (BPE removed, lower-cased), validation split",
     ),
-    "test_bleu": Metric("maximize", 0.0, 100.0, "tokenised BLEU of beam search (BPE removed, lower-cased), test split"),
+    "test_bleu": Metric(
+        "maximize",
+        0.0,
+        100.0,
+        "tokenised BLEU of beam search (BPE removed, lower-cased), test split",
+    ),
     "val_sacrebleu": Metric(
         "maximize", 0.0, 100.0, "detokenised sacreBLEU (13a) on the validation split (final)"
     ),
@@ -96,10 +104,14 @@ class DynamicConvIwslt14(Task):
         val = corpus.valid
         if val is None and data.split == "search" and data.val_size > 0:
             val, order = corpus.train.subset(order[: data.val_size]), order[data.val_size :]
-        train = corpus.train.subset(np.sort(order[: data.train_subset] if data.train_subset else order))
+        train = corpus.train.subset(
+            np.sort(order[: data.train_subset] if data.train_subset else order)
+        )
         test = corpus.test
         if data.test_subset is not None:
-            test = test.subset(np.sort(np.random.default_rng(seed + 1).permutation(len(test))[: data.test_subset]))
+            test = test.subset(
+                np.sort(np.random.default_rng(seed + 1).permutation(len(test))[: data.test_subset])
+            )
         splits = {"train": train, "test": test}
         if val is not None and data.split == "search":
             splits["val"] = val
@@ -107,7 +119,9 @@ class DynamicConvIwslt14(Task):
 
     @cached_property
     def batches(self) -> list[np.ndarray]:
-        return iwslt14.batches_by_tokens(self.splits["train"], self.config.schedule.max_tokens, self.config.seed)
+        return iwslt14.batches_by_tokens(
+            self.splits["train"], self.config.schedule.max_tokens, self.config.seed
+        )
 
     # ---- model and optimizer ------------------------------------------------------------------
 
@@ -137,7 +151,11 @@ class DynamicConvIwslt14(Task):
     def build_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
         s = self.config.schedule
         return FairseqAdam(
-            model.parameters(), lr=self.learning_rate(0, 0), betas=s.betas, eps=s.adam_eps, weight_decay=s.weight_decay
+            model.parameters(),
+            lr=self.learning_rate(0, 0),
+            betas=s.betas,
+            eps=s.adam_eps,
+            weight_decay=s.weight_decay,
         )
 
     def learning_rate(self, epoch: int, update: int) -> float:
@@ -197,7 +215,9 @@ class DynamicConvIwslt14(Task):
 
     def loss(self, model: nn.Module, batch: iwslt14.Batch) -> tuple[torch.Tensor, float]:
         logits = model(batch.src_tokens, batch.prev_output_tokens)
-        loss, _ = iwslt14.label_smoothed_nll_loss(logits, batch.target, self.config.schedule.label_smoothing)
+        loss, _ = iwslt14.label_smoothed_nll_loss(
+            logits, batch.target, self.config.schedule.label_smoothing
+        )
         return loss, float(batch.ntokens)
 
     def normaliser(self, batch: iwslt14.Batch) -> float:
@@ -220,7 +240,11 @@ class DynamicConvIwslt14(Task):
                 batch_loss, batch_nll = iwslt14.label_smoothed_nll_loss(
                     logits, batch.target, self.config.schedule.label_smoothing
                 )
-                loss, nll, tokens = loss + float(batch_loss), nll + float(batch_nll), tokens + batch.ntokens
+                loss, nll, tokens = (
+                    loss + float(batch_loss),
+                    nll + float(batch_nll),
+                    tokens + batch.ntokens,
+                )
             # per target token, in nats like train_loss (fairseq prints base 2: divide by ln 2)
             metrics[f"{name}_loss"] = loss / tokens
             metrics[f"{name}_nll_loss"] = nll / tokens
@@ -234,11 +258,20 @@ class DynamicConvIwslt14(Task):
         detokenised sacreBLEU (see tune_lowmem.decode)."""
         s = self.config.schedule
         hypotheses = translate(
-            model, split, self.corpus.tgt_dict, beam_size=s.beam_size, len_penalty=s.length_penalty,
-            max_len_a=s.max_decode_len_a, max_len_b=s.max_decode_len_b, device=self.device,
+            model,
+            split,
+            self.corpus.tgt_dict,
+            beam_size=s.beam_size,
+            len_penalty=s.length_penalty,
+            max_len_a=s.max_decode_len_a,
+            max_len_b=s.max_decode_len_b,
+            device=self.device,
         )
         refs = references(split, self.corpus.tgt_dict)
-        return {f"{name}_bleu": bleu(hypotheses, refs), f"{name}_sacrebleu": detok_bleu(hypotheses, refs)}
+        return {
+            f"{name}_bleu": bleu(hypotheses, refs),
+            f"{name}_sacrebleu": detok_bleu(hypotheses, refs),
+        }
 
     # ---- length of training -------------------------------------------------------------------
 
