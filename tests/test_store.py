@@ -295,7 +295,7 @@ def test_newer_schema_is_skipped_and_older_files_read_with_nulls(tmp_path, capsy
     newer = table.set_column(0, "schema_version", pa.array([2], pa.int64()))
     newer = newer.set_column(1, "trial_id", pa.array(["new"]))
     pq.write_table(newer, tmp_path / "trials" / "sweep=wrn" / "new.parquet")
-    assert sorted(read_trials(tmp_path)["trial_id"]) == ["old", "t_00001"]
+    assert sorted(read_trials(tmp_path)["trial_id"]) == ["before_fused_norm", "old", "t_00001"]
     (line,) = capsys.readouterr().err.splitlines()
     assert "new.parquet: schema_version 2 is newer than this tune-lowmem reads (1)" in line
 
