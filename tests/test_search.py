@@ -34,13 +34,6 @@ OBJECTIVES = {"val_accuracy": "maximize", "memory.predicted_total_mb": "minimize
 CLI = str(Path(sys.executable).with_name("tune-lowmem"))
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray.get_runtime_context().gcs_address
-    ray.shutdown()
-
-
 def write_space(folder: Path, **fields) -> Path:
     space = {"base": TINY_BASE, "objectives": OBJECTIVES, "max_concurrent": 2, **fields}
     path = folder / f"{fields['name']}.yaml"

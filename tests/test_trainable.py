@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import ray
 import torch
 from ray import tune
 
@@ -22,13 +21,6 @@ TINY_BASE = {
     "schedule": {"epochs": 2, "batch_size": 20},
     "data": {"train_subset": 200, "val_size": 100, "test_subset": 100},
 }
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
 
 
 def tiny_space(**changes) -> SearchSpace:
