@@ -294,9 +294,6 @@ def wait_for_rows(
         time.sleep(0.25)
 
 
-# Since this wave's merge a kill at some moments leaves one trial's outcome wrong after the
-# resume (2 of 5 runs here); benchmarks/kill_resume.py measures it. Open defect, issue 14.
-@pytest.mark.unstable
 def test_killed_driver_then_resume_stores_every_trial_once(local_ray, tmp_path):
     path = write_space(
         tmp_path,

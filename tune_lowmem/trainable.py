@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import tempfile
+import threading
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -184,7 +185,9 @@ class _Run:
             raise error.__cause__ from None
         except store.WriteFailed:
             raise
-        except Exception as error:  # noqa: BLE001 - the trial's own failure: stored, reported, not retried
+        except Exception as error:  # the trial's own failure: stored, reported, not retried
+            if worker_exiting():  # torn down under the trial (its driver died): runs again
+                raise
             if out_of_memory(error):  # infeasible at this memory on this device, told as such
                 total = self._memory()[MEMORY_OBJECTIVE]
                 predicted = "" if total is None else f"predicted {total:.1f} MB; "
@@ -240,6 +243,10 @@ class _Run:
         }
 
     def _write(self, status: str, metrics: Mapping[str, Any], reason: str | None = None) -> None:
+        from .search.place import sweep_folder  # not at the top: the search package imports this
+        from .search.tune_state import wait_until_saved
+
+        wait_until_saved(sweep_folder(self.root, self.sweep), self.trial_id)
         history = self.trainer.history if self.trainer is not None else []
         record = store_record(
             self.space,
@@ -269,6 +276,16 @@ class _Run:
         last = {k: v for k, v in (history[-1] if history else {}).items() if _finite(v)}
         self._write(status, last, reason)
         tune.report(final_result(self.space, status, {}, self._memory(), reason))
+
+
+def worker_exiting() -> bool:
+    """This worker process is being torn down (Ray ends a job's workers when its driver dies):
+    Python has stopped the main thread, or Ray is no longer connected. An error the trial's
+    thread meets then (torch's operators unregistered under it, say) is the teardown's, not
+    the trial's: it must not be stored as the trial's failure."""
+    import ray
+
+    return not threading.main_thread().is_alive() or not ray.is_initialized()
 
 
 def _node_id() -> str:

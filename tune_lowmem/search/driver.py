@@ -45,7 +45,8 @@ from . import journal, place
 from .generator import PlacedSearch
 from .place import sweep_folder
 from .scheduler import MultiObjectiveASHA, RecordStopped
-from .searcher import ScreenedSearcher, tune_saved
+from .searcher import ScreenedSearcher
+from .tune_state import tune_saved
 
 SPACE_FILE = "space.yaml"
 TUNE_ENVIRONMENT = {

@@ -26,14 +26,12 @@ import pickle
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import optuna
 from optuna.storages import JournalStorage
 from optuna.trial import FixedTrial, TrialState
-from ray import tune
 from ray.tune.search import Searcher
 
 from .. import store
@@ -49,6 +47,7 @@ from ..space import (
 from ..trainable import memory_metrics, result_from_row
 from . import journal, place
 from .screening import Screening, screen, write_screened
+from .tune_state import tune_trials
 
 SCREENED_PREFIXES = {"infeasible": "infeasible-", "failed": "invalid-"}
 TOLD_STATUSES = ("completed", "stopped", "running")  # running at its end: stopped early
@@ -278,23 +277,3 @@ class ScreenedSearcher(Searcher):
             ValueError,
         ) as error:  # told before a resume
             log.debug("point %d already told: %s", number, error)
-
-
-def tune_saved(folder: Path) -> bool:
-    """Tune's experiment can be restored: its tuner (written as the sweep starts) and a first
-    snapshot of its trials (written within a second of the start) are both there."""
-    return tune.Tuner.can_restore(str(folder)) and any(folder.glob("experiment_state-*.json"))
-
-
-def tune_trials(folder: Path) -> dict[str, dict[str, Any]]:
-    """Tune's trials in its newest experiment state (what its restore runs): id -> config."""
-    if not tune_saved(folder):
-        return {}
-    analysis_log = logging.getLogger("ray.tune.analysis.experiment_analysis")
-    level = analysis_log.level
-    analysis_log.setLevel(logging.ERROR)  # it warns of every trial that has no result yet
-    try:
-        trials = tune.ExperimentAnalysis(str(folder)).trials
-    finally:
-        analysis_log.setLevel(level)
-    return {trial.trial_id: trial.config for trial in trials}
