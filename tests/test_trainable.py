@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -108,3 +111,66 @@ def test_a_stored_trial_reports_its_row_again(tmp_path):
     assert reported["val_accuracy"] == 0.25 and reported["memory.predicted_total_mb"] == 12.5
     assert reported["memory.flops_per_step"] == 7 and reported["trial_status"] == "completed"
     assert set(expected) <= set(reported) and reported["memory.measured_total_mb"] is None
+
+
+# A trial's thread in a worker whose process exits under it (Ray SIGTERMs a killed driver's
+# workers: the main thread leaves with sys.exit, the exit handlers tear torch down while the
+# trial still trains); `exiting` off: the same error with the process alive, the trial's own.
+TORN_DOWN = """
+import atexit, json, sys, threading, time
+import torch
+from tune_lowmem import store, trainable
+from tune_lowmem.search import tune_state
+from tune_lowmem.space import SearchSpace
+
+root, exiting, space = sys.argv[1], sys.argv[2] == "exiting", SearchSpace.from_dict(json.loads(sys.argv[3]))
+
+class Trainer:
+    device, history, epoch = torch.device("cpu"), [], 0
+
+    def __init__(self, config):
+        pass
+
+    def run(self, on_epoch):
+        while exiting and threading.main_thread().is_alive():
+            time.sleep(0.01)
+        raise RuntimeError("Tried to access the schema for which doesn't have a schema registered yet")
+
+trainable.Trainer, trainable.measure, trainable._node_id = Trainer, lambda config: None, lambda: "n"
+def saved(folder, trial_id):  # no Tune here; what a row waits for: its trial in Tune's snapshot
+    print("waited", folder, trial_id, store.trial_ids(root, space.name))
+    return True
+
+tune_state.wait_until_saved = saved
+done = threading.Event()
+
+def trial():
+    try:
+        trainable._Run(space, root, space.name, "t1", 0, {"seed": 0}).train()
+    finally:
+        done.set()
+
+threading.Thread(target=trial, daemon=True).start()
+atexit.register(done.wait, 60) if exiting else done.wait(60)
+"""
+
+
+@pytest.mark.parametrize("exiting", [True, False])
+def test_an_error_while_the_worker_exits_is_not_stored_as_the_trials_failure(tmp_path, exiting):
+    space = tiny_space()
+    script = [sys.executable, "-c", TORN_DOWN, str(tmp_path), "exiting" if exiting else "alive"]
+    done = subprocess.run(
+        [*script, json.dumps(space.to_dict())],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = store.read_trials(tmp_path, space.name)
+    if exiting:  # nothing stored: the trial runs again when the sweep is resumed
+        assert rows.empty and "Tried to access the schema" in done.stderr
+    else:
+        assert list(rows["status"]) == ["failed"]
+        assert f"waited {tmp_path / 'ray' / space.name} t1 []" in done.stdout  # before the row
+        assert rows["failure_reason"].iloc[0].startswith("RuntimeError: Tried to access the schema")

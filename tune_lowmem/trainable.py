@@ -279,13 +279,12 @@ class _Run:
 
 
 def worker_exiting() -> bool:
-    """This worker process is being torn down (Ray ends a job's workers when its driver dies):
-    Python has stopped the main thread, or Ray is no longer connected. An error the trial's
-    thread meets then (torch's operators unregistered under it, say) is the teardown's, not
-    the trial's: it must not be stored as the trial's failure."""
-    import ray
-
-    return not threading.main_thread().is_alive() or not ray.is_initialized()
+    """This worker process is exiting under the trial: when its driver dies Ray SIGTERMs the
+    job's workers, whose main thread leaves with `sys.exit` while the trial's thread still runs,
+    and the exit's handlers then tear down what it uses (torch's operators: "Tried to access the
+    schema ..."). Python marks the main thread stopped before any exit handler runs. An error
+    met then is the teardown's, not the trial's: stored as its failure, resume would keep it."""
+    return not threading.main_thread().is_alive()
 
 
 def _node_id() -> str:

@@ -43,14 +43,17 @@ def tune_trials(folder: Path) -> dict[str, dict[str, Any]]:
 
 def wait_until_saved(folder: Path, trial_id: str, timeout: float = SAVED_WAIT_S) -> bool:
     """Wait until Tune's saved experiment in `folder` names `trial_id` (False: it did not in
-    `timeout` seconds). A snapshot that is being replaced cannot be read: it is read again."""
+    `timeout` seconds)."""
     deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if trial_id in tune_trials(folder):
-                return True
-        except (OSError, ValueError):  # a snapshot file replaced while it was read
-            pass
+    while not _names(folder, trial_id):
         if time.monotonic() >= deadline:
             return False
         time.sleep(POLL_S)
+    return True
+
+
+def _names(folder: Path, trial_id: str) -> bool:
+    try:
+        return trial_id in tune_trials(folder)
+    except Exception:  # noqa: BLE001 - Tune's reader fails on a half-written snapshot: read again
+        return False
