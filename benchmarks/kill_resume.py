@@ -3,9 +3,10 @@
 Each run launches a real sweep (`tune-lowmem launch`, 6 points of WRN-10-1 on 200 images, 2
 epochs, two trials at a time) against a local Ray, kills the driver after a random number of
 stored trials (0-4) plus a random delay, resumes it, and checks what a user relies on: 6 rows,
-each trial once, every trial completed with its 2 epochs, and 6 points told to Optuna. The moment
-of the kill is random, so this finds the races a fixed test cannot (a kill between Tune's two
-snapshot files, a point asked in the last second); the test suite keeps the deterministic cases.
+each trial once, every trial completed with its 2 epochs, Tune's results naming exactly the
+stored trials, and 6 points told to Optuna. The moment of the kill is random, so this finds the
+races a fixed test cannot (a kill between Tune's two snapshot files, a point asked in the last
+second); the test suite keeps the deterministic cases.
 
     .venv/bin/python benchmarks/kill_resume.py [--runs 10] [--seed 0]
 """
@@ -80,8 +81,9 @@ def kill_mid_sweep(space: Path, root: Path, address: str, rows: int, delay: floa
     return len(store.trial_ids(root, "killed"))
 
 
-def problems(root: Path) -> list[str]:
-    """What is wrong with the resumed sweep's store and study (nothing: an empty list)."""
+def problems(root: Path, tune_ids: set[str]) -> list[str]:
+    """What is wrong with the resumed sweep's store, study and Tune's results (trial ids
+    `tune_ids`) (nothing: an empty list)."""
     rows = store.read_trials(root, "killed")
     trials = sweep_study(root, "killed").trials
     found = []
@@ -94,6 +96,8 @@ def problems(root: Path) -> list[str]:
     epochs = [len(store.read_epochs(root, "killed", i)) for i in rows["trial_id"]]
     if any(n != 2 for n in epochs):
         found.append(f"epochs per trial {epochs}")
+    if set(rows["trial_id"]) != tune_ids:  # Tune's own results: every stored trial, no other
+        found.append(f"Tune's results {sorted(tune_ids)} for stored {sorted(rows['trial_id'])}")
     told = sum(t.state == TrialState.COMPLETE for t in trials)
     if len(trials) != POINTS or told != POINTS:
         found.append(f"{len(trials)} points asked, {told} told")
@@ -117,8 +121,8 @@ def main() -> None:
         rows, delay = chance.randint(0, 4), chance.uniform(0.0, 0.8)
         stored = kill_mid_sweep(space, root, address, rows, delay)
         with contextlib.redirect_stdout(io.StringIO()):
-            resume("killed", store_root=root)
-        found = problems(root)
+            outcome = resume("killed", store_root=root)
+        found = problems(root, {r.metrics.get("trial_id") for r in outcome.results})
         failed += bool(found)
         verdict = "ok" if not found else "WRONG: " + "; ".join(found)
         print(

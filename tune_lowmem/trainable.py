@@ -15,8 +15,11 @@ One Tune trial trains one `TrialConfig` (a point of the search space with one se
    ran out of memory (the point needs more than the device has: retrying it would fail the same
    way). A failure is the trial's result, not a crash: it is not retried, and the sweep goes on.
    A store write that fails (a full disk) is the storage's failure, not the trial's: the trial
-   raises, stores nothing, and runs again when the sweep is resumed. A completed trial's final
-   weights are kept beside its row (`store.model_file`), for `tune-lowmem export`.
+   raises, stores nothing, and runs again when the sweep is resumed. So does an error met while
+   the worker process exits under the trial (its driver died: `worker_exiting`). A row is
+   written once Tune's saved experiment names its trial (`search.tune_state`), so a resumed
+   Tune knows every stored trial. A completed trial's final weights are kept beside its row
+   (`store.model_file`), for `tune-lowmem export`.
 
 Every result carries ``trial_status`` (running, completed, failed, infeasible) and every
 objective key (None when unknown), so the searcher can tell a failure from a result.
