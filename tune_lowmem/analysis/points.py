@@ -240,12 +240,13 @@ def configurations(done: pd.DataFrame) -> pd.DataFrame:
     groups["points"] = [sorted(proposed.get(g, ())) for g in groups["seed_group"]]
     groups["n"] = [len(members[g]) for g in groups["seed_group"]]
     largest = largest_model(groups)
-    varying = [c for c in config_cols if groups[c].astype(str).nunique() > 1]
+    codes = {c: value_codes(groups[c]) for c in config_cols}
+    varying = [c for c in config_cols if codes[c].max(initial=0) > 0]
     model_fields = [c for c in varying if c.startswith("config.model.")]
     # Labels depend on a few fields only: worked out once per distinct combination of them.
     wanted = dict.fromkeys((*_DESCRIBED, *BATCH_FIELDS, *largest, *model_fields))
     labelled = [c for c in wanted if c in groups]
-    keys = list(zip(*(groups[c].astype(str) for c in labelled), strict=True))
+    keys = list(zip(*(codes[c] for c in labelled), strict=True))
     first_of = {key: i for i, key in reversed(list(enumerate(keys)))}
     rows = groups.iloc[list(first_of.values())][labelled].to_dict("records")
     names = {
@@ -266,6 +267,14 @@ def configurations(done: pd.DataFrame) -> pd.DataFrame:
     joined = (", ".join(filter(None, row)) for row in zip(*settings, strict=True))
     groups["other_settings"] = list(joined) if others else ""
     return groups
+
+
+def value_codes(column: pd.Series) -> np.ndarray:
+    """The column's values as integers, equal where the values are (lists compared by content,
+    missing values all one code): telling configurations apart without formatting each value."""
+    if column.dtype == object:
+        column = column.map(lambda v: tuple(v) if isinstance(v, (list, np.ndarray)) else v)
+    return pd.factorize(column, use_na_sentinel=False)[0]
 
 
 def techniques(row: Mapping, largest: Mapping[str, float] | None = None) -> list[str]:

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from .. import store
-from .points import Points, plain
+from .points import Points, plain, value_codes
 
 _LEFT_OUT = ("config.seed", "config.data.root", "config.data.num_workers")
 _MOST_VALUES = 8
@@ -43,7 +43,7 @@ def rows(points: Points) -> list[tuple[str, str]]:
         if values.empty:
             continue
         unset = " (or null)" if values.size < len(trials) else ""
-        target = fixed if values.astype(str).nunique() == 1 and not unset else searched
+        target = fixed if value_codes(values).max() == 0 and not unset else searched
         target.append((col.removeprefix("config."), _values(values) + unset))
     return (
         lines
