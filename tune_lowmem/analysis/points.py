@@ -231,14 +231,18 @@ def configurations(done: pd.DataFrame) -> pd.DataFrame:
     groups = stats.join(first, on="seed_group")
     members: dict[str, list[str]] = {}
     proposed: dict[str, set[int]] = {}
-    points = done["point"] if "point" in done else pd.Series(pd.NA, index=done.index)
-    for group, trial, point in zip(done["seed_group"], done["trial_id"], points, strict=True):
+    points = done["point"].tolist() if "point" in done else [None] * len(done)
+    # Python lists: iterating pandas' Arrow-backed columns costs a call per value.
+    for group, trial, point in zip(
+        done["seed_group"].tolist(), done["trial_id"].tolist(), points, strict=True
+    ):
         members.setdefault(group, []).append(trial)
         if not pd.isna(point):
             proposed.setdefault(group, set()).add(int(point))
-    groups["trial_ids"] = [sorted(members[g]) for g in groups["seed_group"]]
-    groups["points"] = [sorted(proposed.get(g, ())) for g in groups["seed_group"]]
-    groups["n"] = [len(members[g]) for g in groups["seed_group"]]
+    ids = groups["seed_group"].tolist()
+    groups["trial_ids"] = [sorted(members[g]) for g in ids]
+    groups["points"] = [sorted(proposed.get(g, ())) for g in ids]
+    groups["n"] = [len(members[g]) for g in ids]
     largest = largest_model(groups)
     codes = {c: value_codes(groups[c]) for c in config_cols}
     varying = [c for c in config_cols if codes[c].max(initial=0) > 0]
@@ -355,7 +359,7 @@ def largest_model(groups: pd.DataFrame) -> dict[str, float]:
 def trial_config(done: pd.DataFrame, seed_group: str) -> dict[str, Any]:
     """The group's config from the store as flat dotted keys, seed 0: what `profile` and
     `train` read (as YAML or `--set`), known without importing the task or torch."""
-    row = done[done["seed_group"] == seed_group].iloc[0]
+    row = done.iloc[np.flatnonzero(done["seed_group"].to_numpy() == seed_group)[0]]
     return {**store.config_values(row), "seed": 0}
 
 
