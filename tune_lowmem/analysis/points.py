@@ -273,12 +273,18 @@ def configurations(done: pd.DataFrame) -> pd.DataFrame:
     return groups
 
 
+def hashable(column: pd.Series) -> pd.Series:
+    """The column with its lists (NumPy arrays, as Parquet list columns read) as tuples; only a
+    column of Python objects can hold them, so any other is returned as it is, unvisited."""
+    if column.dtype != object:
+        return column
+    return column.map(lambda v: tuple(v) if isinstance(v, (list, np.ndarray)) else v)
+
+
 def value_codes(column: pd.Series) -> np.ndarray:
     """The column's values as integers, equal where the values are (lists compared by content,
     missing values all one code): telling configurations apart without formatting each value."""
-    if column.dtype == object:
-        column = column.map(lambda v: tuple(v) if isinstance(v, (list, np.ndarray)) else v)
-    return pd.factorize(column, use_na_sentinel=False)[0]
+    return pd.factorize(hashable(column), use_na_sentinel=False)[0]
 
 
 def techniques(row: Mapping, largest: Mapping[str, float] | None = None) -> list[str]:
