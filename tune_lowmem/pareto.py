@@ -22,6 +22,7 @@ from .config import ConfigError
 
 DIRECTIONS = ("minimize", "maximize")
 Z_95 = 1.96  # the paper's 95% interval: 1.96 standard errors (Appendix A.1)
+_EARLY_FRONT = 64  # final-front points `hypervolume_history` screens later points with
 
 
 def _losses(values: object, directions: Sequence[str]) -> np.ndarray:
@@ -146,18 +147,28 @@ def hypervolume(
 def hypervolume_history(
     values_in_trial_order: object, directions: Sequence[str], reference_point: Sequence[float]
 ) -> np.ndarray:
-    """Hypervolume of the first i trials, for i = 1..n: how a search improved over time."""
+    """Hypervolume of the first i trials, for i = 1..n: how a search improved over time.
+
+    Only a point no earlier point dominates adds volume. Most points of a long search are
+    dominated by an earlier point of the final front: those are found in a few array operations
+    (any subset of that front gives the same answer), and only the rest are stepped through."""
     loss = _losses(values_in_trial_order, directions)
     reference = _reference(reference_point, directions)
+    useful = ~np.isnan(loss).any(axis=1)
+    useful[useful] = np.all(loss[useful] < reference, axis=1)
+    candidates = np.flatnonzero(useful)
+    for j in candidates[_front(loss[candidates])][:_EARLY_FRONT]:
+        later = candidates[candidates > j]
+        candidates = np.concatenate(
+            [candidates[candidates <= j], later[~np.all(loss[j] <= loss[later], axis=1)]]
+        )
     history = np.zeros(len(loss))
     front = np.empty((0, loss.shape[1]))
-    volume = 0.0
-    for i, point in enumerate(loss):
-        useful = not np.isnan(point).any() and np.all(point < reference)
-        if useful and not np.any(np.all(front <= point, axis=1)):  # it adds volume
+    for i in candidates:
+        point = loss[i]
+        if not np.any(np.all(front <= point, axis=1)):  # it adds volume
             front = np.vstack([front[~np.all(point <= front, axis=1)], point])
-            volume = _hypervolume(front, reference)
-        history[i] = volume
+            history[i:] = _hypervolume(front, reference)
     return history
 
 

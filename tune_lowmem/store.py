@@ -541,15 +541,17 @@ def _read_files(
     columns: Sequence[str] | None = None,
 ) -> pa.Table | None:
     """The rows of ``files``, one copy per trial: the copy of the highest-ranked file. A file
-    whose column has another type than in the other files is named and left out."""
+    whose column has another type than in the other files is named and left out. Each file is
+    opened once: its schema, for that comparison, comes with its rows."""
+    opened = {path: _schema_and_rows(path, table, columns) for path, _ in files}
+    odd = _odd_files(
+        {path: schema for path, (schema, _, _) in opened.items() if schema is not None}
+    )
     parts = []
-    odd = _odd_files([path for path, _ in files])
     for path, rank in files:
-        if path in odd:
-            _say_skipped(path, odd[path])
-            continue
-        data = _read_file(path, table, columns)
-        if data is None:  # named on stderr, left as it is; the other files still count
+        _, data, problem = opened[path]
+        if path in odd or problem is not None:  # named on stderr, left as it is
+            _say_skipped(path, odd.get(path, problem))
             continue
         if trial_id is not None:
             data = data.filter(pc.equal(data["trial_id"], trial_id))
@@ -563,20 +565,12 @@ def _read_files(
     return merged.drop_columns("__rank")
 
 
-def _odd_files(paths: list[Path]) -> dict[Path, str]:
+def _odd_files(schemas: Mapping[Path, pa.Schema]) -> dict[Path, str]:
     """Files whose column types disagree with the rest of the folder's (the type most files give
     a column wins; a file that is all null there agrees with any): path -> the problem. The
     config columns' types are those of the trials' own task, which the reader does not import."""
-    if len(paths) < 2:
+    if len(schemas) < 2:
         return {}
-    schemas: dict[Path, pa.Schema] = {}
-    for path in paths:
-        try:
-            schemas[path] = pq.read_schema(path)
-        except FileNotFoundError:
-            raise
-        except (OSError, pa.ArrowException):
-            continue  # unreadable: `_read_file` names it
 
     def counted(column: pa.Field) -> bool:  # JSON-text lists of old files read as lists
         old_list = column.name in _JSON_LISTS and _normal(column.type) == pa.string()
@@ -617,23 +611,26 @@ def _column_group(name: str) -> int:
     return next((i for i, p in enumerate(_GROUPS, 1) if name.startswith(p)), 0)
 
 
-def _read_file(path: Path, table: str, columns: Sequence[str] | None = None) -> pa.Table | None:
-    """The file's rows (old list columns converted; only `columns` and the keys when given), or
-    None after one line on stderr naming it, when it is not a file this version can read:
-    truncated, empty, foreign or newer. A file gone meanwhile (compacted) is not a bad file:
-    FileNotFoundError goes to the caller, which lists the folder again."""
-    data, problem = _checked_file(path, table, columns)
-    if problem is not None:
-        _say_skipped(path, problem)
-    return data
-
-
 def _checked_file(
     path: Path, table: str, columns: Sequence[str] | None = None
 ) -> tuple[pa.Table | None, str | None]:
+    """The file's rows (old list columns converted; only `columns` and the keys when given), or
+    None and why it is not a file this version can read: truncated, empty, foreign or newer. A
+    file gone meanwhile (compacted) is not a bad file: FileNotFoundError goes to the caller,
+    which lists the folder again."""
+    _, data, problem = _schema_and_rows(path, table, columns)
+    return data, problem
+
+
+def _schema_and_rows(
+    path: Path, table: str, columns: Sequence[str] | None = None
+) -> tuple[pa.Schema | None, pa.Table | None, str | None]:
+    """`_checked_file`'s answer after the file's schema (None when not even that is readable)."""
+    schema = None
     try:
         parquet = pq.ParquetFile(path)
-        names = parquet.schema_arrow.names
+        schema = parquet.schema_arrow
+        names = schema.names
         if columns is not None:
             keys = {"schema_version", "trial_id"} | ({"epoch"} if table == EPOCHS else {"status"})
             names = [n for n in names if n in keys or _wanted(n, columns)]
@@ -641,16 +638,16 @@ def _checked_file(
     except FileNotFoundError:
         raise
     except (OSError, pa.ArrowException) as error:
-        return None, f"not a readable Parquet file ({_one_line(error)})"
-    problem = _schema_problem(data, parquet.schema_arrow, table, path.name.removesuffix(_SUFFIX))
+        return schema, None, f"not a readable Parquet file ({_one_line(error)})"
+    problem = _schema_problem(data, schema, table, path.name.removesuffix(_SUFFIX))
     if problem is None:
         if columns is not None:  # the checks' own columns go again unless they were asked for
             data = data.select([n for n in data.column_names if n in _KEYS or _wanted(n, columns)])
         try:
-            return _lists_from_json(data), None
+            return schema, _lists_from_json(data), None
         except (ValueError, TypeError):
             problem = "a list column holds text that is not a JSON list"
-    return None, problem
+    return schema, None, problem
 
 
 def _wanted(name: str, columns: Sequence[str]) -> bool:

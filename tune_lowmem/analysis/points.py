@@ -231,21 +231,26 @@ def configurations(done: pd.DataFrame) -> pd.DataFrame:
     groups = stats.join(first, on="seed_group")
     members: dict[str, list[str]] = {}
     proposed: dict[str, set[int]] = {}
-    points = done["point"] if "point" in done else pd.Series(pd.NA, index=done.index)
-    for group, trial, point in zip(done["seed_group"], done["trial_id"], points, strict=True):
+    points = done["point"].tolist() if "point" in done else [None] * len(done)
+    # Python lists: iterating pandas' Arrow-backed columns costs a call per value.
+    for group, trial, point in zip(
+        done["seed_group"].tolist(), done["trial_id"].tolist(), points, strict=True
+    ):
         members.setdefault(group, []).append(trial)
         if not pd.isna(point):
             proposed.setdefault(group, set()).add(int(point))
-    groups["trial_ids"] = [sorted(members[g]) for g in groups["seed_group"]]
-    groups["points"] = [sorted(proposed.get(g, ())) for g in groups["seed_group"]]
-    groups["n"] = [len(members[g]) for g in groups["seed_group"]]
+    ids = groups["seed_group"].tolist()
+    groups["trial_ids"] = [sorted(members[g]) for g in ids]
+    groups["points"] = [sorted(proposed.get(g, ())) for g in ids]
+    groups["n"] = [len(members[g]) for g in ids]
     largest = largest_model(groups)
-    varying = [c for c in config_cols if groups[c].astype(str).nunique() > 1]
+    codes = {c: value_codes(groups[c]) for c in config_cols}
+    varying = [c for c in config_cols if codes[c].max(initial=0) > 0]
     model_fields = [c for c in varying if c.startswith("config.model.")]
     # Labels depend on a few fields only: worked out once per distinct combination of them.
     wanted = dict.fromkeys((*_DESCRIBED, *BATCH_FIELDS, *largest, *model_fields))
     labelled = [c for c in wanted if c in groups]
-    keys = list(zip(*(groups[c].astype(str) for c in labelled), strict=True))
+    keys = list(zip(*(codes[c] for c in labelled), strict=True))
     first_of = {key: i for i, key in reversed(list(enumerate(keys)))}
     rows = groups.iloc[list(first_of.values())][labelled].to_dict("records")
     names = {
@@ -266,6 +271,20 @@ def configurations(done: pd.DataFrame) -> pd.DataFrame:
     joined = (", ".join(filter(None, row)) for row in zip(*settings, strict=True))
     groups["other_settings"] = list(joined) if others else ""
     return groups
+
+
+def hashable(column: pd.Series) -> pd.Series:
+    """The column with its lists (NumPy arrays, as Parquet list columns read) as tuples; only a
+    column of Python objects can hold them, so any other is returned as it is, unvisited."""
+    if column.dtype != object:
+        return column
+    return column.map(lambda v: tuple(v) if isinstance(v, (list, np.ndarray)) else v)
+
+
+def value_codes(column: pd.Series) -> np.ndarray:
+    """The column's values as integers, equal where the values are (lists compared by content,
+    missing values all one code): telling configurations apart without formatting each value."""
+    return pd.factorize(hashable(column), use_na_sentinel=False)[0]
 
 
 def techniques(row: Mapping, largest: Mapping[str, float] | None = None) -> list[str]:
@@ -346,7 +365,7 @@ def largest_model(groups: pd.DataFrame) -> dict[str, float]:
 def trial_config(done: pd.DataFrame, seed_group: str) -> dict[str, Any]:
     """The group's config from the store as flat dotted keys, seed 0: what `profile` and
     `train` read (as YAML or `--set`), known without importing the task or torch."""
-    row = done[done["seed_group"] == seed_group].iloc[0]
+    row = done.iloc[np.flatnonzero(done["seed_group"].to_numpy() == seed_group)[0]]
     return {**store.config_values(row), "seed": 0}
 
 

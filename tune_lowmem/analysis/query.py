@@ -4,6 +4,7 @@ memory budget; every row traceable to its trials and ready to run, as a table, J
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import shlex
@@ -167,9 +168,15 @@ def _yaml_value(value) -> str:
         return "null"
     if isinstance(value, bool):
         return str(value).lower()
-    if isinstance(value, str) and yaml.safe_load(value) != value:  # "true", "1e-3", "null"
+    if isinstance(value, str) and not _reads_back(value):  # "true", "1e-3", "null"
         return json.dumps(value)
     return json.dumps(list(value)) if isinstance(value, (list, tuple)) else str(value)
+
+
+@functools.lru_cache(maxsize=1024)
+def _reads_back(text: str) -> bool:
+    """Whether YAML reads ``text`` back as that string (a pure function: rows repeat values)."""
+    return yaml.safe_load(text) == text
 
 
 def _ids(points: list[int]) -> str:

@@ -4,11 +4,10 @@ the samplers and the trials by status; a reviewer reads the setup without the co
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 from .. import store
-from .points import Points, plain
+from .points import Points, hashable, plain, value_codes
 
 _LEFT_OUT = ("config.seed", "config.data.root", "config.data.num_workers")
 _MOST_VALUES = 8
@@ -43,7 +42,7 @@ def rows(points: Points) -> list[tuple[str, str]]:
         if values.empty:
             continue
         unset = " (or null)" if values.size < len(trials) else ""
-        target = fixed if values.astype(str).nunique() == 1 and not unset else searched
+        target = fixed if value_codes(values).max() == 0 and not unset else searched
         target.append((col.removeprefix("config."), _values(values) + unset))
     return (
         lines
@@ -54,8 +53,7 @@ def rows(points: Points) -> list[tuple[str, str]]:
 
 def _values(values: pd.Series) -> str:
     """One value as it is; several as a list, or as a range when they are many numbers."""
-    hashable = values.map(lambda v: tuple(v) if isinstance(v, (list, np.ndarray)) else v)
-    distinct = sorted(hashable.unique(), key=str)
+    distinct = sorted(hashable(values).unique(), key=str)
     if len(distinct) == 1:
         return plain(distinct[0])
     if len(distinct) > _MOST_VALUES and pd.api.types.is_numeric_dtype(values):
