@@ -29,7 +29,7 @@ import random
 import numpy as np
 import torch
 from torch import nn
-from torch._subclasses.fake_tensor import FakeTensorMode
+from ..torch_private import FakeTensorMode
 
 from ..config import TrialConfig
 from ..tasks.base import batch_tensors, map_tensors
