@@ -36,7 +36,9 @@ MiB = 1 << 20
         (11 * MiB + 3, 11 * MiB + 512, 12 * MiB),
     ],
 )
-def test_block_rounding_and_segments_follow_the_caching_allocator(request_bytes, allocated, segment):
+def test_block_rounding_and_segments_follow_the_caching_allocator(
+    request_bytes, allocated, segment
+):
     assert allocated_size(request_bytes) == allocated
     assert segment_size(request_bytes) == segment
 

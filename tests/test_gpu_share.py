@@ -73,7 +73,11 @@ def test_gpu_peaks_are_stored_beside_the_prediction_and_old_rows_read_without_th
     (old_file,) = tmp_path.rglob("*.parquet")  # as an earlier version wrote it: no peak columns
     table = pq.read_table(old_file)
     pq.write_table(table.drop([f"memory.{c}" for c in store.CUDA_PEAK_COLUMNS]), old_file)
-    peaks = {"predicted_total_mb": 10.0, "cuda_max_allocated_mb": 11.5, "cuda_max_reserved_mb": 14.0}
+    peaks = {
+        "predicted_total_mb": 10.0,
+        "cuda_max_allocated_mb": 11.5,
+        "cuda_max_reserved_mb": 14.0,
+    }
     store.write_trial(tmp_path, record("gpu", peaks))
     rows = store.read_trials(tmp_path, "s").set_index("trial_id")
     assert rows.loc["gpu", "memory.cuda_max_allocated_mb"] == 11.5

@@ -13,6 +13,7 @@ from tune_lowmem.techniques.sparsity import DynamicSparsity, Sparsity
 from tune_lowmem.torch_private import multiply_
 from tune_lowmem.train import Trainer, read_once
 
+SMALL_HALF = {"schedule.batch_size": 4, "microbatch.size": 2}  # half convolutions are slow on CPUs
 HOST_READS = ("__float__", "__int__", "__bool__", "__index__", "item", "tolist", "numpy")
 
 
@@ -33,7 +34,7 @@ def host_reads(monkeypatch):
 
 @pytest.mark.parametrize(
     "setting",
-    [{}, {"precision": "fp16", "microbatch.size": 5}, {"precision": "amp-bf16", **CHURN}],
+    [{}, {"precision": "fp16", **SMALL_HALF}, {"precision": "amp-bf16", **CHURN}],
     ids=str,
 )
 def test_a_step_reads_the_device_once(setting, host_reads):
@@ -46,7 +47,7 @@ def test_a_step_reads_the_device_once(setting, host_reads):
 
 
 def test_rewiring_reads_every_layer_s_mask_sums_at_once(host_reads):
-    model, sparsity = two_layer_toy(fraction=0.2)
+    _, sparsity = two_layer_toy(fraction=0.2)
     host_reads.clear()
     sparsity.rewire()
     sums = [r for r in host_reads if r != "tolist"]
@@ -76,7 +77,7 @@ def _run(config, every_step: bool, steps: int):
     return trainer, engine, losses
 
 
-@pytest.mark.parametrize("setting", [{}, {"precision": "fp16", "microbatch.size": 5}], ids=str)
+@pytest.mark.parametrize("setting", [{}, {"precision": "fp16", **SMALL_HALF}], ids=str)
 def test_masks_applied_only_at_rewiring_give_the_results_of_applying_them_every_step(setting):
     config = tiny_wrn_config(**CHURN, **setting)
     lazy, lazy_engine, lazy_losses = _run(config, every_step=False, steps=7)
@@ -115,7 +116,9 @@ def test_adamw_keeps_masked_positions_zero_between_rewirings():
 
 def test_the_multi_tensor_unscale_equals_one_multiply_per_gradient():
     generator = torch.Generator().manual_seed(0)
-    grads = [torch.randn(shape, generator=generator).half() * 1000 for shape in ((7, 3), (5,), (2, 2, 2))]
+    grads = [
+        torch.randn(shape, generator=generator).half() * 1000 for shape in ((7, 3), (5,), (2, 2, 2))
+    ]
     expected = [g * (1.0 / 1024.0) for g in grads]
     multiply_(grads, 1.0 / 1024.0)
     assert all(torch.equal(g, e) for g, e in zip(grads, expected))

@@ -78,7 +78,7 @@ def reserved_lower_bound(sizes: Iterable[int]) -> int:
             medium += size
         else:
             large += segment_size(size)
-    packed = lambda total, segment: segment * math.ceil(total / segment)  # noqa: E731
+    packed = lambda total, segment: segment * math.ceil(total / segment)
     return packed(small, SMALL_SEGMENT) + packed(medium, MEDIUM_SEGMENT) + large
 
 

@@ -62,4 +62,3 @@ def peak_memory_mb(device: torch.device) -> dict[str, float | None]:
         allocated: torch.cuda.max_memory_allocated(device) / MB,
         reserved: torch.cuda.max_memory_reserved(device) / MB,
     }
-
