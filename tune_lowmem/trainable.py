@@ -217,11 +217,8 @@ class _Run:
     def _memory_reached(self) -> str:
         """What an out-of-memory trial had predicted and reached, for its failure reason."""
         memory = self._memory()
-        said = [
-            f"{label} {memory[name]:.1f} MB"
-            for label, name in zip(("predicted", "reached"), (MEMORY_OBJECTIVE, CUDA_PEAK_METRICS[1]))
-            if memory[name] is not None
-        ]
+        names = {"predicted": MEMORY_OBJECTIVE, "reached": CUDA_PEAK_METRICS[1]}
+        said = [f"{k} {memory[n]:.1f} MB" for k, n in names.items() if memory[n] is not None]
         return "".join(f"{part}; " for part in said)
 
     def _on_epoch(self, metrics: dict[str, float], trainer: Trainer) -> None:
