@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from tests.test_trainable import tiny_space
 from tune_lowmem import store
 from tune_lowmem.memory.share import (
     ALLOCATOR_MARGIN,
@@ -17,7 +18,9 @@ from tune_lowmem.memory.share import (
     hold_to_share,
     memory_fraction,
     peak_memory_mb,
+    trial_share,
 )
+from tune_lowmem.trainable import result_from_row
 
 
 @pytest.mark.parametrize("predicted", [1.0, 250.0, 3_000.0, 20_000.0])
@@ -84,3 +87,38 @@ def test_gpu_peaks_are_stored_beside_the_prediction_and_old_rows_read_without_th
     assert rows.loc["gpu", "memory.cuda_max_reserved_mb"] == 14.0
     assert rows.loc["gpu", "memory.predicted_total_mb"] == 10.0
     assert math.isnan(rows.loc["old", "memory.cuda_max_reserved_mb"])
+
+
+def test_a_restarted_trial_reports_its_stored_gpu_peaks(tmp_path):
+    space = tiny_space()
+    peaks = {
+        "predicted_total_mb": 12.5,
+        "cuda_max_allocated_mb": 20.0,
+        "cuda_max_reserved_mb": 24.0,
+    }
+    record = store.TrialRecord(
+        sweep=space.name,
+        trial_id="t1",
+        status="completed",
+        config=space.trial_config({"seed": 0}).to_flat(),
+        metrics={"val_accuracy": 0.25},
+        memory=peaks,
+    )
+    store.write_trial(tmp_path, record, epochs=[])
+    reported = result_from_row(space, store.read_trials(tmp_path, space.name).iloc[0].to_dict())
+    assert reported["memory.cuda_max_allocated_mb"] == 20.0
+    assert reported["memory.cuda_max_reserved_mb"] == 24.0
+
+
+def test_the_allocator_view_raises_a_share_when_it_is_the_larger():
+    card = 80_000.0
+    assert gpu_share(1_000.0, card, cuda_allocated_mb=500.0) == gpu_share(1_000.0, card)
+    larger = gpu_share(1_000.0, card, cuda_allocated_mb=4_000.0)
+    assert larger == gpu_share(4_000.0, card) > gpu_share(1_000.0, card)
+
+
+def test_a_fixed_share_is_asked_for_and_held_as_given():
+    from tune_lowmem.space import Resources
+
+    assert trial_share(Resources(cpu=1, gpu=0.25), None) == 0.25
+    assert trial_share(Resources(cpu=1, gpu=0), None) == 0.0

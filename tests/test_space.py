@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from tune_lowmem import cli
+from tune_lowmem.memory.cuda import predict_cuda
 from tune_lowmem.memory.predict import predict
 from tune_lowmem.search import trial_resources
 from tune_lowmem.space import SearchSpace
@@ -166,6 +167,8 @@ def test_gpu_share_follows_predicted_memory():
     assert small == pytest.approx((100 * 1.25 + 600) / 16000, abs=0.01)
     assert space.resources.gpu_share(1e6) == 1.0
     params = {"precision": "fp32", "sparsity.density": 1.0, "schedule.lr_multiplier": 1.0, "seed": 0}
-    predicted = predict(space.trial_config(params)).total_mb
+    config = space.trial_config(params)
+    predicted, allocated = predict(config).total_mb, predict_cuda(config).allocated_bytes / 1e6
     assert trial_resources(space, {"point": 0, "params": params}) == {
-        "cpu": 1, "gpu": space.resources.gpu_share(predicted)}
+        "cpu": 1, "gpu": space.resources.gpu_share(predicted, allocated)}
+    assert space.resources.gpu_share(predicted, allocated) >= space.resources.gpu_share(predicted)

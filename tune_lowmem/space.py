@@ -172,14 +172,14 @@ class Resources:
     gpu: float | str = 0  # a share of one GPU, a whole number of GPUs, or "auto"
     gpu_memory_mb: float | None = None  # one GPU's memory, to size the "auto" share
 
-    def gpu_share(self, predicted_total_mb: float) -> float:
+    def gpu_share(self, predicted_total_mb: float, cuda_allocated_mb: float = 0.0) -> float:
         """The GPU request: fixed, or the predicted memory as a share of one card, with the
         headroom of `tune_lowmem.memory.share` (the rule the trial is then held to)."""
         if self.gpu != "auto":
             return float(self.gpu)
         from .memory.share import gpu_share  # the headroom rule, shared with the trial's limit
 
-        return gpu_share(predicted_total_mb, self.gpu_memory_mb)
+        return gpu_share(predicted_total_mb, self.gpu_memory_mb, cuda_allocated_mb)
 
     def to_dict(self) -> dict[str, Any]:
         values = {"cpu": self.cpu, "gpu": self.gpu}

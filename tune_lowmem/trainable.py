@@ -40,7 +40,7 @@ from .config import TrialConfig
 from .memory import MemoryReport
 from .memory.measure import measure
 from .memory.predict import predict
-from .memory.share import hold_to_share, peak_memory_mb
+from .memory.share import hold_to_share, peak_memory_mb, trial_share
 from .space import (
     CUDA_PEAK_METRICS,
     MEASURED_METRICS,
@@ -180,7 +180,7 @@ class _Run:
         try:
             self.config = self.space.trial_config(self.params)
             self.predicted = predict(self.config)
-            share = self.space.resources.gpu_share(self.predicted.total_mb)
+            share = trial_share(self.space.resources, self.config)  # what Ray was asked for
             hold_to_share(share, resolve_device(self.config.device))  # its OOM is its own
             self.trainer = Trainer(self.config)
             self._resume(tune.get_checkpoint())
