@@ -26,14 +26,23 @@ def main() -> None:
     parser.add_argument("--depth", type=int, default=16)
     parser.add_argument("--width", type=int, default=2)
     parser.add_argument("--batch", type=int, default=100)
-    parser.add_argument("--images", type=int, default=5000, help="training images the pipeline serves")
+    parser.add_argument(
+        "--images", type=int, default=5000, help="training images the pipeline serves"
+    )
     parser.add_argument("--steps", type=int, default=3, help="training steps per round")
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    config = TrialConfig.from_dict({
-        "model.depth": args.depth, "model.width": args.width, "schedule.batch_size": args.batch,
-        "data.train_subset": args.images, "data.val_size": 100, "data.test_subset": 100, "device": "cpu",
-    })
+    config = TrialConfig.from_dict(
+        {
+            "model.depth": args.depth,
+            "model.width": args.width,
+            "schedule.batch_size": args.batch,
+            "data.train_subset": args.images,
+            "data.val_size": 100,
+            "data.test_subset": 100,
+            "device": "cpu",
+        }
+    )
     trainer = Trainer(config)
     split = trainer.task.data.train
     batches = list(cifar10.train_batches(split, args.batch, 0, config.seed))[: args.steps]
@@ -41,15 +50,20 @@ def main() -> None:
     loading, training = [], []
     for round_ in range(args.rounds):
         started = time.perf_counter()
-        served = sum(int(labels.shape[0]) for _, labels in cifar10.train_batches(split, args.batch, round_, config.seed))
+        served = sum(
+            int(labels.shape[0])
+            for _, labels in cifar10.train_batches(split, args.batch, round_, config.seed)
+        )
         loading.append(served / (time.perf_counter() - started))
         started = time.perf_counter()
         for batch in batches:
             trainer.train_step(batch)
         training.append(args.steps * args.batch / (time.perf_counter() - started))
     load, train = statistics.median(loading), statistics.median(training)
-    print(f"CIFAR-10 pipeline (augment, batch {args.batch}) vs WRN-{args.depth}-{args.width} train_step, "
-          f"CPU threads {torch.get_num_threads()}, median of {args.rounds} rounds")
+    print(
+        f"CIFAR-10 pipeline (augment, batch {args.batch}) vs WRN-{args.depth}-{args.width} train_step, "
+        f"CPU threads {torch.get_num_threads()}, median of {args.rounds} rounds"
+    )
     print(f"pipeline {load:10.0f} images/s")
     print(f"training {train:10.0f} images/s")
     print(f"pipeline / training: {load / train:.1f}x (above 1: the step is never starved)")

@@ -34,11 +34,17 @@ from tune_lowmem.search import resume, sweep_folder, sweep_study
 POINTS = 6
 SPACE = {
     "name": "killed",
-    "base": {"task": "wrn-cifar10", "device": "cpu", "model": {"depth": 10, "width": 1},
-             "schedule": {"epochs": 2, "batch_size": 20},
-             "data": {"train_subset": 200, "val_size": 100, "test_subset": 100}},
-    "params": {"precision": {"type": "choice", "values": ["fp32", "bf16"]},
-               "schedule.lr_multiplier": {"type": "loguniform", "low": 0.5, "high": 2.0}},
+    "base": {
+        "task": "wrn-cifar10",
+        "device": "cpu",
+        "model": {"depth": 10, "width": 1},
+        "schedule": {"epochs": 2, "batch_size": 20},
+        "data": {"train_subset": 200, "val_size": 100, "test_subset": 100},
+    },
+    "params": {
+        "precision": {"type": "choice", "values": ["fp32", "bf16"]},
+        "schedule.lr_multiplier": {"type": "loguniform", "low": 0.5, "high": 2.0},
+    },
     "objectives": {"val_accuracy": "maximize", "memory.predicted_total_mb": "minimize"},
     "sampler": "random",
     "num_samples": POINTS,
@@ -51,14 +57,20 @@ def kill_mid_sweep(space: Path, root: Path, address: str, rows: int, delay: floa
     """Launch the sweep, SIGKILL its driver once it exists, `rows` trials are stored and `delay` s
     passed."""
     with open(root.parent / "launch.log", "w") as log:
-        driver = subprocess.Popen([CLI, "launch", str(space), "--store", str(root), "--address", address],
-                                  stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        driver = subprocess.Popen(
+            [CLI, "launch", str(space), "--store", str(root), "--address", address],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     deadline = time.monotonic() + 300
 
     def waiting(done) -> bool:
         return not done() and driver.poll() is None and time.monotonic() < deadline
 
-    while waiting(lambda: (sweep_folder(root, "killed") / "space.yaml").exists()):  # the sweep exists
+    while waiting(
+        lambda: (sweep_folder(root, "killed") / "space.yaml").exists()
+    ):  # the sweep exists
         time.sleep(0.1)
     while waiting(lambda: len(store.trial_ids(root, "killed")) >= rows):
         time.sleep(0.1)
@@ -74,7 +86,9 @@ def problems(root: Path) -> list[str]:
     trials = sweep_study(root, "killed").trials
     found = []
     if len(rows) != POINTS or not rows["trial_id"].is_unique:
-        found.append(f"{len(rows)} rows ({rows['trial_id'].nunique()} distinct) for {POINTS} points")
+        found.append(
+            f"{len(rows)} rows ({rows['trial_id'].nunique()} distinct) for {POINTS} points"
+        )
     if not (rows["status"] == "completed").all():
         found.append(f"statuses {sorted(rows['status'])}")
     epochs = [len(store.read_epochs(root, "killed", i)) for i in rows["trial_id"]]
@@ -107,8 +121,10 @@ def main() -> None:
         found = problems(root)
         failed += bool(found)
         verdict = "ok" if not found else "WRONG: " + "; ".join(found)
-        print(f"run {run}: killed after {rows} rows + {delay:.2f} s ({stored} stored) -> {verdict}  [{folder}]",
-              flush=True)
+        print(
+            f"run {run}: killed after {rows} rows + {delay:.2f} s ({stored} stored) -> {verdict}  [{folder}]",
+            flush=True,
+        )
     print(f"{args.runs - failed} of {args.runs} resumed sweeps complete and exact")
 
 

@@ -11,10 +11,11 @@ both and the measured peak of everything PyTorch held; at the end, the worst poi
     .venv/bin/python benchmarks/profiler_accuracy.py --task dct-iwslt14 [--embed 128 --layers 3
                                                       --max-tokens 1000 --microbatch 250]
 
-The WRN grid crosses all four checkpointing strategies with densities 1.0 and 0.3; the
-DC-Transformer grid (synthetic minibatches of IWSLT'14 shape, `memory.synthetic`) crosses none
-and residual-1 with densities 1.0 and 0.4, on a model of `--layers` encoder and decoder layers
-(the paper's kernel sizes, from the first) with FFN 2 x `--embed`.
+The WRN grid crosses every checkpointing strategy (the paper's four and the nested ones) with
+densities 1.0 and 0.3; the DC-Transformer grid (synthetic minibatches of IWSLT'14 shape,
+`memory.synthetic`) crosses none and residual-1 with densities 1.0 and 0.4, on a model of
+`--layers` encoder and decoder layers (the paper's kernel sizes, from the first) with FFN
+2 x `--embed`.
 """
 
 from __future__ import annotations
@@ -25,10 +26,11 @@ import time
 
 import torch
 
-from tune_lowmem.config import CHECKPOINT_STRATEGIES, DynamicConvConfig, TrialConfig
+from tune_lowmem.config import DynamicConvConfig, TrialConfig
 from tune_lowmem.memory import MB, MemoryReport
 from tune_lowmem.memory.measure import measure
 from tune_lowmem.memory.predict import predict
+from tune_lowmem.tasks import get_task
 
 PRECISIONS = ("fp32", "fp16", "bf16")
 SPARSE_DENSITY = {"wrn-cifar10": 0.3, "dct-iwslt14": 0.4}
@@ -76,7 +78,7 @@ def grid(args: argparse.Namespace) -> list[TrialConfig]:
     points = itertools.product(
         args.precisions,
         (None, microbatch),
-        CHECKPOINT_STRATEGIES[args.task],
+        get_task(args.task).CHECKPOINT_STRATEGIES,
         (1.0, SPARSE_DENSITY[args.task]),
     )
     return [

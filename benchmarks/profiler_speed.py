@@ -17,8 +17,13 @@ from tune_lowmem.config import TrialConfig
 from tune_lowmem.memory.predict import dry_run, predict
 
 CONFIGS = {
-    "WRN-28-2 batch 100": {"task": "wrn-cifar10", "model.depth": 28, "model.width": 2,
-                           "schedule.batch_size": 100, "device": "cpu"},
+    "WRN-28-2 batch 100": {
+        "task": "wrn-cifar10",
+        "model.depth": 28,
+        "model.width": 2,
+        "schedule.batch_size": 100,
+        "device": "cpu",
+    },
     "DC-Transformer (dct-iwslt14)": {"task": "dct-iwslt14", "device": "cpu"},
 }
 
@@ -33,7 +38,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
-    print(f"{'config':30s} {'first':>8s} {'cold':>8s} {'warm':>9s}  (seconds; cold/warm: median of {args.repeats})")
+    print(
+        f"{'config':30s} {'first':>8s} {'cold':>8s} {'warm':>9s}  (seconds; cold/warm: median of {args.repeats})"
+    )
     for name, flat in CONFIGS.items():
         config = TrialConfig.from_dict(flat)
         first = seconds(config)
@@ -42,7 +49,9 @@ def main() -> None:
             dry_run.cache_clear()
             cold.append(seconds(config))
         warm = [seconds(config) for _ in range(args.repeats)]
-        print(f"{name:30s} {first:8.2f} {statistics.median(cold):8.2f} {statistics.median(warm):9.5f}")
+        print(
+            f"{name:30s} {first:8.2f} {statistics.median(cold):8.2f} {statistics.median(warm):9.5f}"
+        )
 
 
 if __name__ == "__main__":

@@ -131,7 +131,9 @@ def run_study(
         values = [row["val_accuracy"], row["memory.predicted_total_mb"]]
         if budget is not None:
             trial.set_constraint(CONSTRAINT, row["memory.predicted_total_mb"] - budget)
-        if budget is not None and row["memory.predicted_total_mb"] > budget:  # screened: never trained
+        if (
+            budget is not None and row["memory.predicted_total_mb"] > budget
+        ):  # screened: never trained
             study.tell(trial, [0.0, row["memory.predicted_total_mb"]])
             told.append(None)
         else:

@@ -30,7 +30,11 @@ class HandWrittenLoop:
         self.model = WideResNet.from_config(config.model).train()
         s = config.schedule
         self.optimizer = torch.optim.SGD(
-            self.model.parameters(), lr=s.lr, momentum=s.momentum, nesterov=True, weight_decay=s.weight_decay
+            self.model.parameters(),
+            lr=s.lr,
+            momentum=s.momentum,
+            nesterov=True,
+            weight_decay=s.weight_decay,
         )
 
     def train_step(self, batch) -> None:
@@ -50,8 +54,12 @@ def variants(base: dict) -> dict[str, TrialConfig]:
         "checkpoint residual-2": config(checkpoint="residual-2"),
         "checkpoint residual-2*": config(checkpoint="residual-2*"),
         "microbatch 10 true": config(**{"microbatch.size": 10}),
-        "microbatch 10 simulated": config(**{"microbatch.size": 10, "microbatch.mode": "simulated"}),
-        "sparse 30% (dynamic)": config(**{"sparsity.density": 0.3, "sparsity.period_schedule": "constant"}),
+        "microbatch 10 simulated": config(
+            **{"microbatch.size": 10, "microbatch.mode": "simulated"}
+        ),
+        "sparse 30% (dynamic)": config(
+            **{"sparsity.density": 0.3, "sparsity.period_schedule": "constant"}
+        ),
         "bf16": config(precision="bf16"),
     }
 
@@ -65,8 +73,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=11)
     args = parser.parse_args()
     base = {
-        "model.depth": args.depth, "model.width": args.width, "schedule.batch_size": args.batch,
-        "data.train_subset": args.batch * args.steps, "data.val_size": 100, "data.test_subset": 100,
+        "model.depth": args.depth,
+        "model.width": args.width,
+        "schedule.batch_size": args.batch,
+        "data.train_subset": args.batch * args.steps,
+        "data.val_size": 100,
+        "data.test_subset": 100,
         "device": "cpu",
     }
     configs = variants(base)
@@ -85,13 +97,20 @@ def main() -> None:
             if round_:
                 times[name].append((time.perf_counter() - started) / len(batches))
     medians = {name: statistics.median(t) for name, t in times.items()}
-    ratios = {name: statistics.median(a / b for a, b in zip(t, times["no technique"])) for name, t in times.items()}
-    print(f"WRN-{args.depth}-{args.width}, batch {args.batch}, CPU threads {torch.get_num_threads()}, "
-          f"median of {args.rounds} rounds x {args.steps} steps")
+    ratios = {
+        name: statistics.median(a / b for a, b in zip(t, times["no technique"]))
+        for name, t in times.items()
+    }
+    print(
+        f"WRN-{args.depth}-{args.width}, batch {args.batch}, CPU threads {torch.get_num_threads()}, "
+        f"median of {args.rounds} rounds x {args.steps} steps"
+    )
     print(f"{'variant':28s} {'s/step':>8s} {'ratio':>8s}  (ratio to 'no technique')")
     for name, median in medians.items():
         print(f"{name:28s} {median:8.3f} {ratios[name]:8.3f}")
-    print(f"overhead of our step vs hand-written: {1 / ratios['hand-written loop'] - 1:+.1%} (target: within 5%)")
+    print(
+        f"overhead of our step vs hand-written: {1 / ratios['hand-written loop'] - 1:+.1%} (target: within 5%)"
+    )
 
 
 if __name__ == "__main__":

@@ -28,3 +28,13 @@ def tiny_wrn_config(**flat) -> TrialConfig:
 @pytest.fixture
 def tiny_config():
     return tiny_wrn_config
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """A 2-CPU local Ray cluster for one test module; its GCS address."""
+    import ray
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray.get_runtime_context().gcs_address
+    ray.shutdown()

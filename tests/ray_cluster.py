@@ -39,8 +39,8 @@ def _process_table() -> dict[int, tuple[int, str, int]]:
             text = stat.read_text()
         except OSError:  # the process ended while we looked
             continue
-        name = text[text.index("(") + 1:text.rindex(")")]
-        fields = text[text.rindex(")") + 2:].split()
+        name = text[text.index("(") + 1 : text.rindex(")")]
+        fields = text[text.rindex(")") + 2 :].split()
         if fields[0] != "Z":
             table[int(stat.parent.name)] = (int(fields[1]), name, int(fields[19]))
     return table
@@ -80,8 +80,14 @@ def free_port() -> int:
 
 def _port_arguments() -> list[str]:
     """Every fixed port a node binds, chosen free, so that several nodes (and other clusters) coexist."""
-    names = ("node-manager-port", "object-manager-port", "dashboard-agent-listen-port",
-             "dashboard-agent-grpc-port", "runtime-env-agent-port", "metrics-export-port")
+    names = (
+        "node-manager-port",
+        "object-manager-port",
+        "dashboard-agent-listen-port",
+        "dashboard-agent-grpc-port",
+        "runtime-env-agent-port",
+        "metrics-export-port",
+    )
     return [arg for name in names for arg in (f"--{name}", str(free_port()))]
 
 
@@ -147,15 +153,21 @@ class LocalCluster:
 
     Run clients of it (a `tune-lowmem launch --address`) with `env`, which carries its token."""
 
-    def __init__(self, root: Path, cpus: int = 1, object_store_mb: int = 100, env: dict | None = None):
+    def __init__(
+        self, root: Path, cpus: int = 1, object_store_mb: int = 100, env: dict | None = None
+    ):
         self.root = Path(root)
         self.cpus = cpus
         self.object_store_bytes = object_store_mb * 1024 * 1024
         # Its own auth token: every node and every client of this cluster is given it through `env`,
         # so nothing depends on (or touches) a token another Ray on this machine left in ~/.ray.
         self.env = {
-            **os.environ, "RAY_USAGE_STATS_ENABLED": "0", **FAST_HEALTH_CHECK,
-            "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32), **(env or {}),
+            **os.environ,
+            "RAY_USAGE_STATS_ENABLED": "0",
+            **FAST_HEALTH_CHECK,
+            "RAY_AUTH_MODE": "token",
+            "RAY_AUTH_TOKEN": secrets.token_hex(32),
+            **(env or {}),
         }
         self.gcs_port = free_port()
         self.nodes: dict[str, Node] = {}
@@ -169,14 +181,26 @@ class LocalCluster:
         temp_dir.mkdir(parents=True, exist_ok=True)
         log = self.root / f"{name}.log"
         command = [
-            RAY, "start", *arguments, f"--num-cpus={self.cpus}", "--num-gpus=0",
-            f"--resources={json.dumps({name: 1})}", f"--temp-dir={temp_dir}",
-            f"--object-store-memory={self.object_store_bytes}", "--disable-usage-stats", "--block",
+            RAY,
+            "start",
+            *arguments,
+            f"--num-cpus={self.cpus}",
+            "--num-gpus=0",
+            f"--resources={json.dumps({name: 1})}",
+            f"--temp-dir={temp_dir}",
+            f"--object-store-memory={self.object_store_bytes}",
+            "--disable-usage-stats",
+            "--block",
             *_port_arguments(),
         ]
         with open(log, "w") as handle:
-            process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=self.env,
-                                       start_new_session=True)
+            process = subprocess.Popen(
+                command,
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                start_new_session=True,
+            )
         node = Node(name, process, temp_dir, log)
         self.nodes[name] = node
         return node
@@ -198,14 +222,25 @@ class LocalCluster:
             f"ray.init(address={self.address!r}, logging_level='ERROR', log_to_driver=False)\n"
             "print('NODES', json.dumps([[n['NodeID'], sorted(n['Resources'])] for n in ray.nodes() if n['Alive']]))\n"
         )
-        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                             env=self.env, timeout=60, check=False)
+        out = subprocess.run(
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            timeout=60,
+            check=False,
+        )
         if out.returncode != 0:
             raise RuntimeError(f"cannot read the cluster's nodes: {out.stderr[-2000:]}")
         # Ray may print its own warnings (e.g. lagging heartbeats) to stdout around ours.
         line = next(line for line in out.stdout.splitlines() if line.startswith("NODES "))
         alive = json.loads(line.removeprefix("NODES "))
-        return {name: node_id for node_id, resources in alive for name in self.nodes if name in resources}
+        return {
+            name: node_id
+            for node_id, resources in alive
+            for name in self.nodes
+            if name in resources
+        }
 
     def wait_for_nodes(self, timeout: float = 60.0) -> dict[str, str]:
         """Wait until every running node is alive in the GCS; record each node's Ray id."""
@@ -223,9 +258,13 @@ class LocalCluster:
                 return alive
             for name, node in self.nodes.items():
                 if name in expected and node.process.poll() is not None:
-                    raise RuntimeError(f"node {name} exited; see {node.log}:\n{node.log.read_text()[-2000:]}")
+                    raise RuntimeError(
+                        f"node {name} exited; see {node.log}:\n{node.log.read_text()[-2000:]}"
+                    )
             if time.monotonic() > deadline:
-                raise TimeoutError(f"nodes {sorted(expected - set(alive))} did not join in {timeout} s")
+                raise TimeoutError(
+                    f"nodes {sorted(expected - set(alive))} did not join in {timeout} s"
+                )
             time.sleep(0.5)
 
     def wait_until_dead(self, name: str, timeout: float = 60.0) -> None:

@@ -24,7 +24,9 @@ def test_final_split_trains_on_all_50000():
 
 
 def test_subset_option():
-    data = cifar10.Cifar10.from_config(DataConfig(train_subset=300, val_size=50, test_subset=70), seed=0)
+    data = cifar10.Cifar10.from_config(
+        DataConfig(train_subset=300, val_size=50, test_subset=70), seed=0
+    )
     assert (len(data.train), len(data.val), len(data.test)) == (300, 50, 70)
 
 
@@ -40,18 +42,26 @@ def test_augmentation_is_crop_and_flip_of_the_padded_image():
 
 
 def test_batches_are_normalised_deterministic_and_full():
-    data = cifar10.Cifar10.from_config(DataConfig(train_subset=250, val_size=10, test_subset=10), seed=0)
+    data = cifar10.Cifar10.from_config(
+        DataConfig(train_subset=250, val_size=10, test_subset=10), seed=0
+    )
     first = list(cifar10.train_batches(data.train, 100, epoch=0, seed=0))
     again = list(cifar10.train_batches(data.train, 100, epoch=0, seed=0))
     other = list(cifar10.train_batches(data.train, 100, epoch=1, seed=0))
     assert len(first) == 2 and all(x.shape == (100, 3, 32, 32) for x, _ in first)
     assert all(torch.equal(a[0], b[0]) for a, b in zip(first, again))
     assert not torch.equal(first[0][1], other[0][1])
-    plain = torch.cat([x for x, _ in cifar10.train_batches(data.train, 250, 0, 0, augment_images=False)])
+    plain = torch.cat(
+        [x for x, _ in cifar10.train_batches(data.train, 250, 0, 0, augment_images=False)]
+    )
     assert abs(float(plain.mean())) < 0.3 and 0.7 < float(plain.std()) < 1.3
 
 
 def test_missing_data_names_the_field(tmp_path, monkeypatch):
-    monkeypatch.setattr(cifar10, "_from_torchvision", lambda root, download=False: (_ for _ in ()).throw(OSError("offline")))
+    monkeypatch.setattr(
+        cifar10,
+        "_from_torchvision",
+        lambda root, download=False: (_ for _ in ()).throw(OSError("offline")),
+    )
     with pytest.raises(FileNotFoundError, match="data.root: no CIFAR-10"):
         cifar10.Cifar10.from_config(DataConfig(root=str(tmp_path)), seed=0)

@@ -11,7 +11,16 @@ import torch
 import torch.nn.functional as F
 
 from tune_lowmem.data.iwslt14 import EOS, PAD, Dictionary, ParallelText
-from tune_lowmem.decode import beam_search, bleu, references, remove_bpe, translate
+from tune_lowmem.decode import (
+    beam_search,
+    bleu,
+    detok_bleu,
+    detokenise,
+    references,
+    remove_bpe,
+    sacrebleu_signature,
+    translate,
+)
 
 from .test_dynamicconv import VOCAB, tiny_model, tokens
 
@@ -76,7 +85,9 @@ def test_reported_scores_are_the_models_scores_of_the_returned_tokens(len_penalt
     teacher-forced scoring of its tokens: the beams kept their own histories and states."""
     model = tiny_model(seed=3).eval()
     src = _sources()
-    for row, hypothesis in enumerate(beam_search(model, src, beam_size=4, len_penalty=len_penalty, max_len_b=6)):
+    for row, hypothesis in enumerate(
+        beam_search(model, src, beam_size=4, len_penalty=len_penalty, max_len_b=6)
+    ):
         expected = _normalised_score(model, _alone(src, row), hypothesis.tokens, len_penalty)
         assert hypothesis.score == pytest.approx(expected, rel=1e-4)
 
@@ -91,7 +102,9 @@ def test_wide_beam_finds_the_best_length_normalised_hypothesis(len_penalty):
     candidates = [list(h) for n in (1, 2) for h in itertools.product(words, repeat=n)]
     scores = {tuple(h): _normalised_score(model, src, h, len_penalty) for h in candidates}
     best = max(scores, key=scores.get)
-    (found,) = beam_search(model, src, beam_size=32, len_penalty=len_penalty, max_len_a=0.0, max_len_b=2)
+    (found,) = beam_search(
+        model, src, beam_size=32, len_penalty=len_penalty, max_len_a=0.0, max_len_b=2
+    )
     assert tuple(found.tokens) == best and found.score == pytest.approx(scores[best], rel=1e-5)
 
 
@@ -107,14 +120,19 @@ def test_hypotheses_stop_at_the_length_limit():
 
 
 def test_translate_removes_bpe_and_keeps_the_data_order():
-    symbols = ["<s>", "<pad>", "</s>", "<unk>", "ha@@", "llo", "welt", "x"] + [f"w{i}" for i in range(VOCAB - 8)]
+    symbols = ["<s>", "<pad>", "</s>", "<unk>", "ha@@", "llo", "welt", "x"] + [
+        f"w{i}" for i in range(VOCAB - 8)
+    ]
     vocab = Dictionary(symbols)
     src = ["ha@@ llo welt", "x", "welt ha@@ llo x x"]
     tgt = ["ha@@ llo", "welt x", "neu@@ x"]
     data = ParallelText.encode(src, tgt, vocab, vocab)
     model = tiny_model(seed=3).eval()
     found = translate(model, data, vocab, beam_size=2, max_len_b=3, batch_size=2)
-    direct = [beam_search(model, data.source(i).unsqueeze(0), beam_size=2, max_len_b=3)[0] for i in range(3)]
+    direct = [
+        beam_search(model, data.source(i).unsqueeze(0), beam_size=2, max_len_b=3)[0]
+        for i in range(3)
+    ]
     assert found == [remove_bpe(vocab.string(h.tokens)) for h in direct]
     assert references(data, vocab) == ["hallo", "welt x", "<<unk>> x"]
 
@@ -139,3 +157,24 @@ def test_bleu_on_tokenised_text():
     assert ours < sacrebleu.corpus_bleu(hyps, [refs], tokenize="13a").score
     with pytest.raises(ValueError, match="hypotheses: 1 given for 2 references"):
         bleu(["a"], ["a", "b"])
+
+
+def test_tokenised_bleu_does_not_tell_the_user_to_detokenize(caplog):
+    """The tokenisation is deliberate: sacrebleu's warning (100 lines ending in ' .') stays off."""
+    text = [f"sentence number {i} ends in a tokenised period ." for i in range(120)]
+    with caplog.at_level("WARNING", logger="sacrebleu"):
+        assert bleu(text, text) == pytest.approx(100.0)
+    assert not [r for r in caplog.records if "detokenize" in r.getMessage()]
+
+
+def test_detokenised_sacrebleu_and_its_signature():
+    assert detokenise(
+        ["we &apos;re all born . it &apos;s &quot; art &quot; , isn &apos;t it ?"]
+    ) == ["we're all born. it's \"art\", isn't it?"]
+    hyps, refs = ["so we &apos;re all here"], ["so we &apos;re all here now"]
+    assert detok_bleu(refs, refs) == pytest.approx(100.0)
+    expected = sacrebleu.corpus_bleu(detokenise(hyps), [detokenise(refs)], lowercase=True).score
+    assert detok_bleu(hyps, refs) == pytest.approx(expected) and detok_bleu(hyps, refs) != bleu(
+        hyps, refs
+    )
+    assert sacrebleu_signature().startswith("nrefs:1|case:lc|eff:no|tok:13a|smooth:exp|version:")

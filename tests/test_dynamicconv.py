@@ -18,8 +18,13 @@ VOCAB = 40
 def tiny_config(**changes) -> DynamicConvConfig:
     """Embed 16, 2+2 layers, kernel 3 then 7 (longer than some test sequences), 4 heads."""
     values = {
-        "embed_dim": 16, "ffn_dim": 32, "heads": 4, "encoder_layers": 2, "decoder_layers": 2,
-        "encoder_kernels": (3, 7), "decoder_kernels": (3, 7),
+        "embed_dim": 16,
+        "ffn_dim": 32,
+        "heads": 4,
+        "encoder_layers": 2,
+        "decoder_layers": 2,
+        "encoder_kernels": (3, 7),
+        "decoder_kernels": (3, 7),
     }
     return DynamicConvConfig(**{**values, **changes})
 
@@ -49,7 +54,9 @@ def naive_conv(conv: DynamicConv, x: torch.Tensor) -> torch.Tensor:
     return out
 
 
-@pytest.mark.parametrize("kernel,padding,length", [(3, 1, 6), (7, 3, 5), (7, 6, 5), (7, 6, 12), (31, 15, 9)])
+@pytest.mark.parametrize(
+    "kernel,padding,length", [(3, 1, 6), (7, 3, 5), (7, 6, 5), (7, 6, 12), (31, 15, 9)]
+)
 def test_unfold_and_band_paths_agree_with_the_definition(kernel, padding, length):
     torch.manual_seed(0)
     conv = DynamicConv(16, kernel, padding, heads=4, weight_softmax=True, weight_dropout=0.0)
@@ -59,7 +66,9 @@ def test_unfold_and_band_paths_agree_with_the_definition(kernel, padding, length
     for path in ("unfold", "band"):
         out = conv(x, path)
         torch.testing.assert_close(out, reference, rtol=1e-5, atol=1e-6)
-        (grads[path],) = torch.autograd.grad((out * torch.arange(out.numel()).view_as(out).sin()).sum(), x)
+        (grads[path],) = torch.autograd.grad(
+            (out * torch.arange(out.numel()).view_as(out).sin()).sum(), x
+        )
     torch.testing.assert_close(grads["unfold"], grads["band"], rtol=1e-5, atol=1e-6)
 
 
@@ -139,7 +148,9 @@ def test_checkpointing_gives_the_same_gradients_and_stores_less():
     assert checkpointed_saved < 0.5 * plain_saved
     model.set_grad_checkpointing("none")
     assert _saved_bytes(model) == plain_saved
-    with pytest.raises(ValueError, match="checkpoint: 'residual-2' is not allowed; allowed: none, residual-1"):
+    with pytest.raises(
+        ValueError, match="checkpoint: 'residual-2' is not allowed; allowed: none, residual-1"
+    ):
         model.set_grad_checkpointing("residual-2")
 
 
@@ -154,7 +165,10 @@ def test_half_model_keeps_layer_norm_fp32_and_trains(precision, dtype):
     logits = model(tokens(2, 6), tokens(2, 5, seed=2))
     assert logits.dtype == dtype
     logits.float().logsumexp(-1).sum().backward()
-    assert all(p.grad is not None and p.grad.dtype == p.dtype and p.grad.isfinite().all() for p in model.parameters())
+    assert all(
+        p.grad is not None and p.grad.dtype == p.dtype and p.grad.isfinite().all()
+        for p in model.parameters()
+    )
 
 
 def test_layer_norm_computes_in_fp32_for_half_inputs():
@@ -162,7 +176,9 @@ def test_layer_norm_computes_in_fp32_for_half_inputs():
     x = (torch.randn(4, 8) * 300).half()
     out = norm(x)
     assert out.dtype == torch.float16
-    torch.testing.assert_close(out.float(), torch.nn.functional.layer_norm(x.float(), (8,)), atol=2e-3, rtol=1e-3)
+    torch.testing.assert_close(
+        out.float(), torch.nn.functional.layer_norm(x.float(), (8,)), atol=2e-3, rtol=1e-3
+    )
 
 
 def test_incremental_decoding_equals_full_decoding():
@@ -180,7 +196,10 @@ def test_incremental_decoding_equals_full_decoding():
     nxt = tokens(3, 1, seed=9)[:, 0].clamp(min=4)
     extended = torch.cat([tgt[index], nxt.unsqueeze(1)], dim=1)
     torch.testing.assert_close(
-        model.decode_step(nxt, encoder_out, state), model(src[index], extended)[:, -1], rtol=1e-5, atol=1e-5
+        model.decode_step(nxt, encoder_out, state),
+        model(src[index], extended)[:, -1],
+        rtol=1e-5,
+        atol=1e-5,
     )
 
 
@@ -194,10 +213,13 @@ def _fairseq_parameter_count(config: DynamicConvConfig, src_vocab: int, tgt_voca
     conv_block = linear(d, 2 * d if config.glu else d) + linear(d, d)
     ffn = linear(d, f) + linear(f, d)
     norm = 2 * d
-    encoder = sum(conv_block + linear(d, H * k, bias=False) + ffn + 2 * norm for k in config.encoder_kernels)
+    encoder = sum(
+        conv_block + linear(d, H * k, bias=False) + ffn + 2 * norm for k in config.encoder_kernels
+    )
     attention = 4 * linear(d, d)
     decoder = sum(
-        conv_block + linear(d, H * k, bias=False) + attention + ffn + 3 * norm for k in config.decoder_kernels
+        conv_block + linear(d, H * k, bias=False) + attention + ffn + 3 * norm
+        for k in config.decoder_kernels
     )
     output = 0 if config.share_decoder_input_output_embed else tgt_vocab * d
     return src_vocab * d + encoder + tgt_vocab * d + decoder + output
@@ -207,7 +229,9 @@ def _fairseq_parameter_count(config: DynamicConvConfig, src_vocab: int, tgt_voca
 def test_parameter_count_matches_fairseqs_architecture(changes):
     config = DynamicConvConfig(**changes)
     with torch.device("meta"):
-        model = DynamicConvTransformer.from_config(config, 8848, 6632, PAD)  # fairseq's IWSLT'14 vocabularies
+        model = DynamicConvTransformer.from_config(
+            config, 8848, 6632, PAD
+        )  # fairseq's IWSLT'14 vocabularies
     count = sum(p.numel() for p in model.parameters())
     assert count == _fairseq_parameter_count(config, 8848, 6632)
     if not changes:
@@ -252,9 +276,16 @@ def test_the_task_builds_the_model_for_its_vocabulary_sizes(monkeypatch):
     from tune_lowmem.config import TrialConfig
     from tune_lowmem.tasks.translation import DynamicConvIwslt14
 
-    flat = {f"model.{k}": v for k, v in tiny_config().__dict__.items() if k.startswith(("embed", "ffn", "encoder", "decoder"))}
+    flat = {
+        f"model.{k}": v
+        for k, v in tiny_config().__dict__.items()
+        if k.startswith(("embed", "ffn", "encoder", "decoder"))
+    }
     config = TrialConfig.from_dict({"task": "dct-iwslt14", **flat})
     task = DynamicConvIwslt14(config, _torch.device("cpu"))
     monkeypatch.setattr(task, "vocab_sizes", lambda: (30, 50))  # what the data's dictionaries say
     model = task.build_model()
-    assert model.encoder.embed_tokens.num_embeddings == 30 and model.decoder.embed_tokens.num_embeddings == 50
+    assert (
+        model.encoder.embed_tokens.num_embeddings == 30
+        and model.decoder.embed_tokens.num_embeddings == 50
+    )

@@ -38,14 +38,24 @@ def shipped(cache) -> iwslt14.Iwslt14:
 
 def test_dictionary_follows_fairseqs_conventions():
     d = Dictionary.build(["b a c a", "c a d"], padding_factor=8)
-    assert (d.indices["<s>"], d.indices["<pad>"], d.indices["</s>"], d.indices["<unk>"]) == (BOS, PAD, EOS, UNK)
+    assert (d.indices["<s>"], d.indices["<pad>"], d.indices["</s>"], d.indices["<unk>"]) == (
+        BOS,
+        PAD,
+        EOS,
+        UNK,
+    )
     assert d.symbols[4:8] == ["a", "c", "b", "d"]  # by count, ties alphabetical
     assert len(d) == 8  # already a multiple of 8: no padding words
     assert d.encode("a zz d") == [4, UNK, 7, EOS]
     assert d.string([4, UNK, 7, EOS, 5]) == "a <unk> d"
     assert d.string([PAD, 4, UNK], unk="<<unk>>") == "a <<unk>>"
-    assert Dictionary.build(["b a c a", "c a d"], threshold=2, padding_factor=1).symbols[4:] == ["a", "c"]
-    assert Dictionary.build(["w"], padding_factor=8).symbols[5:] == [f"madeupword{i:04d}" for i in range(3)]
+    assert Dictionary.build(["b a c a", "c a d"], threshold=2, padding_factor=1).symbols[4:] == [
+        "a",
+        "c",
+    ]
+    assert Dictionary.build(["w"], padding_factor=8).symbols[5:] == [
+        f"madeupword{i:04d}" for i in range(3)
+    ]
 
 
 def test_shipped_small_folder_trains_on_valid_and_tests_on_test(shipped):
@@ -61,10 +71,14 @@ def test_shipped_small_folder_trains_on_valid_and_tests_on_test(shipped):
 
 def test_loading_twice_reads_the_cache(shipped, cache, monkeypatch):
     assert len(list(cache.glob("iwslt14-*.pt"))) == 1
-    monkeypatch.setattr(iwslt14, "_encode", lambda *a: pytest.fail("encoded again instead of reading the cache"))
+    monkeypatch.setattr(
+        iwslt14, "_encode", lambda *a: pytest.fail("encoded again instead of reading the cache")
+    )
     again = iwslt14.load(iwslt14.find_folder(data_root(DataConfig())))
     assert again.src_dict.symbols == shipped.src_dict.symbols
-    assert torch.equal(again.test.tgt, shipped.test.tgt) and torch.equal(again.train.src_offsets, shipped.train.src_offsets)
+    assert torch.equal(again.test.tgt, shipped.test.tgt) and torch.equal(
+        again.train.src_offsets, shipped.train.src_offsets
+    )
 
 
 def _write_folder(folder: Path) -> Path:
@@ -81,7 +95,9 @@ def test_full_folder_has_three_splits_and_a_joined_vocabulary_option(tmp_path, c
     corpus = iwslt14.load(folder)
     assert (len(corpus.train), len(corpus.valid), len(corpus.test)) == (6, 2, 3)
     assert "ha@@" in corpus.src_dict.indices and "he@@" not in corpus.src_dict.indices
-    assert corpus.src_dict.string(corpus.valid.source(0)) == "<unk> ha@@ llo 0"  # "valid" is not a training word
+    assert (
+        corpus.src_dict.string(corpus.valid.source(0)) == "<unk> ha@@ llo 0"
+    )  # "valid" is not a training word
     joined = iwslt14.load(folder, joined=True)
     assert joined.src_dict is joined.tgt_dict and {"ha@@", "he@@"} <= set(joined.src_dict.indices)
     with pytest.raises(FileNotFoundError, match="data.root: no IWSLT'14 folder"):
@@ -110,7 +126,9 @@ def test_token_batches_respect_the_budget_cover_every_sentence_once_and_group_le
     assert all(len(b) * sizes[b].max() <= 4000 for b in batches)
     assert sorted(np.concatenate(batches).tolist()) == list(range(len(data)))
     # Grouped by length: the batches are consecutive runs of the source-length order.
-    assert all(data.src_sizes[a].max() <= data.src_sizes[b].min() for a, b in itertools.pairwise(batches))
+    assert all(
+        data.src_sizes[a].max() <= data.src_sizes[b].min() for a, b in itertools.pairwise(batches)
+    )
     assert sum(collate(data, b).num_tokens for b in batches) < 1.3 * sizes.sum()  # little padding
     again = iwslt14.batches_by_tokens(data, 4000, seed=0)
     assert all(np.array_equal(a, b) for a, b in zip(batches, again))
@@ -137,7 +155,9 @@ def test_microbatches_respect_the_budget_and_cover_the_batch(shipped):
     longest = int(torch.maximum(batch.src_lengths, batch.target.ne(PAD).sum(1)).max())
     tight = iwslt14.split_microbatches(batch, longest - 1)
     assert all(m.num_tokens <= longest - 1 or len(m) == 1 for m in tight)
-    assert sum(len(m) for m in tight) == len(batch) and any(m.num_tokens > longest - 1 for m in tight)
+    assert sum(len(m) for m in tight) == len(batch) and any(
+        m.num_tokens > longest - 1 for m in tight
+    )
 
 
 def test_summed_microbatch_gradients_equal_the_full_batch_gradient(shipped):
@@ -173,4 +193,6 @@ def test_label_smoothed_loss_matches_a_hand_computation():
     hand_smooth = (2 * math.log(4) + math.log(2)) + 3 * math.log(3)
     assert nll.item() == pytest.approx(hand_nll, rel=1e-6)
     assert loss.item() == pytest.approx((1 - eps) * hand_nll + eps / 3 * hand_smooth, rel=1e-6)
-    assert label_smoothed_nll_loss(logits, target, 0.0, ignore_index=PAD)[0].item() == pytest.approx(hand_nll, rel=1e-6)
+    assert label_smoothed_nll_loss(logits, target, 0.0, ignore_index=PAD)[
+        0
+    ].item() == pytest.approx(hand_nll, rel=1e-6)

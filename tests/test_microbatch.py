@@ -61,7 +61,7 @@ def test_simulated_microbatching_matches_true_microbatching_forward():
     torch.manual_seed(0)
     model = WideResNet(depth=10, width=1)
     x, _ = data()
-    true_out = torch.cat([model(xb) for xb, in microbatch.split((x,), 4)])
+    true_out = torch.cat([model(xb) for (xb,) in microbatch.split((x,), 4)])
     running_true = model.blocks[0].bn1.running_mean.clone()
     torch.manual_seed(0)
     simulated = microbatch.apply_simulated(WideResNet(depth=10, width=1), 4)

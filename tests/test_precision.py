@@ -9,7 +9,9 @@ from tune_lowmem.techniques.precision import DynamicLossScaler, cast_model
 from tune_lowmem.train import Trainer
 
 
-@pytest.mark.parametrize(("precision", "dtype"), [("fp16", torch.float16), ("bf16", torch.bfloat16)])
+@pytest.mark.parametrize(
+    ("precision", "dtype"), [("fp16", torch.float16), ("bf16", torch.bfloat16)]
+)
 def test_half_storage_keeps_batch_norm_fp32(precision, dtype):
     model = cast_model(WideResNet(depth=10, width=1), precision)
     for module in model.modules():

@@ -9,9 +9,10 @@ from torch import nn
 from tests.conftest import tiny_wrn_config
 from tune_lowmem.config import ConfigError, SparsityConfig, TrialConfig
 from tune_lowmem.models.wideresnet import WideResNet
+from tune_lowmem.techniques.rewiring import RunLength
 from tune_lowmem.techniques.sparsity import (
-    Sparsity,
     DynamicSparsity,
+    Sparsity,
     apportion,
     rewiring_period,
     sparse_storage_bytes,
@@ -48,7 +49,7 @@ def two_layer_toy(**sparsity) -> tuple[nn.Module, DynamicSparsity]:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(100, 10, bias=False), nn.Linear(10, 100, bias=False))
     config = SparsityConfig(**{"density": 0.5, "fraction": 0.05, **sparsity})
-    return model, DynamicSparsity(model, ["0.weight", "1.weight"], config, epochs=1)
+    return model, DynamicSparsity(model, ["0.weight", "1.weight"], config, RunLength(10, 10))
 
 
 def set_active(model, sparsity, small_counts: list[int]) -> None:
@@ -183,9 +184,14 @@ def test_a_layer_is_never_emptied():
 # ---- schedule and storage ----------------------------------------------------------------------
 
 
-def test_paper_schedule_scales_with_epochs_and_stops():
-    paper = SparsityConfig(density=0.3)
-    assert [rewiring_period(paper, e, 200) for e in (0, 24, 25, 80, 139, 140, 189, 190)] == [
+def period_at(sparsity: SparsityConfig, epochs: int, epoch: int, scale: float = 1.0):
+    """The period during `epoch` of a run of `epochs` epochs of 450 updates."""
+    return rewiring_period(sparsity, RunLength(epochs * 450, 450, scale=scale), epoch, epoch * 450)
+
+
+def test_absolute_schedule_scales_boundaries_with_epochs_and_stops():
+    paper = SparsityConfig(density=0.3, schedule_units="absolute")
+    assert [period_at(paper, 200, e) for e in (0, 24, 25, 80, 139, 140, 189, 190)] == [
         100,
         100,
         200,
@@ -195,16 +201,14 @@ def test_paper_schedule_scales_with_epochs_and_stops():
         800,
         None,
     ]
-    assert [rewiring_period(paper, e, 20) for e in (2, 3, 8, 14, 19)] == [100, 200, 400, 800, None]
-    assert (
-        rewiring_period(SparsityConfig(density=0.3, period_multiplier=0.25), 30, 200, scale=0.5)
-        == 25
-    )
+    assert [period_at(paper, 20, e) for e in (2, 3, 8, 14, 19)] == [100, 200, 400, 800, None]
+    quarter = SparsityConfig(density=0.3, period_multiplier=0.25, schedule_units="absolute")
+    assert period_at(quarter, 200, 30, scale=0.5) == 25
     constant = SparsityConfig(
         density=0.3, period_schedule="constant", constant_period=7, period_multiplier=2
     )
-    assert rewiring_period(constant, 150, 200) == 14
-    assert rewiring_period(SparsityConfig(density=0.3, rewiring="static"), 0, 200) is None
+    assert period_at(constant, 200, 150) == 14
+    assert period_at(SparsityConfig(density=0.3, rewiring="static"), 200, 0) is None
 
 
 def test_rewiring_happens_every_period_and_never_when_static():
@@ -237,6 +241,15 @@ def test_sparse_storage_counts_values_smallest_column_indices_and_int32_row_poin
     assert sparse_storage_bytes(10, (3, 2**16), 4) == 10 * (4 + 2) + 4 * 4  # the most for uint16
     assert sparse_storage_bytes(10, (3, 2**16 + 1), 4) == 10 * (4 + 4) + 4 * 4  # int32 beyond
     assert sparse_storage_bytes(10, (3, 256, 257), 4) == 10 * (4 + 4) + 4 * 4  # columns: 256 x 257
+
+
+def test_bitmap_storage_counts_one_bit_per_position_and_best_takes_the_smaller():
+    shape = (64, 32, 3, 3)  # 18,432 positions: a 2,304-byte bitmap
+    assert sparse_storage_bytes(1000, shape, 2, "bitmap") == 2000 + 2304
+    assert sparse_storage_bytes(1000, shape, 2, "best") == 4000 + 260  # 5% dense: CSR wins
+    assert sparse_storage_bytes(5530, shape, 2, "best") == 11060 + 2304  # 30% dense: bitmap wins
+    with pytest.raises(ValueError, match="layout: 'coo'"):
+        sparse_storage_bytes(10, shape, 2, "coo")
 
 
 # ---- inside training ---------------------------------------------------------------------------
@@ -287,9 +300,13 @@ def test_resume_from_state_dict_continues_identically():
     strip = lambda h: [{k: v for k, v in m.items() if k != "epoch_seconds"} for m in h]
     assert strip(resumed.run()) == strip(history)
     assert all(
-        torch.equal(resumed.technique(Sparsity).engine.masks[n], m) for n, m in straight.technique(Sparsity).engine.masks.items()
+        torch.equal(resumed.technique(Sparsity).engine.masks[n], m)
+        for n, m in straight.technique(Sparsity).engine.masks.items()
     )
-    assert resumed.technique(Sparsity).engine.threshold == straight.technique(Sparsity).engine.threshold
+    assert (
+        resumed.technique(Sparsity).engine.threshold
+        == straight.technique(Sparsity).engine.threshold
+    )
 
 
 @pytest.mark.slow

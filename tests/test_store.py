@@ -21,6 +21,8 @@ import pytest
 
 from tune_lowmem.config import ConfigError, TrialConfig
 from tune_lowmem.store import (
+    LATER_FIELDS,
+    REMOVED_FIELDS,
     TrialRecord,
     WriteFailed,
     list_sweeps,
@@ -256,7 +258,12 @@ def test_seed_group_is_the_point_without_its_seed(tmp_path):
     """The id is the hash earlier versions gave (lists hashed as their JSON text), so the rows of
     a sweep resumed across the change still group with the ones written before it."""
     write_trial(tmp_path, record("a"))
-    old = {k: json.dumps(v) if isinstance(v, list) else v for k, v in CONFIG.to_flat().items()}
+    old = {
+        k: json.dumps(v) if isinstance(v, list) else v
+        for k, v in CONFIG.to_flat().items()
+        if not (k in LATER_FIELDS and v == LATER_FIELDS[k])  # fields the first version lacked
+    }
+    old.update(REMOVED_FIELDS)  # and one it had
     del old["seed"]
     old_hash = hashlib.sha256(json.dumps(old, sort_keys=True).encode()).hexdigest()[:16]
     assert read_trials(tmp_path)["seed_group"].tolist() == [old_hash]
@@ -278,11 +285,17 @@ def test_newer_schema_is_skipped_and_older_files_read_with_nulls(tmp_path, capsy
         trials.loc["old", "memory.flops_per_step"]
     )
     assert trials.loc["t_00001", "memory.flops_per_step"] == 123456789
+    without = table.drop_columns(["config.model.fused_norm"]).set_column(
+        1, "trial_id", pa.array(["before_fused_norm"])
+    )
+    pq.write_table(without, tmp_path / "trials" / "sweep=wrn" / "before_fused_norm.parquet")
+    rows = read_trials(tmp_path).set_index("trial_id")
+    assert trial_config(rows.loc["before_fused_norm"]) == CONFIG  # the added field's default
 
     newer = table.set_column(0, "schema_version", pa.array([2], pa.int64()))
     newer = newer.set_column(1, "trial_id", pa.array(["new"]))
     pq.write_table(newer, tmp_path / "trials" / "sweep=wrn" / "new.parquet")
-    assert sorted(read_trials(tmp_path)["trial_id"]) == ["old", "t_00001"]
+    assert sorted(read_trials(tmp_path)["trial_id"]) == ["before_fused_norm", "old", "t_00001"]
     (line,) = capsys.readouterr().err.splitlines()
     assert "new.parquet: schema_version 2 is newer than this tune-lowmem reads (1)" in line
 

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import optuna
 import pytest
-import ray
 import yaml
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
@@ -36,13 +35,6 @@ BASE = {
 }
 POINTS, SEEDS = 3, 2
 CLI = str(Path(sys.executable).with_name("tune-lowmem"))
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray.get_runtime_context().gcs_address
-    ray.shutdown()
 
 
 def write_space(folder: Path, name: str) -> Path:

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import ray
 import torch
 from ray import tune
 
@@ -22,13 +21,6 @@ TINY_BASE = {
     "schedule": {"epochs": 2, "batch_size": 20},
     "data": {"train_subset": 200, "val_size": 100, "test_subset": 100},
 }
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
 
 
 def tiny_space(**changes) -> SearchSpace:
@@ -79,7 +71,9 @@ def test_trainable_reports_trains_and_fails(local_ray, tmp_path):
     assert row["status"] == "completed" and row["epochs_completed"] == 2
     assert row["metric.val_accuracy"] == pytest.approx(trained.metrics["val_accuracy"])
     assert row["memory.predicted_total_mb"] == pytest.approx(predicted)
-    assert row["memory.measured_total_mb"] == pytest.approx(trained.metrics["memory.measured_total_mb"])
+    assert row["memory.measured_total_mb"] == pytest.approx(
+        trained.metrics["memory.measured_total_mb"]
+    )
     assert len(store.read_epochs(tmp_path, space.name, trained.metrics["trial_id"])) == 2
     with trained.checkpoint.as_directory() as folder:  # epoch 1's checkpoint resumes exactly
         state = torch.load(Path(folder, CHECKPOINT_FILE), weights_only=True)

@@ -14,9 +14,22 @@ def tiny_dct(**flat) -> TrialConfig:
     base = {
         "task": "dct-iwslt14",
         "device": "cpu",
-        "model": {"embed_dim": 32, "ffn_dim": 64, "heads": 4, "encoder_layers": 2, "decoder_layers": 2,
-                  "encoder_kernels": [3, 7], "decoder_kernels": [3, 7]},
-        "schedule": {"max_updates": 30, "warmup_updates": 10, "lr": 3e-3, "max_tokens": 1200, "beam_size": 2},
+        "model": {
+            "embed_dim": 32,
+            "ffn_dim": 64,
+            "heads": 4,
+            "encoder_layers": 2,
+            "decoder_layers": 2,
+            "encoder_kernels": [3, 7],
+            "decoder_kernels": [3, 7],
+        },
+        "schedule": {
+            "max_updates": 30,
+            "warmup_updates": 10,
+            "lr": 3e-3,
+            "max_tokens": 1200,
+            "beam_size": 2,
+        },
         "data": {"train_subset": 400, "val_size": 50, "test_subset": 20},
     }
     config = TrialConfig.from_dict(base)
@@ -25,17 +38,26 @@ def tiny_dct(**flat) -> TrialConfig:
 
 @pytest.fixture(scope="module")
 def short_run():
-    flat = {"schedule.max_updates": 60, "schedule.lr": 5e-3, "model.embed_dim": 64, "model.ffn_dim": 128}
+    flat = {
+        "schedule.max_updates": 60,
+        "schedule.lr": 5e-3,
+        "model.embed_dim": 64,
+        "model.ffn_dim": 128,
+    }
     return Trainer(tiny_dct(**flat)).run()
 
 
 def test_short_real_run_lowers_the_loss_and_scores_bleu(short_run):
     first, last = short_run[0], short_run[-1]
-    print(f"DCT tiny, {last['updates']} updates: train loss {first['train_loss']:.2f} -> {last['train_loss']:.2f}, "
-          f"val nll {first['val_nll_loss']:.2f} -> {last['val_nll_loss']:.2f}, test BLEU {last['test_bleu']:.2f}")
+    print(
+        f"DCT tiny, {last['updates']} updates: train loss {first['train_loss']:.2f} -> {last['train_loss']:.2f}, "
+        f"val nll {first['val_nll_loss']:.2f} -> {last['val_nll_loss']:.2f}, test BLEU {last['test_bleu']:.2f}"
+    )
     assert last["updates"] == 60
     assert last["val_nll_loss"] < first["val_nll_loss"] - 0.5
-    assert last["val_nll_loss"] < math.log(5832) - 1.5  # far below a uniform guess over the vocabulary
+    assert (
+        last["val_nll_loss"] < math.log(5832) - 1.5
+    )  # far below a uniform guess over the vocabulary
     assert 0.0 <= last["test_bleu"] <= 100.0 and "val_bleu" in last
 
 
@@ -70,14 +92,25 @@ def test_half_precision_steps_keep_layer_norm_fp32(precision):
     out = trainer.train_step(next(iter(trainer.task.train_batches(0))))
     assert math.isfinite(out["loss"])
     for name, p in trainer.model.named_parameters():
-        expected = torch.float32 if "layer_norm" in name else trainer.model.encoder.embed_tokens.weight.dtype
+        expected = (
+            torch.float32
+            if "layer_norm" in name
+            else trainer.model.encoder.embed_tokens.weight.dtype
+        )
         assert p.dtype == expected, name
     assert trainer.model.encoder.embed_tokens.weight.dtype != torch.float32
 
 
 def test_sparse_transformer_keeps_its_density():
-    trainer = Trainer(tiny_dct(**{"sparsity.density": 0.4, "sparsity.period_schedule": "constant",
-                                  "sparsity.constant_period": 2}))
+    trainer = Trainer(
+        tiny_dct(
+            **{
+                "sparsity.density": 0.4,
+                "sparsity.period_schedule": "constant",
+                "sparsity.constant_period": 2,
+            }
+        )
+    )
     batches = iter(trainer.task.train_batches(0))
     for _ in range(5):
         trainer.train_step(next(batches))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -61,7 +62,7 @@ class TinyBlobs(Task):
     MODEL_CONFIG = BlobModel
     SCHEDULE_CONFIG = BlobSchedule
     DATA_CONFIG = BlobData
-    METRICS = {
+    METRICS: ClassVar[dict[str, Metric]] = {
         "val_accuracy": Metric("maximize", 0.0, 1.0, "accuracy on the validation blobs"),
         "train_loss": Metric("minimize", 0.0, None, "mean training loss"),
     }

@@ -14,7 +14,7 @@ import sys
 from .config import ConfigError
 from .store import StoreError, WriteFailed, forget_reported_files
 
-COMMANDS = ("train", "pareto", "report", "profile", "launch", "resume", "status")
+COMMANDS = ("train", "pareto", "report", "profile", "launch", "resume", "status", "export")
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -10,6 +10,7 @@ dict (YAML), a flat dict with dotted keys (what Optuna and Ray hand over, e.g.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
@@ -36,8 +37,11 @@ from .validation import (
 __all__ = ["ConfigError", "TrialConfig"]
 
 MICROBATCH_MODES = ("true", "simulated")
+FUSED_NORM_MODES = ("none", "unit", "block")
 REWIRING_MODES = ("dynamic", "static")
 PERIOD_SCHEDULES = ("paper", "constant")
+SCHEDULE_UNITS = ("relative", "absolute")
+# How pure bf16 rounds each update into its weights (costs: techniques/rounding.py).
 SPLITS = ("search", "final")
 DEVICES = ("auto", "cpu", "cuda")
 SEED_LIMIT = 2**32  # numpy's generators take seeds below it
@@ -53,8 +57,11 @@ class WideResNetConfig:
     depth: int = 28  # 6n+4: n residual blocks in each of the three groups
     width: int = 2  # widening factor k; group widths are 16k, 32k, 64k
     num_classes: int = 10
+    # not the paper's: blocks trained through models.fused_norm (exact; see set_fused_norm)
+    fused_norm: str = "none"
 
     def validate(self, prefix: str) -> None:
+        choice(self.fused_norm, FUSED_NORM_MODES, f"{prefix}.fused_norm")
         positive_int(self.depth, f"{prefix}.depth")
         require(
             self.depth >= 10 and (self.depth - 4) % 6 == 0,
@@ -84,8 +91,15 @@ class DynamicConvConfig:
     relu_dropout: float = 0.0
     input_dropout: float = 0.0
     share_decoder_input_output_embed: bool = False  # fairseq's recipe leaves them untied
+    init_checkpoint: str | None = None  # start from a fairseq checkpoint of this architecture
 
     def validate(self, prefix: str) -> None:
+        require(
+            self.init_checkpoint is None
+            or (isinstance(self.init_checkpoint, str) and self.init_checkpoint != ""),
+            f"{prefix}.init_checkpoint",
+            f"{self.init_checkpoint!r} is not allowed; a fairseq checkpoint's path or null is required",
+        )
         for name in ("embed_dim", "ffn_dim", "heads", "encoder_layers", "decoder_layers"):
             positive_int(getattr(self, name), f"{prefix}.{name}")
         require(
@@ -93,14 +107,24 @@ class DynamicConvConfig:
             f"{prefix}.heads",
             f"{self.heads!r} is not allowed; it must divide model.embed_dim {self.embed_dim}",
         )
-        for name, layers in (("encoder_kernels", self.encoder_layers), ("decoder_kernels", self.decoder_layers)):
+        for name, layers in (
+            ("encoder_kernels", self.encoder_layers),
+            ("decoder_kernels", self.decoder_layers),
+        ):
             kernels = getattr(self, name)
             require(
-                len(kernels) == layers and all(isinstance(k, int) and k > 0 and k % 2 == 1 for k in kernels),
+                len(kernels) == layers
+                and all(isinstance(k, int) and k > 0 and k % 2 == 1 for k in kernels),
                 f"{prefix}.{name}",
                 f"{kernels!r} is not allowed; one odd positive kernel size per layer ({layers}) is required",
             )
-        for name in ("dropout", "weight_dropout", "attention_dropout", "relu_dropout", "input_dropout"):
+        for name in (
+            "dropout",
+            "weight_dropout",
+            "attention_dropout",
+            "relu_dropout",
+            "input_dropout",
+        ):
             probability(getattr(self, name), f"{prefix}.{name}")
 
 
@@ -128,14 +152,17 @@ class StepScheduleConfig:
         nonnegative_float(self.weight_decay, f"{prefix}.weight_decay")
         fraction(self.gamma, f"{prefix}.gamma")
         require(
-            all(0 < m < 1 for m in self.milestones) and list(self.milestones) == sorted(self.milestones),
+            all(0 < m < 1 for m in self.milestones)
+            and list(self.milestones) == sorted(self.milestones),
             f"{prefix}.milestones",
             f"{self.milestones!r} is not allowed; increasing fractions of training in (0, 1) are required",
         )
 
-    def milestone_epochs(self) -> tuple[int, ...]:
-        """The epochs at which the lr is cut, scaled from 60/120/160 of 200 to `epochs`."""
-        return tuple(max(1, round(m * self.epochs)) for m in self.milestones)
+    def milestone_updates(self, total_updates: float) -> tuple[int, ...]:
+        """The updates from which the lr is cut: each milestone's fraction of the run's
+        `total_updates` (epochs x updates per epoch, which may be fractional), rounded half up,
+        so that a short run cuts where the paper's 200 epochs would (epochs 60/120/160)."""
+        return tuple(math.floor(m * total_updates + 0.5) for m in self.milestones)
 
 
 @dataclass(frozen=True)
@@ -199,7 +226,9 @@ class MicrobatchConfig:
     """Microbatching: split each minibatch, one optimizer step per minibatch."""
 
     size: int | None = None  # examples or tokens per microbatch (the task's unit); None: off
-    mode: str = "true"  # true: sequential, gradients accumulated; simulated: BN over groups of the batch
+    mode: str = (
+        "true"  # true: sequential, gradients accumulated; simulated: BN over groups of the batch
+    )
 
     def validate(self, prefix: str) -> None:
         optional_positive_int(self.size, f"{prefix}.size")
@@ -219,6 +248,10 @@ class SparsityConfig:
     fraction: float | None = None  # Np as a fraction of sparse params; None: the paper's WRN value
     initial_threshold: float = 1e-3  # the adaptive global pruning threshold H at the start
     stop_epoch: float = 0.95  # rewiring stops at this fraction of training (paper: 190 of 200)
+    # relative: the paper's periods and boundaries as fractions of the run's updates (exactly the
+    # paper's at 200 epochs x 450 updates); absolute: periods in updates, boundaries in scaled
+    # epochs, so short runs rewire rarely or never. See techniques/rewiring.py.
+    schedule_units: str = "relative"
 
     def validate(self, prefix: str) -> None:
         fraction(self.density, f"{prefix}.density")
@@ -231,6 +264,7 @@ class SparsityConfig:
             fraction(self.fraction, f"{prefix}.fraction")
         positive_float(self.initial_threshold, f"{prefix}.initial_threshold")
         fraction(self.stop_epoch, f"{prefix}.stop_epoch", open_low=False)
+        choice(self.schedule_units, SCHEDULE_UNITS, f"{prefix}.schedule_units")
 
     @property
     def enabled(self) -> bool:
@@ -257,6 +291,9 @@ class TrialConfig:
     data: Any = None  # the task's data section
     microbatch: MicrobatchConfig = field(default_factory=MicrobatchConfig)
     sparsity: SparsityConfig = field(default_factory=SparsityConfig)
+    # bf16 only: stochastic rounds each weight update (unbiased; no extra state, the step holds
+    # the half weights and gradients in fp32 while it runs), nearest as plain bf16 does.
+    precision_update: str = "nearest"
 
     def __post_init__(self) -> None:
         task = self.task_type()
@@ -315,7 +352,9 @@ class TrialConfig:
                 raise ConfigError(key, f"unknown field; allowed: {', '.join(sorted(allowed))}")
             if key in sections:
                 if not isinstance(value, Mapping):
-                    raise ConfigError(key, f"{value!r} is not allowed; a mapping of its fields is required")
+                    raise ConfigError(
+                        key, f"{value!r} is not allowed; a mapping of its fields is required"
+                    )
                 kwargs[key] = _build_section(sections[key], value, key)
             else:
                 kwargs[key] = value
@@ -356,7 +395,9 @@ def _build_section(section_cls: type, values: Mapping[str, Any], prefix: str) ->
         if key not in known:
             raise ConfigError(f"{prefix}.{key}", f"unknown field; allowed: {', '.join(known)}")
         default = getattr(section_cls(), key)
-        kwargs[key] = tuple(value) if isinstance(default, tuple) and isinstance(value, list) else value
+        kwargs[key] = (
+            tuple(value) if isinstance(default, tuple) and isinstance(value, list) else value
+        )
     try:
         return section_cls(**kwargs)
     except TypeError as error:  # pragma: no cover - guarded by the key check above

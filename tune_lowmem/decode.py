@@ -7,10 +7,18 @@ a sentence is done once it has `beam` finished hypotheses; <pad> is never chosen
 first token, and at the length limit only </s> is allowed. The limit here is per sentence,
 a * (source length without </s>) + b (fairseq takes the batch's padded source length).
 
-BLEU: sacrebleu's corpus BLEU with tokenize='none' on BPE-removed text, which is still
-Moses-tokenised and lower-cased, as fairseq-generate --remove-bpe scores it; references are the
-dictionary's words with unknown words written `<<unk>>` (fairseq's escape_unk), so a generated
-<unk> never matches.
+Two BLEUs, both corpus BLEU from sacrebleu:
+
+- `bleu` (the metrics `val_bleu`, `test_bleu`): *tokenised* BLEU, on BPE-removed text that is
+  still Moses-tokenised and lower-cased, with tokenize='none' -- what fairseq-generate
+  --remove-bpe prints and the paper reports. References are the dictionary's words with unknown
+  words written `<<unk>>` (fairseq's escape_unk), so a generated <unk> never matches. The text is
+  tokenised on purpose, so sacrebleu's "forgot to detokenize" warning is switched off (force).
+- `detok_bleu` (the metrics `val_sacrebleu`, `test_sacrebleu`): *detokenised* sacreBLEU, the
+  number other papers compare: the same hypotheses and references Moses-detokenised (sacremoses)
+  and scored with sacrebleu's default 13a tokeniser; its signature is `sacrebleu_signature()`
+  (case:lc because IWSLT'14 as prepared is lower-cased; the store's `version.sacrebleu` column
+  completes it). It is usually a little lower than tokenised BLEU.
 """
 
 from __future__ import annotations
@@ -30,11 +38,43 @@ def remove_bpe(text: str, symbol: str = "@@ ") -> str:
     return (text + " ").replace(symbol, "").rstrip()
 
 
-def bleu(hypotheses: list[str], references: list[str]) -> float:
-    """Corpus BLEU (0-100) of already-tokenised text: sacrebleu with tokenize='none'."""
+TOKENISED_BLEU = sacrebleu.BLEU(tokenize="none", force=True)
+DETOKENISED_BLEU = sacrebleu.BLEU(lowercase=True)  # 13a; the data is lower-cased anyway
+
+
+def sacrebleu_signature() -> str:
+    """The signature of `detok_bleu`, e.g. nrefs:1|case:lc|eff:no|tok:13a|smooth:exp|version:2.6.0
+    (sacrebleu knows the number of references only after scoring: one reference, as here)."""
+    metric = sacrebleu.BLEU(lowercase=True)
+    metric.corpus_score(["."], [["."]])
+    return str(metric.get_signature())
+
+
+def _check_lengths(hypotheses: list[str], references: list[str]) -> None:
     if len(hypotheses) != len(references):
         raise ValueError(f"hypotheses: {len(hypotheses)} given for {len(references)} references")
-    return sacrebleu.corpus_bleu(hypotheses, [references], tokenize="none").score
+
+
+def bleu(hypotheses: list[str], references: list[str]) -> float:
+    """Tokenised corpus BLEU (0-100) of already-tokenised text: sacrebleu, tokenize='none'."""
+    _check_lengths(hypotheses, references)
+    return TOKENISED_BLEU.corpus_score(hypotheses, [references]).score
+
+
+def detokenise(lines: list[str], lang: str = "en") -> list[str]:
+    """Moses detokenisation (sacremoses), entities such as &apos; unescaped."""
+    from sacremoses import MosesDetokenizer
+
+    detokenizer = MosesDetokenizer(lang=lang)
+    return [detokenizer.detokenize(line.split(), unescape=True) for line in lines]
+
+
+def detok_bleu(hypotheses: list[str], references: list[str], lang: str = "en") -> float:
+    """Detokenised sacreBLEU (0-100) of tokenised text, signature `sacrebleu_signature()`."""
+    _check_lengths(hypotheses, references)
+    return DETOKENISED_BLEU.corpus_score(
+        detokenise(hypotheses, lang), [detokenise(references, lang)]
+    ).score
 
 
 @dataclass(frozen=True)
@@ -47,8 +87,12 @@ class Hypothesis:
 
 @torch.no_grad()
 def beam_search(
-    model: DynamicConvTransformer, src_tokens: torch.Tensor, beam_size: int = 5,
-    len_penalty: float = 1.0, max_len_a: float = 1.2, max_len_b: int = 10,
+    model: DynamicConvTransformer,
+    src_tokens: torch.Tensor,
+    beam_size: int = 5,
+    len_penalty: float = 1.0,
+    max_len_a: float = 1.2,
+    max_len_b: int = 10,
 ) -> list[Hypothesis]:
     """The best hypothesis for each row of left-padded `src_tokens`, all rows searched together
     with incremental decoding."""
@@ -112,8 +156,15 @@ def beam_search(
 
 @torch.no_grad()
 def translate(
-    model: DynamicConvTransformer, data: ParallelText, tgt_dict: Dictionary, *, beam_size: int = 5,
-    len_penalty: float = 1.0, max_len_a: float = 1.2, max_len_b: int = 10, batch_size: int = 128,
+    model: DynamicConvTransformer,
+    data: ParallelText,
+    tgt_dict: Dictionary,
+    *,
+    beam_size: int = 5,
+    len_penalty: float = 1.0,
+    max_len_a: float = 1.2,
+    max_len_b: int = 10,
+    batch_size: int = 128,
     device: torch.device | str = "cpu",
 ) -> list[str]:
     """BPE-removed translations of every source sentence of `data`, in its order; sentences are

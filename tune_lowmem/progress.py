@@ -70,6 +70,9 @@ class ProgressPrinter(Callback):
             seconds = result.get("train_seconds") or 0.0
             epochs = int(result.get("epoch") or 0)
             say(f"{trial.trial_id} completed: {describe(shown)} ({epochs} epochs, {seconds:.0f} s)")
+        elif status == "running":  # its last result still running: the scheduler stopped it
+            shown = {k: result.get(k) for k in self.space.objectives}
+            say(f"{trial.trial_id} stopped early at epoch {result.get('epoch')}: {describe(shown)}")
         else:
             say(f"{trial.trial_id} {status}: {result.get('failure_reason')}")
         say(self.summary(trials, ending=trial))

@@ -2,7 +2,8 @@
 
 The whole file is checked before anything starts (no folder created, no Ray started): every
 key, every range, every choice value built into a real `TrialConfig`, every objective a metric
-the trial reports. A mistake raises `ConfigError` naming the field, e.g.
+the trial reports, every searched rewiring knob at points that rewire. A mistake raises
+`ConfigError` naming the field, e.g.
 ``params.sparsity.density.low: 0 is not allowed; loguniform needs low > 0``.
 
 The schema (see search_spaces/quickstart.yaml for a full example)::
@@ -28,6 +29,7 @@ The schema (see search_spaces/quickstart.yaml for a full example)::
     max_concurrent: 2                  # optional cap on trials running at once
     max_failures: 1                    # retries of a trial whose worker died (not of a raised error)
     resume_checkpoint_s: 10            # training seconds between a trial's Tune checkpoints (0: every epoch)
+    scheduler: {type: mo-asha, grace_epochs: 1, reduction_factor: 3}   # optional early stopping
 """
 
 from __future__ import annotations
@@ -76,24 +78,57 @@ LEGACY_METRICS = {
 UNKNOWN_WORST = 1e9  # what a never-trained point is told for a metric without bounds
 CONSTRAINT = "memory_over_budget_mb"  # Optuna constraint: predicted MB - budget, > 0 is infeasible
 
-_TOP_KEYS = ("name", "description", "base", "params", "conditions", "objectives", "memory_budget_mb",
-             "sampler", "sampler_options", "sampler_seed", "num_samples", "seeds_per_point",
-             "resources", "max_concurrent", "max_failures", "resume_checkpoint_s")
-_PARAM_KEYS = {"uniform": ("low", "high", "step"), "loguniform": ("low", "high"),
-               "int": ("low", "high", "step"), "choice": ("values",)}
+_TOP_KEYS = (
+    "name",
+    "description",
+    "base",
+    "params",
+    "conditions",
+    "objectives",
+    "memory_budget_mb",
+    "sampler",
+    "sampler_options",
+    "sampler_seed",
+    "num_samples",
+    "seeds_per_point",
+    "resources",
+    "max_concurrent",
+    "max_failures",
+    "resume_checkpoint_s",
+    "scheduler",
+)
+_PARAM_KEYS = {
+    "uniform": ("low", "high", "step"),
+    "loguniform": ("low", "high"),
+    "int": ("low", "high", "step"),
+    "choice": ("values",),
+}
 _RESOURCE_KEYS = ("cpu", "gpu", "gpu_memory_mb")
 _NOT_SEARCHABLE = {
     "task": "the task fixes the model and schedule sections; set it in base",
     "seed": "seeds come from seeds_per_point (0..k-1)",
 }
 _OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
-    "<=": operator.le, ">=": operator.ge, "==": operator.eq, "!=": operator.ne,
-    "<": operator.lt, ">": operator.gt, "not in": lambda a, b: a not in b, "in": lambda a, b: a in b,
+    "<=": operator.le,
+    ">=": operator.ge,
+    "==": operator.eq,
+    "!=": operator.ne,
+    "<": operator.lt,
+    ">": operator.gt,
+    "not in": lambda a, b: a not in b,
+    "in": lambda a, b: a in b,
 }
 _CONDITION = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(<=|>=|==|!=|<|>|not in|in)\s*(.+?)\s*$")
 _GRID_LIMIT = 1_000_000
-_SAMPLER_CLASSES = {"nsga2": "NSGAIISampler", "tpe": "TPESampler", "gp": "GPSampler", "random": "RandomSampler",
-                    "grid": "GridSampler"}
+SCHEDULERS = ("mo-asha",)
+_SCHEDULER_KEYS = ("type", "grace_epochs", "reduction_factor")
+_SAMPLER_CLASSES = {
+    "nsga2": "NSGAIISampler",
+    "tpe": "TPESampler",
+    "gp": "GPSampler",
+    "random": "RandomSampler",
+    "grid": "GridSampler",
+}
 _NOT_OPTIONS = ("self", "seed", "search_space")  # set by the space itself
 _AT_LEAST_ONE = ("n_ei_candidates", "population_size", "n_candidates")  # options counting draws
 _PROBE_COMBINATIONS = 256  # other params' probe values tried before a value is declared impossible
@@ -141,8 +176,9 @@ class Param:
             return trial.suggest_categorical(self.name, list(self.values))
         if self.kind == "int":
             return trial.suggest_int(self.name, self.low, self.high, step=self.step or 1)
-        return trial.suggest_float(self.name, self.low, self.high, step=self.step,
-                                   log=self.kind == "loguniform")
+        return trial.suggest_float(
+            self.name, self.low, self.high, step=self.step, log=self.kind == "loguniform"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         if self.kind == "choice":
@@ -183,7 +219,37 @@ class Resources:
 
     def to_dict(self) -> dict[str, Any]:
         values = {"cpu": self.cpu, "gpu": self.gpu}
-        return values if self.gpu_memory_mb is None else {**values, "gpu_memory_mb": self.gpu_memory_mb}
+        return (
+            values
+            if self.gpu_memory_mb is None
+            else {**values, "gpu_memory_mb": self.gpu_memory_mb}
+        )
+
+
+@dataclass(frozen=True)
+class SchedulerSettings:
+    """The ``scheduler`` section (early stopping, `search.scheduler`): rungs at
+    grace_epochs * reduction_factor**k epochs, below max_epochs (the base's schedule.epochs)."""
+
+    type: str = "mo-asha"
+    grace_epochs: int = 1
+    reduction_factor: float = 3.0
+    max_epochs: int = 1
+
+    def rungs(self) -> list[int]:
+        rungs, rung = [], float(self.grace_epochs)
+        while rung < self.max_epochs:
+            if not rungs or round(rung) > rungs[-1]:
+                rungs.append(round(rung))
+            rung *= self.reduction_factor
+        return rungs
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "type": self.type,
+            "grace_epochs": self.grace_epochs,
+            "reduction_factor": self.reduction_factor,
+        }
 
 
 @dataclass(frozen=True)
@@ -209,6 +275,7 @@ class SearchSpace:
     # store row is then the trial's result). Epochs shorter than Tune's snapshot period would let a
     # killed driver's snapshot name a checkpoint that Tune has already deleted.
     resume_checkpoint_s: float = 10.0
+    scheduler: SchedulerSettings | None = None  # None: every trial trains to its end
 
     # ---- reading -------------------------------------------------------------------------
 
@@ -217,7 +284,9 @@ class SearchSpace:
         """Read and validate a YAML file; `num_samples` overrides the file's."""
         loaded = load_file(path, "search-space file")
         if not isinstance(loaded, Mapping):
-            raise ConfigError(str(path), "a YAML mapping with name, base, params, objectives is required")
+            raise ConfigError(
+                str(path), "a YAML mapping with name, base, params, objectives is required"
+            )
         if num_samples is not None:
             loaded = {**loaded, "num_samples": num_samples}
         return cls.from_dict(loaded)
@@ -230,7 +299,11 @@ class SearchSpace:
                 raise ConfigError(key, "required")
         name = check_name(raw["name"], "name")
         description = raw.get("description") or ""
-        require(isinstance(description, str), "description", f"{description!r} is not allowed; text is required")
+        require(
+            isinstance(description, str),
+            "description",
+            f"{description!r} is not allowed; text is required",
+        )
         base = _base(raw["base"])
         task = base["task"]
         params = _params(raw["params"], base)
@@ -238,8 +311,11 @@ class SearchSpace:
         objectives = _objectives(raw["objectives"], task)
         _validation_split(objectives, base, params)
         sampler = raw.get("sampler", "nsga2")
-        require(isinstance(sampler, str) and sampler in SAMPLERS, "sampler",
-                f"{sampler!r} is not allowed; allowed: {', '.join(SAMPLERS)}")
+        require(
+            isinstance(sampler, str) and sampler in SAMPLERS,
+            "sampler",
+            f"{sampler!r} is not allowed; allowed: {', '.join(SAMPLERS)}",
+        )
         space = cls(
             name=name,
             description=description,
@@ -256,7 +332,10 @@ class SearchSpace:
             resources=_resources(raw.get("resources") or {}, base),
             max_concurrent=optional_positive_int(raw.get("max_concurrent"), "max_concurrent"),
             max_failures=nonnegative_int(raw.get("max_failures", 1), "max_failures"),
-            resume_checkpoint_s=nonnegative_float(raw.get("resume_checkpoint_s", 10.0), "resume_checkpoint_s"),
+            resume_checkpoint_s=nonnegative_float(
+                raw.get("resume_checkpoint_s", 10.0), "resume_checkpoint_s"
+            ),
+            scheduler=_scheduler(raw.get("scheduler"), base, params),
         )
         space.build_sampler()  # the sampler's own checks (options, dependencies) now, not mid-sweep
         return space
@@ -280,6 +359,7 @@ class SearchSpace:
             "max_concurrent": self.max_concurrent,
             "max_failures": self.max_failures,
             "resume_checkpoint_s": self.resume_checkpoint_s,
+            "scheduler": None if self.scheduler is None else self.scheduler.to_dict(),
         }
 
     # ---- using -----------------------------------------------------------------------------
@@ -321,15 +401,20 @@ class SearchSpace:
         try:
             return makers[self.sampler]()
         except (TypeError, ValueError) as error:
-            raise ConfigError("sampler_options", f"{error}; see optuna.samplers for {self.sampler}'s options") from None
+            raise ConfigError(
+                "sampler_options", f"{error}; see optuna.samplers for {self.sampler}'s options"
+            ) from None
 
 
 # ---- validation helpers ---------------------------------------------------------------------
 
 
 def _seed(value: Any) -> int | None:
-    require(value is None or (is_int(value) and 0 <= value < SEED_LIMIT), "sampler_seed",
-             f"{value!r} is not allowed; an integer in [0, 2**32) or null is required (numpy's seeds)")
+    require(
+        value is None or (is_int(value) and 0 <= value < SEED_LIMIT),
+        "sampler_seed",
+        f"{value!r} is not allowed; an integer in [0, 2**32) or null is required (numpy's seeds)",
+    )
     return value
 
 
@@ -345,19 +430,69 @@ def _sampler_options(sampler: str, raw: Any) -> dict[str, Any]:
     allowed = [p for p in parameters if p not in _NOT_OPTIONS]
     for name, value in options.items():
         field_name = f"sampler_options.{name}"
-        require(name in allowed, field_name, f"not an option of {sampler} here; allowed: {', '.join(allowed)}")
+        require(
+            name in allowed,
+            field_name,
+            f"not an option of {sampler} here; allowed: {', '.join(allowed)}",
+        )
         default = parameters[name].default
         if callable(default) or "Callable" in str(parameters[name].annotation):
             raise ConfigError(field_name, "a function in Optuna; it cannot be set from YAML")
         if isinstance(default, bool):
-            require(isinstance(value, bool), field_name, f"{value!r} is not allowed; true or false is required")
+            require(
+                isinstance(value, bool),
+                field_name,
+                f"{value!r} is not allowed; true or false is required",
+            )
         elif is_int(default):
             low = 1 if name in _AT_LEAST_ONE else 0
-            require(is_int(value) and value >= low, field_name,
-                    f"{value!r} is not allowed; an integer >= {low} is required")
+            require(
+                is_int(value) and value >= low,
+                field_name,
+                f"{value!r} is not allowed; an integer >= {low} is required",
+            )
         elif isinstance(default, float):
-            require(is_number(value), field_name, f"{value!r} is not allowed; a finite number is required")
+            require(
+                is_number(value),
+                field_name,
+                f"{value!r} is not allowed; a finite number is required",
+            )
     return options
+
+
+def _scheduler(
+    raw: Any, base: dict[str, Any], params: tuple[Param, ...]
+) -> SchedulerSettings | None:
+    """Early stopping's settings; its rungs count epochs of the base's fixed schedule."""
+    if raw is None:
+        return None
+    raw = mapping(raw, "scheduler")
+    known_keys(raw, _SCHEDULER_KEYS, "scheduler.")
+    kind = raw.get("type")
+    require(
+        kind in SCHEDULERS,
+        "scheduler.type",
+        f"{kind!r} is not allowed; allowed: {', '.join(SCHEDULERS)}",
+    )
+    grace = positive_int(raw.get("grace_epochs", 1), "scheduler.grace_epochs")
+    factor = raw.get("reduction_factor", 3)
+    require(
+        is_number(factor) and factor > 1,
+        "scheduler.reduction_factor",
+        f"{factor!r} is not allowed; a number > 1 is required",
+    )
+    epochs = base.get("schedule.epochs")
+    require(
+        is_int(epochs) and "schedule.epochs" not in {p.name for p in params},
+        "scheduler",
+        "early stopping needs a fixed number of epochs: set schedule.epochs in base, unsearched",
+    )
+    require(
+        grace < epochs,
+        "scheduler.grace_epochs",
+        f"{grace} is not allowed; fewer than schedule.epochs ({epochs}) is required",
+    )
+    return SchedulerSettings(kind, grace, float(factor), epochs)
 
 
 def _config_message(error: ConfigError) -> str:
@@ -392,30 +527,50 @@ def _params(raw: Any, base: dict[str, Any]) -> tuple[Param, ...]:
             raise ConfigError(prefix, f"not searchable; {_NOT_SEARCHABLE[name]}")
         if name not in base:
             fields = [k for k in base if k not in _NOT_SEARCHABLE]
-            raise ConfigError(prefix, f"not a field of the {base['task']} TrialConfig; allowed: {', '.join(fields)}")
+            raise ConfigError(
+                prefix,
+                f"not a field of the {base['task']} TrialConfig; allowed: {', '.join(fields)}",
+            )
         params.append(_param(name, mapping(spec, prefix), prefix))
     _probe(params, base)
+    _check_rewiring(params, base)
     return tuple(params)
 
 
 def _param(name: str, spec: dict[str, Any], prefix: str) -> Param:
     kind = spec.get("type")
-    require(kind in PARAM_TYPES, f"{prefix}.type", f"{kind!r} is not allowed; allowed: {', '.join(PARAM_TYPES)}")
+    require(
+        kind in PARAM_TYPES,
+        f"{prefix}.type",
+        f"{kind!r} is not allowed; allowed: {', '.join(PARAM_TYPES)}",
+    )
     known_keys({k: v for k, v in spec.items() if k != "type"}, _PARAM_KEYS[kind], f"{prefix}.")
     if kind == "choice":
         values = spec.get("values")
-        require(isinstance(values, list) and len(values) > 0, f"{prefix}.values",
-                 f"{values!r} is not allowed; a non-empty list is required")
+        require(
+            isinstance(values, list) and len(values) > 0,
+            f"{prefix}.values",
+            f"{values!r} is not allowed; a non-empty list is required",
+        )
         for value in values:
-            require(value is None or isinstance(value, (str, int, float, bool)), f"{prefix}.values",
-                     f"{value!r} is not allowed; numbers, text, true/false or null are required")
+            require(
+                value is None or isinstance(value, (str, int, float, bool)),
+                f"{prefix}.values",
+                f"{value!r} is not allowed; numbers, text, true/false or null are required",
+            )
         for i, value in enumerate(values):
-            require(not (isinstance(value, float) and not math.isfinite(value)), f"{prefix}.values",
-                    f"{value!r} is not allowed; finite numbers are required")
+            require(
+                not (isinstance(value, float) and not math.isfinite(value)),
+                f"{prefix}.values",
+                f"{value!r} is not allowed; finite numbers are required",
+            )
             same = [other for other in values[:i] if other == value]
             if same:
-                raise ConfigError(f"{prefix}.values", f"{same[0]!r} and {value!r} are the same choice "
-                                  "(they compare equal); distinct values are required")
+                raise ConfigError(
+                    f"{prefix}.values",
+                    f"{same[0]!r} and {value!r} are the same choice "
+                    "(they compare equal); distinct values are required",
+                )
         return Param(name, kind, values=tuple(values))
     for key in ("low", "high"):
         require(key in spec, f"{prefix}.{key}", f"required for type {kind}")
@@ -424,19 +579,33 @@ def _param(name: str, spec: dict[str, Any], prefix: str) -> Param:
     what = "an integer" if kind == "int" else "a finite number"
     for key, value in (("low", low), ("high", high)):
         require(check(value), f"{prefix}.{key}", f"{value!r} is not allowed; {what} is required")
-    require(low < high, f"{prefix}.high", f"{high!r} is not allowed; an empty range: high > low ({low!r}) is required")
+    require(
+        low < high,
+        f"{prefix}.high",
+        f"{high!r} is not allowed; an empty range: high > low ({low!r}) is required",
+    )
     if kind == "loguniform":
         require(low > 0, f"{prefix}.low", f"{low!r} is not allowed; loguniform needs low > 0")
     if step is not None:
-        require(check(step) and step > 0, f"{prefix}.step", f"{step!r} is not allowed; {what} > 0 is required")
+        require(
+            check(step) and step > 0,
+            f"{prefix}.step",
+            f"{step!r} is not allowed; {what} > 0 is required",
+        )
         count = (high - low) / step
-        require(math.isfinite(count) and abs(count - round(count)) < 1e-9, f"{prefix}.step",
-                 f"{step!r} is not allowed; high - low ({high - low!r}) must be a multiple of it")
+        require(
+            math.isfinite(count) and abs(count - round(count)) < 1e-9,
+            f"{prefix}.step",
+            f"{step!r} is not allowed; high - low ({high - low!r}) must be a multiple of it",
+        )
     if kind == "int" or step is not None:  # a grid of values: a sampler must be able to list it
         values = round((high - low) / (step or 1)) + 1
-        require(values <= _GRID_LIMIT, f"{prefix}.{'high' if step is None else 'step'}",
-                f"{high if step is None else step!r} is not allowed; the range has {values:.3g} values, "
-                f"at most {_GRID_LIMIT} are allowed")
+        require(
+            values <= _GRID_LIMIT,
+            f"{prefix}.{'high' if step is None else 'step'}",
+            f"{high if step is None else step!r} is not allowed; the range has {values:.3g} values, "
+            f"at most {_GRID_LIMIT} are allowed",
+        )
     return Param(name, kind, low=low, high=high, step=step)
 
 
@@ -450,17 +619,51 @@ def _valid(values: Mapping[str, Any]) -> ConfigError | None:
 
 def _probe(params: list[Param], base: dict[str, Any]) -> None:
     """Each probe value must give a valid config, alone over the base or with some values of
-    the other params (those valid alone), so that no value can only ever fail."""
+    the other params (those valid alone: one other param's first, then combinations), so that
+    no value can only ever fail."""
     alone = {p.name: [v for v in p.probes() if _valid({**base, p.name: v}) is None] for p in params}
     for param in params:
         for value in param.probes():
             if value in alone[param.name]:
                 continue
             others = [[(o.name, v) for v in alone[o.name]] for o in params if o is not param]
-            combos = itertools.islice(itertools.product(*others), _PROBE_COMBINATIONS)
+            pairs = ([pair] for values in others for pair in values)
+            combos = itertools.chain(
+                pairs, itertools.islice(itertools.product(*others), _PROBE_COMBINATIONS)
+            )
             if not any(_valid({**base, **dict(c), param.name: value}) is None for c in combos):
                 error = _valid({**base, param.name: value})
-                raise ConfigError(f"params.{param.name}", f"{value!r} gives no valid config: {error}")
+                raise ConfigError(
+                    f"params.{param.name}", f"{value!r} gives no valid config: {error}"
+                )
+
+
+def _check_rewiring(params: list[Param], base: dict[str, Any]) -> None:
+    """Searched rewiring knobs do nothing at a point that never rewires: each combination of the
+    ends and choices of what shapes the rewiring schedule must rewire at least once if sparse."""
+    from .techniques.rewiring import REWIRING_KNOBS, SCHEDULE_SHAPERS, planned_run, rewiring_updates
+
+    knobs = [p.name for p in params if p.name in REWIRING_KNOBS]
+    if not knobs:
+        return
+    shapers = [[(p.name, v) for v in p.probes()] for p in params if p.name in SCHEDULE_SHAPERS]
+    for combo in itertools.islice(itertools.product(*shapers), _PROBE_COMBINATIONS):
+        values = {**base, **dict(combo)}
+        if _valid(values) is not None:
+            continue
+        config = TrialConfig.from_dict(values)
+        if not config.sparsity.enabled or config.sparsity.rewiring == "static":
+            continue
+        run = planned_run(config)
+        if next(rewiring_updates(config.sparsity, run), None) is None:
+            point = ", ".join(f"{k}={v}" for k, v in combo)
+            raise ConfigError(
+                f"params.{knobs[0]}",
+                f"the point {point} rewires 0 times in its {run.updates} updates "
+                f"(sparsity.schedule_units {config.sparsity.schedule_units}), so searching "
+                f"{', '.join(knobs)} does nothing; allowed: points that rewire (schedule_units "
+                "relative, a lower period_multiplier or a longer run)",
+            )
 
 
 def _conditions(raw: Any, params: tuple[Param, ...]) -> dict[str, Condition]:
@@ -472,18 +675,31 @@ def _conditions(raw: Any, params: tuple[Param, ...]) -> dict[str, Condition]:
         prefix = f"conditions.{child}"
         require(child in order, prefix, f"not a searched param; params: {', '.join(order)}")
         match = _CONDITION.match(text) if isinstance(text, str) else None
-        require(match is not None, prefix,
-                 f"{text!r} is not allowed; 'PARAM OP VALUE' with OP one of {', '.join(_OPERATORS)} is required")
+        require(
+            match is not None,
+            prefix,
+            f"{text!r} is not allowed; 'PARAM OP VALUE' with OP one of {', '.join(_OPERATORS)} is required",
+        )
         parent, op, value_text = match.groups()
-        require(parent in order and order[parent] < order[child], prefix,
-                 f"{parent!r} is not allowed; a param listed before {child} in params is required")
+        require(
+            parent in order and order[parent] < order[child],
+            prefix,
+            f"{parent!r} is not allowed; a param listed before {child} in params is required",
+        )
         condition = Condition(parent, op, load_text(value_text, prefix), text)
         probes = _condition_probes(by_name[parent], condition.value)
         try:
             truths = [condition.holds(v) for v in probes]
         except TypeError:
-            raise ConfigError(prefix, f"{text!r} cannot compare {parent}'s values {probes!r} with {condition.value!r}") from None
-        require(any(truths), prefix, f"{text!r} can never hold: {parent} takes {_describe_values(by_name[parent])}")
+            raise ConfigError(
+                prefix,
+                f"{text!r} cannot compare {parent}'s values {probes!r} with {condition.value!r}",
+            ) from None
+        require(
+            any(truths),
+            prefix,
+            f"{text!r} can never hold: {parent} takes {_describe_values(by_name[parent])}",
+        )
         conditions[child] = condition
     return conditions
 
@@ -493,9 +709,16 @@ def _condition_probes(param: Param, value: Any) -> list[Any]:
     range's ends and the condition's own values that lie in it (on the step grid)."""
     if param.kind == "choice":
         return param.probes()
-    inside = [v for v in (value if isinstance(value, list) else [value])
-              if is_number(v) and param.low <= v <= param.high
-              and (param.kind != "int" or (float(v).is_integer() and (v - param.low) % (param.step or 1) == 0))]
+    inside = [
+        v
+        for v in (value if isinstance(value, list) else [value])
+        if is_number(v)
+        and param.low <= v <= param.high
+        and (
+            param.kind != "int"
+            or (float(v).is_integer() and (v - param.low) % (param.step or 1) == 0)
+        )
+    ]
     return [param.low, param.high, *inside]
 
 
@@ -513,8 +736,12 @@ def _validation_split(objectives: Mapping[str, str], base: Mapping[str, Any], pa
     if not needs:
         return
     task = get_task(base["task"])
-    tries = [("base", {})] + [(f"params.{p.name}", {p.name: v}) for p in params
-                              if p.name.startswith("data.") for v in p.probes()]
+    tries = [("base", {})] + [
+        (f"params.{p.name}", {p.name: v})
+        for p in params
+        if p.name.startswith("data.")
+        for v in p.probes()
+    ]
     for field_name, change in tries:
         try:
             config = TrialConfig.from_dict({**base, **change})
@@ -522,8 +749,11 @@ def _validation_split(objectives: Mapping[str, str], base: Mapping[str, Any], pa
             continue
         if task.validation_empty(config):
             shown = ", ".join(f"{k}={v!r}" for k, v in change.items()) or "the base data section"
-            raise ConfigError(field_name, f"{shown} leaves no validation split, so objective {needs[0]} "
-                              "can never be measured; hold out data (data.val_size > 0, data.split: search)")
+            raise ConfigError(
+                field_name,
+                f"{shown} leaves no validation split, so objective {needs[0]} "
+                "can never be measured; hold out data (data.val_size > 0, data.split: search)",
+            )
 
 
 def _objectives(raw: Any, task: str) -> dict[str, str]:
@@ -536,10 +766,16 @@ def _objectives(raw: Any, task: str) -> dict[str, str]:
     objectives = {}
     for metric, direction in raw.items():
         name = LEGACY_METRICS.get(metric, metric)
-        require(name in known, f"objectives.{metric}",
-                f"not a metric of {task}; allowed: {', '.join(known)}")
-        require(direction in DIRECTIONS, f"objectives.{metric}",
-                f"{direction!r} is not allowed; allowed: {', '.join(DIRECTIONS)}")
+        require(
+            name in known,
+            f"objectives.{metric}",
+            f"not a metric of {task}; allowed: {', '.join(known)}",
+        )
+        require(
+            direction in DIRECTIONS,
+            f"objectives.{metric}",
+            f"{direction!r} is not allowed; allowed: {', '.join(DIRECTIONS)}",
+        )
         objectives[name] = direction
     return objectives
 
@@ -547,8 +783,11 @@ def _objectives(raw: Any, task: str) -> dict[str, str]:
 def _budget(value: Any) -> float | None:
     if value is None:
         return None
-    require(is_number(value) and value > 0, "memory_budget_mb",
-            f"{value!r} is not allowed; a positive number (MB) is required")
+    require(
+        is_number(value) and value > 0,
+        "memory_budget_mb",
+        f"{value!r} is not allowed; a positive number (MB) is required",
+    )
     return float(value)
 
 
@@ -557,11 +796,22 @@ def _num_samples(value: Any, sampler: str, params: tuple[Param, ...], conditions
         require(value is not None, "num_samples", f"required for sampler {sampler}")
         return positive_int(value, "num_samples")
     for param in params:
-        require(param.kind == "choice", f"params.{param.name}",
-                 f"type {param.kind} is not allowed with sampler grid; allowed: choice")
-    require(not conditions, "conditions", "not allowed with sampler grid (every grid point sets every param)")
+        require(
+            param.kind == "choice",
+            f"params.{param.name}",
+            f"type {param.kind} is not allowed with sampler grid; allowed: choice",
+        )
+    require(
+        not conditions,
+        "conditions",
+        "not allowed with sampler grid (every grid point sets every param)",
+    )
     size = math.prod(len(p.values) for p in params)
-    require(size <= _GRID_LIMIT, "params", f"the grid has {size} points; at most {_GRID_LIMIT} are allowed")
+    require(
+        size <= _GRID_LIMIT,
+        "params",
+        f"the grid has {size} points; at most {_GRID_LIMIT} are allowed",
+    )
     if value is None:
         return size
     positive_int(value, "num_samples")
@@ -576,18 +826,34 @@ def _resources(raw: Any, base: Mapping[str, Any]) -> Resources:
     gpu = raw.get("gpu", 0)
     memory = raw.get("gpu_memory_mb")
     if gpu == "auto":
-        require(memory is not None, "resources.gpu_memory_mb", "required with gpu: auto (one GPU's memory in MB)")
+        require(
+            memory is not None,
+            "resources.gpu_memory_mb",
+            "required with gpu: auto (one GPU's memory in MB)",
+        )
     else:
-        require(is_number(gpu) and gpu >= 0 and (gpu < 1 or float(gpu).is_integer()), "resources.gpu",
-                 f"{gpu!r} is not allowed; auto, a share below 1, or a whole number of GPUs is required")
+        require(
+            is_number(gpu) and gpu >= 0 and (gpu < 1 or float(gpu).is_integer()),
+            "resources.gpu",
+            f"{gpu!r} is not allowed; auto, a share below 1, or a whole number of GPUs is required",
+        )
     if memory is not None:
-        require(is_number(memory) and memory > 0, "resources.gpu_memory_mb",
-                 f"{memory!r} is not allowed; a positive number (MB) is required")
+        require(
+            is_number(memory) and memory > 0,
+            "resources.gpu_memory_mb",
+            f"{memory!r} is not allowed; a positive number (MB) is required",
+        )
     if gpu == "auto" or gpu > 0:
-        require(base["device"] != "cpu", "resources.gpu",
-                 f"{gpu!r} is not allowed with base device cpu; set base device to auto or cuda, or gpu: 0")
+        require(
+            base["device"] != "cpu",
+            "resources.gpu",
+            f"{gpu!r} is not allowed with base device cpu; set base device to auto or cuda, or gpu: 0",
+        )
     else:
-        require(base["device"] != "cuda", "resources.gpu",
-                f"{gpu!r} is not allowed with base device cuda: Ray would give the trial no GPU; "
-                "ask for one (gpu > 0 or auto) or set base device to auto or cpu")
+        require(
+            base["device"] != "cuda",
+            "resources.gpu",
+            f"{gpu!r} is not allowed with base device cuda: Ray would give the trial no GPU; "
+            "ask for one (gpu > 0 or auto) or set base device to auto or cpu",
+        )
     return Resources(cpu=cpu, gpu=gpu, gpu_memory_mb=None if memory is None else float(memory))

@@ -4,6 +4,8 @@ Layout under a store root ``DIR``::
 
     DIR/trials/sweep=<name>/<trial_id>.parquet   one row: the trial's config, final metrics, memory
     DIR/epochs/sweep=<name>/<trial_id>.parquet   one row per epoch of that trial
+    DIR/models/sweep=<name>/<trial_id>.pt        the final weights of a completed trial: a plain
+                                                 torch state_dict (`torch.load(..., weights_only=True)`)
 
 Both tables are Hive-partitioned Parquet datasets that need nothing of this project to read::
 
@@ -11,6 +13,11 @@ Both tables are Hive-partitioned Parquet datasets that need nothing of this proj
     pyarrow.dataset.dataset("DIR/trials", partitioning="hive")
     duckdb: SELECT * FROM read_parquet('DIR/trials/*/*.parquet', hive_partitioning=true,
                                        union_by_name=true)
+
+Translation trials' `metric.val_bleu` / `metric.test_bleu` are tokenised BLEU (BPE removed,
+text still Moses-tokenised and lower-cased, as fairseq-generate --remove-bpe and the paper score
+it); `metric.*_sacrebleu` (stores from this version on) are detokenised sacreBLEU, signature
+`tune_lowmem.decode.sacrebleu_signature()` with `version.sacrebleu`.
 
 ``sweep`` is the partition key and lives in the path only (a copy inside the files would clash
 with it in pyarrow). Config columns have the types of the `TrialConfig` fields, so every trial
@@ -46,7 +53,7 @@ import re
 import sys
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -62,7 +69,7 @@ from .config import ConfigError, TrialConfig
 from .schema import Kind, config_kinds, scalar_fits
 
 SCHEMA_VERSION = 1
-STATUSES = ("completed", "failed", "infeasible")
+STATUSES = ("completed", "failed", "infeasible", "stopped")  # stopped: by early stopping
 # A CUDA trial's peaks as its caching allocator saw them: live tensors, and what it reserved.
 CUDA_PEAK_COLUMNS = ("cuda_max_allocated_mb", "cuda_max_reserved_mb")
 MEMORY_COLUMNS: dict[str, pa.DataType] = {
@@ -79,8 +86,18 @@ VERSIONED_PACKAGES = {
     "torch": "torch",
     "ray": "ray",
     "optuna": "optuna",
+    "sacrebleu": "sacrebleu",  # completes the signature of metric.*_sacrebleu
 }
-TRIALS, EPOCHS = "trials", "epochs"
+TRIALS, EPOCHS, MODELS = "trials", "epochs", "models"
+# Config fields newer than the first stores, with the value every older row implicitly had.
+LATER_FIELDS = {
+    "model.init_checkpoint": None,
+    "model.fused_norm": "none",
+    "sparsity.schedule_units": "absolute",  # the first version scaled only the boundaries
+    "precision_update": "nearest",
+}
+# Config fields removed since, with the value every row that had them held.
+REMOVED_FIELDS = {"data.num_workers": 0}
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 _NAME_RULE = "letters, digits, '-', '_' and '.', starting with a letter or digit, at most 200"
 _SUFFIX = ".parquet"
@@ -208,10 +225,26 @@ def write_trial(
     if epoch_table is not None:
         epochs_path = _file(root, EPOCHS, record.sweep, record.trial_id)
         _quarantine_if_bad(root, epochs_path, EPOCHS)
-        _atomic_write(epochs_path, epoch_table)
+        _atomic_write(epochs_path, functools.partial(pq.write_table, epoch_table))
     path = _file(root, TRIALS, record.sweep, record.trial_id)
     _quarantine_if_bad(root, path, TRIALS)
-    _atomic_write(path, trial)
+    _atomic_write(path, functools.partial(pq.write_table, trial))
+    return path
+
+
+def model_file(root: str | Path, sweep: str, trial_id: str) -> Path:
+    """Where a trial's final weights are (or would be) kept."""
+    return _file(root, MODELS, sweep, trial_id).with_suffix(".pt")
+
+
+def write_model(root: str | Path, sweep: str, trial_id: str, state_dict: Mapping[str, Any]) -> Path:
+    """Keep a trial's final weights (on the CPU, in the dtypes it trained in) beside its rows;
+    written before the trial's row, so a completed row means its weights are there."""
+    import torch
+
+    path = model_file(root, sweep, trial_id)
+    state = {name: tensor.detach().cpu() for name, tensor in state_dict.items()}
+    _atomic_write(path, lambda handle: torch.save(state, handle))
     return path
 
 
@@ -329,8 +362,16 @@ def _numbers(values: list[Any], field_name: str) -> pa.Array:
 
 def _seed_group(config: Mapping[str, pa.Array]) -> str:
     """The same point with another seed gets the same id: a hash of the typed config but seed.
-    Lists enter as the JSON text that stores before list columns held, so ids stay the same."""
-    point = {key: _hashable(array[0].as_py()) for key, array in config.items() if key != "seed"}
+    Lists enter as the JSON text that stores before list columns held, and fields added later
+    (`LATER_FIELDS`) count only when they differ from the value every older row had, and removed
+    ones (`REMOVED_FIELDS`) with the value they had, so ids stay the same across versions."""
+    point = {
+        key: _hashable(array[0].as_py())
+        for key, array in config.items()
+        if key != "seed" and not (key in LATER_FIELDS and array[0].as_py() == LATER_FIELDS[key])
+    }
+    for key, value in REMOVED_FIELDS.items():
+        point.setdefault(key, value)
     return hashlib.sha256(json.dumps(point, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -359,14 +400,14 @@ def _file(root: str | Path, table: str, sweep: str, trial_id: str) -> Path:
     )
 
 
-def _atomic_write(path: Path, table: pa.Table) -> None:
-    """Write a hidden temporary file beside ``path``, fsync it, rename it onto ``path``; a write
-    that fails (a full disk) leaves the old file as it was and raises `WriteFailed`."""
+def _atomic_write(path: Path, write: Callable[[Any], None]) -> None:
+    """``write`` a hidden temporary file beside ``path``, fsync it, rename it onto ``path``; a
+    write that fails (a full disk) leaves the old file as it was and raises `WriteFailed`."""
     tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex}")  # leading dot: readers skip it
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "wb") as handle:
-            pq.write_table(table, handle)
+            write(handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
@@ -539,6 +580,7 @@ def _odd_files(paths: list[Path]) -> dict[Path, str]:
             raise
         except (OSError, pa.ArrowException):
             continue  # unreadable: `_read_file` names it
+
     def counted(column: pa.Field) -> bool:  # JSON-text lists of old files read as lists
         old_list = column.name in _JSON_LISTS and _normal(column.type) == pa.string()
         return column.type != pa.null() and not old_list
@@ -596,9 +638,7 @@ def _checked_file(
         parquet = pq.ParquetFile(path)
         names = parquet.schema_arrow.names
         if columns is not None:
-            keys = {"schema_version", "trial_id"} | (
-                {"epoch"} if table == EPOCHS else {"status"}
-            )
+            keys = {"schema_version", "trial_id"} | ({"epoch"} if table == EPOCHS else {"status"})
             names = [n for n in names if n in keys or _wanted(n, columns)]
         data = parquet.read(columns=names)
     except FileNotFoundError:
@@ -620,9 +660,7 @@ def _wanted(name: str, columns: Sequence[str]) -> bool:
     return any(name == c or (c.endswith(".") and name.startswith(c)) for c in columns)
 
 
-def _schema_problem(
-    data: pa.Table, schema: pa.Schema, table: str, trial_id: str
-) -> str | None:
+def _schema_problem(data: pa.Table, schema: pa.Schema, table: str, trial_id: str) -> str | None:
     """What makes `data` not a file of this store's `table`, or None: the same types as written."""
     base = _BASE_COLUMNS if table == TRIALS else _EPOCH_COLUMNS
     if "schema_version" not in data.column_names:
@@ -637,7 +675,9 @@ def _schema_problem(
     missing = [name for name in required if name not in data.column_names]
     if missing:
         return f"lacks the column {missing[0]}; not a {table} file of the store"
-    if not _COMPACTED.fullmatch(f"{trial_id}{_SUFFIX}"):  # a trial's own file holds that trial alone
+    if not _COMPACTED.fullmatch(
+        f"{trial_id}{_SUFFIX}"
+    ):  # a trial's own file holds that trial alone
         if table == TRIALS and data.num_rows != 1:
             return f"has {data.num_rows} rows; a trials file holds one"
         if set(data["trial_id"].to_pylist()) - {trial_id}:
@@ -645,7 +685,7 @@ def _schema_problem(
     if table == TRIALS:
         unknown = set(data["status"].to_pylist()) - set(STATUSES)
         if unknown:
-            return f"status {sorted(unknown)[0]!r} is not one of {', '.join(STATUSES)}"
+            return f"status {min(unknown)!r} is not one of {', '.join(STATUSES)}"
     for column in schema:  # the whole file's columns, also those not read
         allowed = _allowed_types(column.name, base)
         if allowed is None:
@@ -705,7 +745,7 @@ def _merge(files: list[tuple[Path, int]], folder: Path, table: str) -> int:
         return 0
     keys = [("trial_id", "ascending")] + ([("epoch", "ascending")] if table == EPOCHS else [])
     name = f"+compacted-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}{_SUFFIX}"
-    _atomic_write(folder / name, data.sort_by(keys))
+    _atomic_write(folder / name, functools.partial(pq.write_table, data.sort_by(keys)))
     for path, _ in files:
         _remove_if_unchanged(path, seen[path])
     return len(files)
@@ -822,11 +862,12 @@ def config_values(row: Mapping[str, Any]) -> dict[str, Any]:
             value = json.loads(value)
         if isinstance(value, np.ndarray):
             value = value.tolist()
+        key = column.removeprefix("config.")
         if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
-            value = None
+            value = LATER_FIELDS.get(key)  # a field added since: what the row trained with
         elif isinstance(value, np.generic):
             value = value.item()
-        values[column.removeprefix("config.")] = value
+        values[key] = value
     return values
 
 
@@ -838,7 +879,9 @@ def trial_config(row: Mapping[str, Any]) -> TrialConfig:
         if isinstance(value, str) and kind.is_list:  # a row of a store older than list columns
             value = json.loads(value)
         if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
-            flat[key] = None
+            if key in LATER_FIELDS:  # added since the row was written: what it trained with
+                flat[key] = LATER_FIELDS[key]
+            continue  # unset: the field's default
         elif kind.is_list:
             flat[key] = [kind.scalar(v) for v in value]
         else:

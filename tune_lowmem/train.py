@@ -100,18 +100,24 @@ class Trainer:
         finite = finite_flag([p.grad for p in model.parameters() if p.grad is not None])
         total_loss, all_finite = read_once(summed, finite)
         if not math.isfinite(total_loss) and self.precision.scaler is None:
-            raise TrainingDiverged(f"loss is {total_loss} at update {self.updates} (epoch {self.epoch})")
+            raise TrainingDiverged(
+                f"loss is {total_loss} at update {self.updates} (epoch {self.epoch})"
+            )
         stepped = self.precision.unscale_(model.parameters(), bool(all_finite))
         if stepped:
             for technique in self.techniques:
                 technique.before_step()
-            optimizer.step()
+            self.precision.step(optimizer, model.parameters())
             for technique in self.techniques:
                 technique.after_step(self.epoch, self.updates)
         elif self.precision.scaler is None:
-            raise TrainingDiverged(f"gradients are not finite at update {self.updates} (epoch {self.epoch})")
+            raise TrainingDiverged(
+                f"gradients are not finite at update {self.updates} (epoch {self.epoch})"
+            )
         elif self.precision.loss_scale <= self.precision.scaler.min_scale:
-            raise TrainingDiverged(f"fp16 loss scale collapsed to {self.precision.loss_scale} (NaN or overflow)")
+            raise TrainingDiverged(
+                f"fp16 loss scale collapsed to {self.precision.loss_scale} (NaN or overflow)"
+            )
         self.updates += 1
         return {"loss": total_loss / normaliser, "stepped": float(stepped), "lr": lr}
 
@@ -125,7 +131,9 @@ class Trainer:
             losses = []
             for batch in self.task.train_batches(self.epoch):
                 losses.append(self.train_step(batch)["loss"])
-                if self.task.finished(self.epoch, self.updates):  # an update budget ran out mid-epoch
+                if self.task.finished(
+                    self.epoch, self.updates
+                ):  # an update budget ran out mid-epoch
                     break
             self.epoch += 1
             train_seconds = time.perf_counter() - started
@@ -141,8 +149,9 @@ class Trainer:
                 epoch_seconds=train_seconds,
                 skipped_steps=self.precision.skipped_steps,
             )
-            for technique in self.techniques:
-                metrics.update(technique.metrics())
+            for technique in TECHNIQUES:
+                own = self.technique(technique)
+                metrics.update(own.metrics() if own else technique.off_metrics(self.config))
             self.history.append(metrics)
             if on_epoch is not None:
                 on_epoch(metrics, self)
@@ -152,15 +161,17 @@ class Trainer:
 
     def state_dict(self) -> dict[str, Any]:
         """A snapshot of everything needed to resume exactly: weights, optimizer, scaler, masks, RNG."""
-        return copy.deepcopy({
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            **{technique.NAME: technique.state_dict() for technique in self.techniques},
-            "epoch": self.epoch,
-            "updates": self.updates,
-            "history": self.history,
-            "rng": torch.get_rng_state(),
-        })
+        return copy.deepcopy(
+            {
+                "model": self.model.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                **{technique.NAME: technique.state_dict() for technique in self.techniques},
+                "epoch": self.epoch,
+                "updates": self.updates,
+                "history": self.history,
+                "rng": torch.get_rng_state(),
+            }
+        )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])

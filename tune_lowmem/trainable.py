@@ -15,7 +15,8 @@ One Tune trial trains one `TrialConfig` (a point of the search space with one se
    ran out of memory (the point needs more than the device has: retrying it would fail the same
    way). A failure is the trial's result, not a crash: it is not retried, and the sweep goes on.
    A store write that fails (a full disk) is the storage's failure, not the trial's: the trial
-   raises, stores nothing, and runs again when the sweep is resumed.
+   raises, stores nothing, and runs again when the sweep is resumed. A completed trial's final
+   weights are kept beside its row (`store.model_file`), for `tune-lowmem export`.
 
 Every result carries ``trial_status`` (running, completed, failed, infeasible) and every
 objective key (None when unknown), so the searcher can tell a failure from a result.
@@ -230,6 +231,7 @@ class _Run:
             "node_id": self.node_id,
         }
         if final:
+            store.write_model(self.root, self.sweep, self.trial_id, trainer.model.state_dict())
             self._write("completed", {**metrics, **extra})
         result = final_result(
             self.space, "completed" if final else "running", {**metrics, **extra}, self._memory()

@@ -354,7 +354,9 @@ def plain(value: object) -> str:
     """A config value as a label shows it: 4 digits, lists without brackets."""
     if isinstance(value, (float, np.floating)):
         return f"{value:.4g}"
-    if isinstance(value, str) and value.startswith("["):  # a list in a store older than list columns
+    if isinstance(value, str) and value.startswith(
+        "["
+    ):  # a list in a store older than list columns
         value = json.loads(value)
     if isinstance(value, (list, tuple, np.ndarray)):
         return ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in value)

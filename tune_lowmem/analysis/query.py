@@ -145,10 +145,7 @@ def render(
                 for col, stats in record[part].items()
                 for stat, v in stats.items()
             },
-            **{
-                f"config.{key}": _cell(value)
-                for key, value in record["config"].items()
-            },
+            **{f"config.{key}": _cell(value) for key, value in record["config"].items()},
         }
         for record in records
     ]

@@ -8,6 +8,7 @@ import json
 
 from ..memory.report import PARTS
 from . import add_config_arguments, config_from_arguments
+from .threads import add_threads_argument, apply_threads
 
 
 def add_parser(subparsers) -> None:
@@ -27,6 +28,7 @@ def add_parser(subparsers) -> None:
         help="for tasks with sequences (the translation task): tokens of each synthetic "
         "sentence pair (default 30 30, a typical IWSLT'14 batch)",
     )
+    add_threads_argument(parser)
     parser.set_defaults(run=run)
 
 
@@ -43,8 +45,12 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_arguments(args)
     if args.measure:
         cuda_present(config.device, "device (with --measure)")
-    lengths = None if args.lengths is None else tuple(positive_int(n, "--lengths") for n in args.lengths)
+    lengths = (
+        None if args.lengths is None else tuple(positive_int(n, "--lengths") for n in args.lengths)
+    )
     task = synthetic_task(config, torch.device("cpu"), lengths)  # refuses what it cannot profile
+    if args.measure:
+        apply_threads(args)
     ways = {"predicted": predict} | ({"measured": measure} if args.measure else {})
     reports = {name: way(config, lengths) for name, way in ways.items()}
     baselines = {name: way(baseline_config(config), lengths) for name, way in ways.items()}

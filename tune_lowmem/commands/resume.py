@@ -9,7 +9,8 @@ from . import add_sweep_arguments, print_outcome
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
-        "resume", help="continue a stopped sweep: unfinished trials run again, finished ones are kept"
+        "resume",
+        help="continue a stopped sweep: unfinished trials run again, finished ones are kept",
     )
     parser.add_argument("name", help="the sweep's name")
     add_sweep_arguments(parser)

@@ -46,7 +46,9 @@ def load(root: Path) -> tuple[Arrays, Arrays]:
         if candidate.exists():
             return _cached(candidate)
     if not root.is_dir():  # a mistyped data.root: no folder is made for a download into it
-        raise FileNotFoundError(f"data.root: {root} is not a folder; a folder holding CIFAR-10 is required")
+        raise FileNotFoundError(
+            f"data.root: {root} is not a folder; a folder holding CIFAR-10 is required"
+        )
     try:
         return _from_torchvision(root, download=True)
     except Exception as error:  # no network, or no permission to write there
@@ -83,7 +85,9 @@ def _cached(source: Path) -> tuple[Arrays, Arrays]:
     if not path.exists():
         train, test = _decode_jpegs(source)
         tmp = path.with_suffix(f".tmp{id(path)}.npz")
-        np.savez(tmp, train_x=train.images, train_y=train.labels, test_x=test.images, test_y=test.labels)
+        np.savez(
+            tmp, train_x=train.images, train_y=train.labels, test_x=test.images, test_y=test.labels
+        )
         tmp.replace(path)
     with np.load(path) as z:
         return Arrays(z["train_x"], z["train_y"]), Arrays(z["test_x"], z["test_y"])
@@ -112,7 +116,9 @@ def _decode_jpegs(source: Path) -> tuple[Arrays, Arrays]:
     for split in ("train", "test"):
         items = sorted(found[split], key=lambda item: item[0])
         arrays.append(
-            Arrays(np.stack([i[2] for i in items]), np.asarray([i[1] for i in items], dtype=np.int64))
+            Arrays(
+                np.stack([i[2] for i in items]), np.asarray([i[1] for i in items], dtype=np.int64)
+            )
         )
     return arrays[0], arrays[1]
 
@@ -137,7 +143,9 @@ class Cifar10:
     test: Split
 
     @classmethod
-    def from_config(cls, config: DataConfig, seed: int, device: torch.device | str = "cpu") -> Cifar10:
+    def from_config(
+        cls, config: DataConfig, seed: int, device: torch.device | str = "cpu"
+    ) -> Cifar10:
         """search: a seeded 45,000/5,000 train/validation split; final: all 50,000 train, no validation."""
         train, test = load(data_root(config))
         order = np.random.default_rng(seed).permutation(len(train.labels))
@@ -156,7 +164,11 @@ class Cifar10:
             labels = torch.from_numpy(arrays.labels[np.sort(idx)])
             return Split(to_device(images, device), to_device(labels, device))
 
-        return cls(split(train, train_idx), split(train, val_idx) if len(val_idx) else None, split(test, test_idx))
+        return cls(
+            split(train, train_idx),
+            split(train, val_idx) if len(val_idx) else None,
+            split(test, test_idx),
+        )
 
 
 def normalize(images: torch.Tensor) -> torch.Tensor:
@@ -200,4 +212,7 @@ def train_batches(
 
 def eval_batches(split: Split, batch_size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     for start in range(0, len(split), batch_size):
-        yield normalize(split.images[start : start + batch_size]), split.labels[start : start + batch_size]
+        yield (
+            normalize(split.images[start : start + batch_size]),
+            split.labels[start : start + batch_size],
+        )

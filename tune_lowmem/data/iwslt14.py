@@ -45,7 +45,9 @@ class Dictionary:
     @classmethod
     def build(cls, lines: Iterable[str], threshold: int = 0, padding_factor: int = 8) -> Dictionary:
         counts = Counter(word for line in lines for word in line.split())
-        words = [w for w, c in sorted(counts.items(), key=lambda wc: (-wc[1], wc[0])) if c >= threshold]
+        words = [
+            w for w, c in sorted(counts.items(), key=lambda wc: (-wc[1], wc[0])) if c >= threshold
+        ]
         symbols = list(SPECIALS) + [w for w in words if w not in SPECIALS]
         symbols += [f"madeupword{i:04d}" for i in range(-len(symbols) % padding_factor)]
         return cls(symbols)
@@ -79,10 +81,15 @@ class ParallelText:
     tgt_offsets: torch.Tensor
 
     @classmethod
-    def encode(cls, src_lines: list[str], tgt_lines: list[str], src_dict: Dictionary, tgt_dict: Dictionary) -> ParallelText:
+    def encode(
+        cls, src_lines: list[str], tgt_lines: list[str], src_dict: Dictionary, tgt_dict: Dictionary
+    ) -> ParallelText:
         if len(src_lines) != len(tgt_lines):
             raise ValueError(f"data: {len(src_lines)} source but {len(tgt_lines)} target lines")
-        return cls(*_flat([src_dict.encode(l) for l in src_lines]), *_flat([tgt_dict.encode(l) for l in tgt_lines]))
+        return cls(
+            *_flat([src_dict.encode(l) for l in src_lines]),
+            *_flat([tgt_dict.encode(l) for l in tgt_lines]),
+        )
 
     def __len__(self) -> int:
         return len(self.src_offsets) - 1
@@ -104,7 +111,8 @@ class ParallelText:
     def subset(self, ids: Iterable[int]) -> ParallelText:
         ids = list(ids)
         return ParallelText(
-            *_flat([self.source(i).tolist() for i in ids]), *_flat([self.target(i).tolist() for i in ids])
+            *_flat([self.source(i).tolist() for i in ids]),
+            *_flat([self.target(i).tolist() for i in ids]),
         )
 
 
@@ -138,7 +146,11 @@ def find_folder(root: Path) -> Path:
 
 
 def load(
-    folder: Path, src_lang: str = "de", tgt_lang: str = "en", joined: bool = False, threshold: int = 0
+    folder: Path,
+    src_lang: str = "de",
+    tgt_lang: str = "en",
+    joined: bool = False,
+    threshold: int = 0,
 ) -> Iwslt14:
     """The encoded corpus, from the cache when the files are unchanged.
 
@@ -146,7 +158,11 @@ def load(
     (the recipe's choice); threshold: drop training words seen fewer times (--thresholdsrc/tgt).
     """
     folder = Path(folder)
-    names = ("train", "valid", "test") if (folder / f"train.{src_lang}").is_file() else ("valid", "test")
+    names = (
+        ("train", "valid", "test")
+        if (folder / f"train.{src_lang}").is_file()
+        else ("valid", "test")
+    )
     files = [folder / f"{name}.{lang}" for name in names for lang in (src_lang, tgt_lang)]
     for file in files:
         if not file.is_file():
@@ -167,13 +183,21 @@ def _read(file: Path) -> list[str]:
     return file.read_text(encoding="utf-8").splitlines()
 
 
-def _encode(folder: Path, names: tuple[str, ...], src_lang: str, tgt_lang: str, joined: bool, threshold: int) -> Iwslt14:
-    text = {name: (_read(folder / f"{name}.{src_lang}"), _read(folder / f"{name}.{tgt_lang}")) for name in names}
+def _encode(
+    folder: Path, names: tuple[str, ...], src_lang: str, tgt_lang: str, joined: bool, threshold: int
+) -> Iwslt14:
+    text = {
+        name: (_read(folder / f"{name}.{src_lang}"), _read(folder / f"{name}.{tgt_lang}"))
+        for name in names
+    }
     train_src, train_tgt = text[names[0]]
     if joined:
         src_dict = tgt_dict = Dictionary.build(train_src + train_tgt, threshold)
     else:
-        src_dict, tgt_dict = Dictionary.build(train_src, threshold), Dictionary.build(train_tgt, threshold)
+        src_dict, tgt_dict = (
+            Dictionary.build(train_src, threshold),
+            Dictionary.build(train_tgt, threshold),
+        )
     parts = {name: ParallelText.encode(*text[name], src_dict, tgt_dict) for name in names}
     valid = parts["valid"] if "train" in names else None
     return Iwslt14(src_dict, tgt_dict, parts[names[0]], valid, parts["test"])
@@ -192,8 +216,15 @@ def _state(corpus: Iwslt14) -> dict:
 
 def _from_state(state: dict) -> Iwslt14:
     src_dict = Dictionary(state["src_symbols"])
-    tgt_dict = src_dict if state["tgt_symbols"] == state["src_symbols"] else Dictionary(state["tgt_symbols"])
-    parts = {name: None if state[name] is None else ParallelText(*state[name]) for name in ("train", "valid", "test")}
+    tgt_dict = (
+        src_dict
+        if state["tgt_symbols"] == state["src_symbols"]
+        else Dictionary(state["tgt_symbols"])
+    )
+    parts = {
+        name: None if state[name] is None else ParallelText(*state[name])
+        for name in ("train", "valid", "test")
+    }
     return Iwslt14(src_dict, tgt_dict, **parts)
 
 
@@ -207,7 +238,9 @@ class Batch:
     ids: torch.Tensor  # (n,) sentence indices in the split
     src_tokens: torch.Tensor  # (n, S) left-padded, each ending in </s>
     src_lengths: torch.Tensor  # (n,) eos included
-    prev_output_tokens: torch.Tensor  # (n, T) </s> then the target without its last token, right-padded
+    prev_output_tokens: (
+        torch.Tensor
+    )  # (n, T) </s> then the target without its last token, right-padded
     target: torch.Tensor  # (n, T) right-padded, each ending in </s>
     ntokens: int  # non-pad target tokens: what the summed loss is divided by
 
@@ -220,7 +253,13 @@ class Batch:
         return len(self) * max(self.src_tokens.shape[1], self.target.shape[1])
 
     def to(self, device: torch.device | str) -> Batch:
-        tensors = (self.ids, self.src_tokens, self.src_lengths, self.prev_output_tokens, self.target)
+        tensors = (
+            self.ids,
+            self.src_tokens,
+            self.src_lengths,
+            self.prev_output_tokens,
+            self.target,
+        )
         return Batch(*(to_device(t, device) for t in tensors), self.ntokens)
 
     def rows(self, index: torch.Tensor) -> Batch:
@@ -230,8 +269,12 @@ class Batch:
         tgt_len = int(target.ne(PAD).sum(1).max())
         src = self.src_tokens[index][:, self.src_tokens.shape[1] - int(src_lengths.max()) :]
         return Batch(
-            self.ids[index], src, src_lengths, self.prev_output_tokens[index][:, :tgt_len],
-            target[:, :tgt_len], int(target.ne(PAD).sum()),
+            self.ids[index],
+            src,
+            src_lengths,
+            self.prev_output_tokens[index][:, :tgt_len],
+            target[:, :tgt_len],
+            int(target.ne(PAD).sum()),
         )
 
 

@@ -23,12 +23,14 @@ def value_bytes(tensor: torch.Tensor, nonzeros: int | None) -> int:
     return (tensor.numel() if nonzeros is None else nonzeros) * tensor.element_size()
 
 
-def model_bytes(model: nn.Module, nonzeros: Mapping[str, int]) -> int:
-    """The parameters; `nonzeros` maps each sparse weight's name to its nonzero count."""
+def model_bytes(model: nn.Module, nonzeros: Mapping[str, int], layout: str = "csr") -> int:
+    """The parameters; `nonzeros` maps each sparse weight's name to its nonzero count, stored in
+    `layout` (`sparse_storage_bytes`)."""
     total = 0
     for name, param in model.named_parameters():
         if name in nonzeros:
-            total += sparse_storage_bytes(nonzeros[name], param.shape, param.element_size())
+            size = param.element_size()
+            total += sparse_storage_bytes(nonzeros[name], param.shape, size, layout)
         else:
             total += value_bytes(param, None)
     return total

@@ -51,7 +51,10 @@ def sinusoidal(positions: torch.Tensor, dim: int, pad_idx: int) -> torch.Tensor:
     """fairseq's SinusoidalPositionalEmbedding at `positions` (any shape): [sin | cos] halves,
     frequencies 10000^(-i/(half-1)), zero at pad_idx; fp32."""
     half = dim // 2
-    freqs = torch.exp(torch.arange(half, dtype=torch.float32, device=positions.device) * -(math.log(10000) / (half - 1)))
+    freqs = torch.exp(
+        torch.arange(half, dtype=torch.float32, device=positions.device)
+        * -(math.log(10000) / (half - 1))
+    )
     angles = positions.unsqueeze(-1).float() * freqs
     emb = torch.cat([torch.sin(angles), torch.cos(angles)], dim=-1)
     if dim % 2 == 1:
@@ -91,12 +94,19 @@ class DynamicConv(nn.Module):
     """
 
     def __init__(
-        self, channels: int, kernel_size: int, padding_l: int, heads: int,
-        weight_softmax: bool, weight_dropout: float,
+        self,
+        channels: int,
+        kernel_size: int,
+        padding_l: int,
+        heads: int,
+        weight_softmax: bool,
+        weight_dropout: float,
     ):
         super().__init__()
         if channels % heads:
-            raise ValueError(f"heads: {heads} is not allowed; it must divide the channels {channels}")
+            raise ValueError(
+                f"heads: {heads} is not allowed; it must divide the channels {channels}"
+            )
         self.kernel_size, self.padding_l, self.heads = kernel_size, padding_l, heads
         self.weight_softmax = weight_softmax
         self.weight_dropout = weight_dropout
@@ -147,7 +157,9 @@ class DynamicConv(nn.Module):
         """One causal decoding step: x (B, 1, C) and the last K-1 inputs (B, K-1, C), zeros at
         the start; returns the output (B, 1, C) and the new window."""
         if self.padding_l != self.kernel_size - 1:
-            raise ValueError("step: only a causal convolution (padding_l = kernel_size - 1) decodes step by step")
+            raise ValueError(
+                "step: only a causal convolution (padding_l = kernel_size - 1) decodes step by step"
+            )
         B, _, C = x.shape
         H, K = self.heads, self.kernel_size
         weight = self.kernels(x)[:, 0]  # (B, H, K)
@@ -180,11 +192,17 @@ class EncoderDecoderAttention(nn.Module):
         return self._heads(self.k_proj(memory)), self._heads(self.v_proj(memory))
 
     def forward(
-        self, x: torch.Tensor, keys_values: tuple[torch.Tensor, torch.Tensor], memory_padding: torch.Tensor,
+        self,
+        x: torch.Tensor,
+        keys_values: tuple[torch.Tensor, torch.Tensor],
+        memory_padding: torch.Tensor,
     ) -> torch.Tensor:
         keys, values = keys_values
         out = F.scaled_dot_product_attention(
-            self._heads(self.q_proj(x)), keys, values, attn_mask=~memory_padding[:, None, None, :],
+            self._heads(self.q_proj(x)),
+            keys,
+            values,
+            attn_mask=~memory_padding[:, None, None, :],
             dropout_p=self.dropout if self.training else 0.0,
         )
         B, T, C = x.shape
@@ -206,7 +224,11 @@ class _ConvLayer(nn.Module):
         self.linear2 = _linear(dim, dim)
         self.fc1 = _linear(dim, config.ffn_dim)
         self.fc2 = _linear(config.ffn_dim, dim)
-        self.dropout, self.relu_dropout, self.input_dropout = config.dropout, config.relu_dropout, config.input_dropout
+        self.dropout, self.relu_dropout, self.input_dropout = (
+            config.dropout,
+            config.relu_dropout,
+            config.input_dropout,
+        )
 
     def conv_input(self, x: torch.Tensor) -> torch.Tensor:
         x = self.linear1(F.dropout(x, self.input_dropout, self.training))
@@ -244,8 +266,12 @@ class LayerCache:
 
     def reorder(self, index: torch.Tensor, memory_index: torch.Tensor | None) -> LayerCache:
         keys, values = (
-            (self.keys, self.values) if memory_index is None
-            else (self.keys.index_select(0, memory_index), self.values.index_select(0, memory_index))
+            (self.keys, self.values)
+            if memory_index is None
+            else (
+                self.keys.index_select(0, memory_index),
+                self.values.index_select(0, memory_index),
+            )
         )
         return LayerCache(self.window.index_select(0, index), keys, values)
 
@@ -263,7 +289,10 @@ class DecoderLayer(_ConvLayer):
         self.final_layer_norm = LayerNorm(dim)
 
     def forward(
-        self, x: torch.Tensor, memory: torch.Tensor, memory_padding: torch.Tensor,
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor,
+        memory_padding: torch.Tensor,
         cache: LayerCache | None = None,
     ) -> torch.Tensor:
         """Teacher-forced over all of x when `cache` is None; else one step, updating `cache`."""
@@ -275,7 +304,9 @@ class DecoderLayer(_ConvLayer):
             h, cache.window = self.conv.step(h, cache.window)
             keys_values = (cache.keys, cache.values)
         x = self.conv_layer_norm(x + self.conv_output(h))
-        attn = F.dropout(self.encoder_attn(x, keys_values, memory_padding), self.dropout, self.training)
+        attn = F.dropout(
+            self.encoder_attn(x, keys_values, memory_padding), self.dropout, self.training
+        )
         x = self.encoder_attn_layer_norm(x + attn)
         return self.final_layer_norm(x + self.ffn(x))
 
@@ -368,7 +399,9 @@ class Decoder(_Stack):
             x = self.run_layer(layer, x, encoder_out.out, encoder_out.padding)
         return self.output_layer(x)
 
-    def step(self, tokens: torch.Tensor, encoder_out: EncoderOut, state: DecoderState) -> torch.Tensor:
+    def step(
+        self, tokens: torch.Tensor, encoder_out: EncoderOut, state: DecoderState
+    ) -> torch.Tensor:
         """Logits (B, V) for the next token after `tokens` (B,), the last input of each row."""
         position = torch.full((1, 1), self.pad_idx + 1 + state.step, device=tokens.device)
         x = self.embed(tokens.unsqueeze(1), position)  # one position, broadcast over the rows
@@ -384,12 +417,16 @@ class DynamicConvTransformer(nn.Module):
     # The paper calls per-layer checkpointing of the transformer "residual-1".
     CHECKPOINT_STRATEGIES = ("none", "residual-1")
 
-    def __init__(self, config: DynamicConvConfig, src_vocab_size: int, tgt_vocab_size: int, pad_idx: int):
+    def __init__(
+        self, config: DynamicConvConfig, src_vocab_size: int, tgt_vocab_size: int, pad_idx: int
+    ):
         super().__init__()
         config.validate("model")
         for name, value in (("src_vocab_size", src_vocab_size), ("tgt_vocab_size", tgt_vocab_size)):
             if not (isinstance(value, int) and value > pad_idx >= 0):
-                raise ValueError(f"{name}: {value!r} is not allowed; an integer > pad_idx {pad_idx} is required")
+                raise ValueError(
+                    f"{name}: {value!r} is not allowed; an integer > pad_idx {pad_idx} is required"
+                )
         self.config, self.pad_idx = config, pad_idx
         dim = config.embed_dim
         self.encoder = Encoder(config, _embedding(src_vocab_size, dim, pad_idx), pad_idx)
@@ -427,6 +464,8 @@ class DynamicConvTransformer(nn.Module):
     def start_decoding(self, encoder_out: EncoderOut) -> DecoderState:
         return DecoderState([layer.start_cache(encoder_out.out) for layer in self.decoder.layers])
 
-    def decode_step(self, tokens: torch.Tensor, encoder_out: EncoderOut, state: DecoderState) -> torch.Tensor:
+    def decode_step(
+        self, tokens: torch.Tensor, encoder_out: EncoderOut, state: DecoderState
+    ) -> torch.Tensor:
         """Next-token logits (B, V) given the previous token of each row; advances `state`."""
         return self.decoder.step(tokens, encoder_out, state)

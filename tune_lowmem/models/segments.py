@@ -36,7 +36,10 @@ def _is_batch_norm(module: nn.Module) -> bool:
 
 @contextlib.contextmanager
 def _frozen_statistics(norms: list[nn.Module]) -> Iterator[None]:
-    saved = [(m.momentum, m.num_batches_tracked.clone() if m.num_batches_tracked is not None else None) for m in norms]
+    saved = [
+        (m.momentum, m.num_batches_tracked.clone() if m.num_batches_tracked is not None else None)
+        for m in norms
+    ]
     for m in norms:
         m.momentum = 0.0
     try:

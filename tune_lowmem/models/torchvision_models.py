@@ -48,5 +48,7 @@ ARCHITECTURES: dict[str, Callable[[int], nn.Module]] = {
 
 def build(arch: str, num_classes: int) -> nn.Module:
     if arch not in ARCHITECTURES:
-        raise ValueError(f"model.arch: {arch!r} is not allowed; allowed: {', '.join(ARCHITECTURES)}")
+        raise ValueError(
+            f"model.arch: {arch!r} is not allowed; allowed: {', '.join(ARCHITECTURES)}"
+        )
     return ARCHITECTURES[arch](num_classes)

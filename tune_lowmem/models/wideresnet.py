@@ -12,8 +12,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..config import WideResNetConfig
+from ..config import FUSED_NORM_MODES, WideResNetConfig
+from .fused_norm import batch_statistics, bn_relu_conv, fused_block
 from .segments import run_checkpointed
+
+NESTED = "-nested"
 
 
 class BasicBlock(nn.Module):
@@ -30,19 +33,43 @@ class BasicBlock(nn.Module):
             if stride != 1 or in_planes != out_planes
             else None
         )
+        self.fused_norm = "none"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fused_norm != "none" and self.training and torch.is_grad_enabled():
+            return self.fused_forward(x)
         pre = F.relu(self.bn1(x))
         residual = x if self.shortcut is None else self.shortcut(pre)
         out = self.conv1(pre)
         out = self.conv2(F.relu(self.bn2(out)))
         return out + residual
 
+    def fused_forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The same function through `fused_norm`: the whole block as one unit storing its input
+        ("block"), or each BN-ReLU-conv as one storing the BN input ("unit")."""
+        if type(self.bn1) is not nn.BatchNorm2d or type(self.bn2) is not nn.BatchNorm2d:
+            raise ValueError("fused_norm: needs plain BatchNorm2d (not a group batch norm)")
+        if self.fused_norm == "block":
+            return fused_block(x, self.bn1, self.conv1, self.bn2, self.conv2, self.shortcut)
+        stats = batch_statistics(x, self.bn1)
+        out = bn_relu_conv(x, self.bn1, self.conv1, stats)
+        residual = x if self.shortcut is None else bn_relu_conv(x, self.bn1, self.shortcut, stats)
+        out = bn_relu_conv(out, self.bn2, self.conv2, batch_statistics(out, self.bn2))
+        return out.add_(residual)  # nobody saved the conv output it lands on
+
 
 class WideResNet(nn.Module):
     """Stem conv, three groups of n blocks (widths 16k, 32k, 64k), BN-ReLU, global pool, linear."""
 
-    CHECKPOINT_STRATEGIES = ("none", "residual-1", "residual-2", "residual-2*")
+    CHECKPOINT_STRATEGIES = (
+        "none",
+        "residual-1",
+        "residual-2",
+        "residual-2*",
+        # not the paper's: its segments with every block checkpointed again inside
+        "residual-2-nested",
+        "residual-2*-nested",
+    )
 
     def __init__(self, depth: int = 28, width: int = 2, num_classes: int = 10):
         super().__init__()
@@ -71,7 +98,9 @@ class WideResNet(nn.Module):
 
     @classmethod
     def from_config(cls, config: WideResNetConfig) -> WideResNet:
-        return cls(config.depth, config.width, config.num_classes)
+        model = cls(config.depth, config.width, config.num_classes)
+        model.set_fused_norm(config.fused_norm)
+        return model
 
     def set_grad_checkpointing(self, strategy: str = "residual-1") -> None:
         """none | residual-1 | residual-2 | residual-2*; see `segments` for what each stores."""
@@ -79,6 +108,17 @@ class WideResNet(nn.Module):
             allowed = ", ".join(self.CHECKPOINT_STRATEGIES)
             raise ValueError(f"checkpoint: {strategy!r} is not allowed; allowed: {allowed}")
         self.grad_checkpointing = strategy
+
+    def set_fused_norm(self, mode: str = "block") -> None:
+        """none | unit | block: train the residual blocks through `fused_norm` (exact). "unit"
+        stores half a block's activations at no extra convolution; "block" stores only the
+        block input, at 3 extra convolutions per block in the backward pass. Evaluation and
+        no-grad passes run the plain modules."""
+        if mode not in FUSED_NORM_MODES:
+            allowed = ", ".join(FUSED_NORM_MODES)
+            raise ValueError(f"fused_norm: {mode!r} is not allowed; allowed: {allowed}")
+        for block in self.blocks:
+            block.fused_norm = mode
 
     def segments(self) -> list[list[nn.Module]]:
         """The forward pass as a list of segments; a segment of a checkpointing strategy stores
@@ -89,11 +129,14 @@ class WideResNet(nn.Module):
         - residual-2: each pair of consecutive blocks is a checkpointed segment;
         - residual-2*: residual-2, and the stem conv and the head (BN-ReLU-pool-linear) are
           checkpointed too, so that nothing outside a segment boundary stays stored: the stem
-          joins the first pair and the head joins the last pair.
+          joins the first pair and the head joins the last pair;
+        - <strategy>-nested (not the paper's): the same segments, and inside each checkpointed
+          one every module is checkpointed again, so a segment's recomputation stores only its
+          modules' inputs and recomputes one module at a time (each forward runs three times).
         """
         blocks = list(self.blocks)
         stem, head = [self.stem], [_Head(self.bn, self.fc)]
-        strategy = self.grad_checkpointing
+        strategy = self.grad_checkpointing.removesuffix(NESTED)
         if strategy in ("none", "residual-1"):
             return [stem] + [[b] for b in blocks] + [head]
         pairs = [blocks[i : i + 2] for i in range(0, len(blocks), 2)]
@@ -104,7 +147,7 @@ class WideResNet(nn.Module):
         return pairs
 
     def checkpointed(self, index: int, segments: list[list[nn.Module]]) -> bool:
-        strategy = self.grad_checkpointing
+        strategy = self.grad_checkpointing.removesuffix(NESTED)
         if strategy == "none":
             return False
         if strategy == "residual-2*":
@@ -114,9 +157,11 @@ class WideResNet(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x.to(self.stem.weight.dtype)  # images enter a half model in half
         segments = self.segments()
+        nested = self.grad_checkpointing.endswith(NESTED)
         for index, segment in enumerate(segments):
             if self.training and torch.is_grad_enabled() and self.checkpointed(index, segments):
-                x = run_checkpointed(functools.partial(_run_segment, segment), segment, x)
+                run = _run_nested if nested else _run_segment
+                x = run_checkpointed(functools.partial(run, segment), segment, x)
             else:
                 x = _run_segment(segment, x)
         return x
@@ -139,4 +184,10 @@ class _Head(nn.Module):
 def _run_segment(segment: list[nn.Module], x: torch.Tensor) -> torch.Tensor:
     for module in segment:
         x = module(x)
+    return x
+
+
+def _run_nested(segment: list[nn.Module], x: torch.Tensor) -> torch.Tensor:
+    for module in segment:
+        x = run_checkpointed(module, [module], x)
     return x

@@ -44,6 +44,7 @@ from ..yaml_loading import load_file
 from . import journal, place
 from .generator import PlacedSearch
 from .place import sweep_folder
+from .scheduler import MultiObjectiveASHA, RecordStopped
 from .searcher import ScreenedSearcher, tune_saved
 
 SPACE_FILE = "space.yaml"
@@ -135,11 +136,16 @@ def _trainable(space: SearchSpace, sweep: str, root: Path):
 
 def _tuner(space: SearchSpace, sweep: str, root: Path) -> tune.Tuner:
     place.bind(sweep, root)
+    scheduler, stopping = None, []
+    if space.scheduler is not None:  # early stopping: its decisions kept in the sweep folder
+        scheduler = MultiObjectiveASHA(space.scheduler, space.objectives, sweep)
+        stopping = [RecordStopped(space, sweep)]
     return tune.Tuner(
         _trainable(space, sweep, root),
         tune_config=tune.TuneConfig(
             search_alg=PlacedSearch(ScreenedSearcher(space, sweep), sweep, space.max_concurrent),
             num_samples=space.num_samples * space.seeds_per_point,
+            scheduler=scheduler,
             trial_dirname_creator=trial_dirname,
             reuse_actors=True,  # a worker process per trial costs seconds of imports
         ),
@@ -151,6 +157,7 @@ def _tuner(space: SearchSpace, sweep: str, root: Path) -> tune.Tuner:
             callbacks=[
                 ProgressPrinter(space, sweep, functools.partial(place.root, sweep)),
                 RecordWorkerDeaths(space, sweep),
+                *stopping,
             ],
             verbose=0,
         ),
@@ -287,7 +294,7 @@ def saved_space(name: str, root: str | Path) -> SearchSpace:
 
 
 def _finish(space: SearchSpace, sweep: str, root: Path, results) -> SweepResult:
-    store.compact(root, sweep, force=True)  # one file for the analysis to read, not one per trial
+    store.compact(root, sweep)  # once a sweep has many one-trial files: fewer for analysis to read
     baselines.record(root, sweep)  # the report then needs no profiler for an untrained baseline
     trials = store.read_trials(root, sweep)
     return SweepResult(sweep, root, space, results, trials, front(space, trials))

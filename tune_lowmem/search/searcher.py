@@ -51,6 +51,7 @@ from . import journal, place
 from .screening import Screening, screen, write_screened
 
 SCREENED_PREFIXES = {"infeasible": "infeasible-", "failed": "invalid-"}
+TOLD_STATUSES = ("completed", "stopped", "running")  # running at its end: stopped early
 SAVED = ("space", "sweep", "assigned")  # what a snapshot holds; the rest is rebuilt by rejoin
 log = logging.getLogger(__name__)
 
@@ -255,9 +256,12 @@ class ScreenedSearcher(Searcher):
             self.tell(number, np.mean(done, axis=0).tolist() if done else None)
 
     def values(self, result: dict | None, error: bool) -> list[float] | None:
+        """A seed's outcome. A trial that ended with its last result still ``running`` was
+        stopped by the early-stopping scheduler (`scheduler`): it is told the values it reached,
+        as is its stored ``stopped`` row."""
         if not error and result and result.get("trial_status") == "infeasible":  # out of memory
             return self.dominated(result)
-        if error or not result or result.get("trial_status") != "completed":
+        if error or not result or result.get("trial_status") not in TOLD_STATUSES:
             return None
         values = [result.get(name) for name in self.space.objectives]
         if any(v is None or not np.isfinite(v) for v in values):

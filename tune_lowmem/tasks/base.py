@@ -58,6 +58,9 @@ class Task:
     MICROBATCH_UNIT: ClassVar[str] = "examples"  # what microbatch.size counts
     SHAPE_FIELDS: ClassVar[tuple[str, ...]] = ("batch_size",)  # schedule fields fixing shapes
     REWIRING_PERIOD_SCALE: ClassVar[float] = 1.0  # the sparsity schedule's periods, scaled
+    # the paper's run of this task in updates, which relative rewiring units scale from (the
+    # reference WideResNet run, 200 epochs x 450 updates, for tasks the paper did not train)
+    PAPER_UPDATES: ClassVar[int] = 200 * 450
 
     def __init__(self, config: TrialConfig, device: torch.device, *, synthetic: bool = False):
         self.config = config
@@ -104,6 +107,11 @@ class Task:
     def epochs(self) -> int:
         """How many epochs the schedule has."""
         raise NotImplementedError
+
+    def total_updates(self) -> float:
+        """How many updates the whole run takes (the step schedule's cuts and the rewiring
+        schedule are placed in them)."""
+        return self.epochs() * self.updates_per_epoch()
 
     def finished(self, epoch: int, updates: int) -> bool:
         """Whether training is over after `epoch` epochs and `updates` updates."""
@@ -199,4 +207,3 @@ def _parts(batch: Any) -> list[Any]:
     if dataclasses.is_dataclass(batch):
         return [getattr(batch, f.name) for f in dataclasses.fields(batch)]
     return list(batch)
-

@@ -31,6 +31,13 @@ CLASSIFICATION_METRICS = {
 }
 
 
+def step_learning_rate(schedule: StepScheduleConfig, update: int, total_updates: float) -> float:
+    """The lr of 0-based `update` of a run of `total_updates`: cut by gamma from each milestone's
+    fraction of the updates on (per update, not per epoch, so short runs cut where they should)."""
+    cuts = bisect.bisect_right(schedule.milestone_updates(total_updates), update)
+    return schedule.lr * schedule.lr_multiplier * schedule.gamma**cuts
+
+
 class Cifar10Classification(Task):
     """CIFAR-10 under the step schedule; subclasses say which model."""
 
@@ -69,11 +76,10 @@ class Cifar10Classification(Task):
         )
 
     def learning_rate(self, epoch: int, update: int) -> float:
-        schedule = self.config.schedule
-        cuts = bisect.bisect_right(schedule.milestone_epochs(), epoch)
-        return schedule.lr * schedule.lr_multiplier * schedule.gamma**cuts
+        return step_learning_rate(self.config.schedule, update, self.total_updates())
 
     def updates_per_epoch(self) -> int:
+        """Full minibatches of the training split (`train_batches` drops the last partial one)."""
         data = self.config.data
         if self.synthetic:
             images = data.train_subset or cifar10.TRAIN_SIZE - (
@@ -137,6 +143,25 @@ class WideResNetCifar10(Cifar10Classification):
 
     MODEL_CONFIG = WideResNetConfig
     CHECKPOINT_STRATEGIES = WideResNet.CHECKPOINT_STRATEGIES
+
+    @classmethod
+    def validate_config(cls, config: TrialConfig) -> None:
+        """The fused BN-ReLU units compute in the storage dtype and normalise whole batches:
+        neither autocast nor simulated microbatching's group batch norm reaches them."""
+        super().validate_config(config)
+        fused = config.model.fused_norm
+        require(
+            fused == "none" or not config.precision.startswith("amp-"),
+            "model.fused_norm",
+            f"{fused!r} is not allowed with precision {config.precision} (autocast); allowed: none",
+        )
+        simulated = config.microbatch.mode == "simulated" and config.microbatch.size is not None
+        require(
+            fused == "none" or not simulated,
+            "model.fused_norm",
+            f"{fused!r} is not allowed with simulated microbatching (group batch norm); "
+            "allowed: none",
+        )
 
     def build_model(self) -> nn.Module:
         return WideResNet.from_config(self.config.model)

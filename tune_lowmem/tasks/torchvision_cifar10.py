@@ -22,7 +22,9 @@ from .classification import Cifar10Classification
 class TorchvisionModelConfig:
     """Which torchvision network, and its output size."""
 
-    arch: str = "resnet18"  # resnet18 | mobilenet_v3_small | vit_tiny (see models.torchvision_models)
+    arch: str = (
+        "resnet18"  # resnet18 | mobilenet_v3_small | vit_tiny (see models.torchvision_models)
+    )
     num_classes: int = 10
 
     def validate(self, prefix: str) -> None:

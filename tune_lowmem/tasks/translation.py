@@ -1,9 +1,10 @@
 """The DynamicConv Transformer on IWSLT'14 de-en with fairseq's pay_less_attention recipe.
 
-Adam (0.9, 0.98) with decoupled weight decay 1e-4 (fairseq's Adam decays the weights directly),
+fairseq's Adam (0.9, 0.98; tune_lowmem.optim) with decoupled weight decay 1e-4,
 lr 5e-4 after a linear warm-up of 4,000 updates from 1e-7, then inverse square root; label
 smoothing 0.1; minibatches of at most 4,000 tokens; no gradient clipping. Each epoch reports
-the validation loss; the last one also decodes with beam search and reports BLEU.
+the validation loss; the last one also decodes with beam search and reports tokenised BLEU
+(`*_bleu`, the paper's) and detokenised sacreBLEU (`*_sacrebleu`).
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from torch import nn
 
 from ..config import DynamicConvConfig, InverseSqrtScheduleConfig, TrialConfig
 from ..data import data_root, iwslt14
-from ..decode import bleu, references, translate
+from ..decode import bleu, detok_bleu, references, translate
 from ..models.dynamicconv import DynamicConvTransformer
+from ..optim import FairseqAdam
 from ..validation import ConfigError
 from .base import Metric, Task, conv_and_linear_weights
 
@@ -39,9 +41,23 @@ IWSLT14_LENGTHS = (30, 30)
 
 TRANSLATION_METRICS = {
     "val_bleu": Metric(
-        "maximize", 0.0, 100.0, "BLEU of beam search on the validation split (final epoch)"
+        "maximize",
+        0.0,
+        100.0,
+        "tokenised BLEU of beam search (BPE removed, lower-cased), validation split",
     ),
-    "test_bleu": Metric("maximize", 0.0, 100.0, "BLEU of beam search on the test split (final)"),
+    "test_bleu": Metric(
+        "maximize",
+        0.0,
+        100.0,
+        "tokenised BLEU of beam search (BPE removed, lower-cased), test split",
+    ),
+    "val_sacrebleu": Metric(
+        "maximize", 0.0, 100.0, "detokenised sacreBLEU (13a) on the validation split (final)"
+    ),
+    "test_sacrebleu": Metric(
+        "maximize", 0.0, 100.0, "detokenised sacreBLEU (13a) on the test split (final)"
+    ),
     "val_loss": Metric("minimize", 0.0, None, "label-smoothed loss per target token (nats)"),
     "test_loss": Metric("minimize", 0.0, None, "label-smoothed loss per target token (nats)"),
     "val_nll_loss": Metric("minimize", 0.0, None, "negative log-likelihood per token (nats)"),
@@ -63,6 +79,7 @@ class DynamicConvIwslt14(Task):
     MICROBATCH_UNIT = "tokens"
     SHAPE_FIELDS = ("max_tokens",)
     REWIRING_PERIOD_SCALE = 0.5  # Sohoni et al. A.3.1: halved for the 50,000-update schedule
+    PAPER_UPDATES = 50_000  # fairseq's max_update in the paper's recipe
 
     @classmethod
     def validation_empty(cls, config: TrialConfig) -> bool:
@@ -87,10 +104,14 @@ class DynamicConvIwslt14(Task):
         val = corpus.valid
         if val is None and data.split == "search" and data.val_size > 0:
             val, order = corpus.train.subset(order[: data.val_size]), order[data.val_size :]
-        train = corpus.train.subset(np.sort(order[: data.train_subset] if data.train_subset else order))
+        train = corpus.train.subset(
+            np.sort(order[: data.train_subset] if data.train_subset else order)
+        )
         test = corpus.test
         if data.test_subset is not None:
-            test = test.subset(np.sort(np.random.default_rng(seed + 1).permutation(len(test))[: data.test_subset]))
+            test = test.subset(
+                np.sort(np.random.default_rng(seed + 1).permutation(len(test))[: data.test_subset])
+            )
         splits = {"train": train, "test": test}
         if val is not None and data.split == "search":
             splits["val"] = val
@@ -98,7 +119,9 @@ class DynamicConvIwslt14(Task):
 
     @cached_property
     def batches(self) -> list[np.ndarray]:
-        return iwslt14.batches_by_tokens(self.splits["train"], self.config.schedule.max_tokens, self.config.seed)
+        return iwslt14.batches_by_tokens(
+            self.splits["train"], self.config.schedule.max_tokens, self.config.seed
+        )
 
     # ---- model and optimizer ------------------------------------------------------------------
 
@@ -109,9 +132,16 @@ class DynamicConvIwslt14(Task):
         return len(self.corpus.src_dict), len(self.corpus.tgt_dict)
 
     def build_model(self) -> nn.Module:
-        return DynamicConvTransformer.from_config(
+        """The model, its weights from `model.init_checkpoint` (a fairseq checkpoint) when set."""
+        model = DynamicConvTransformer.from_config(
             self.config.model, *self.vocab_sizes(), iwslt14.PAD
         )
+        if self.config.model.init_checkpoint is not None:
+            from ..fairseq_interop import init_from_checkpoint
+
+            source, target = self.corpus.src_dict.symbols, self.corpus.tgt_dict.symbols
+            init_from_checkpoint(model, self.config.model, source, target)
+        return model
 
     def sparse_parameter_names(self, model: nn.Module) -> list[str]:
         """Every linear and convolution weight except embeddings and what is tied to them; norms
@@ -120,8 +150,12 @@ class DynamicConvIwslt14(Task):
 
     def build_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
         s = self.config.schedule
-        return torch.optim.AdamW(
-            model.parameters(), lr=self.learning_rate(0, 0), betas=s.betas, eps=s.adam_eps, weight_decay=s.weight_decay
+        return FairseqAdam(
+            model.parameters(),
+            lr=self.learning_rate(0, 0),
+            betas=s.betas,
+            eps=s.adam_eps,
+            weight_decay=s.weight_decay,
         )
 
     def learning_rate(self, epoch: int, update: int) -> float:
@@ -181,7 +215,9 @@ class DynamicConvIwslt14(Task):
 
     def loss(self, model: nn.Module, batch: iwslt14.Batch) -> tuple[torch.Tensor, float]:
         logits = model(batch.src_tokens, batch.prev_output_tokens)
-        loss, _ = iwslt14.label_smoothed_nll_loss(logits, batch.target, self.config.schedule.label_smoothing)
+        loss, _ = iwslt14.label_smoothed_nll_loss(
+            logits, batch.target, self.config.schedule.label_smoothing
+        )
         return loss, float(batch.ntokens)
 
     def normaliser(self, batch: iwslt14.Batch) -> float:
@@ -204,22 +240,38 @@ class DynamicConvIwslt14(Task):
                 batch_loss, batch_nll = iwslt14.label_smoothed_nll_loss(
                     logits, batch.target, self.config.schedule.label_smoothing
                 )
-                loss, nll, tokens = loss + float(batch_loss), nll + float(batch_nll), tokens + batch.ntokens
+                loss, nll, tokens = (
+                    loss + float(batch_loss),
+                    nll + float(batch_nll),
+                    tokens + batch.ntokens,
+                )
             # per target token, in nats like train_loss (fairseq prints base 2: divide by ln 2)
             metrics[f"{name}_loss"] = loss / tokens
             metrics[f"{name}_nll_loss"] = nll / tokens
             metrics[f"{name}_ppl"] = math.exp(metrics[f"{name}_nll_loss"])
             if final:
-                metrics[f"{name}_bleu"] = self.bleu(model, split)
+                metrics.update(self.bleu(model, split, name))
         return metrics
 
-    def bleu(self, model: nn.Module, split: iwslt14.ParallelText) -> float:
+    def bleu(self, model: nn.Module, split: iwslt14.ParallelText, name: str) -> dict[str, float]:
+        """`<name>_bleu`, tokenised BLEU as the paper reports it, and `<name>_sacrebleu`,
+        detokenised sacreBLEU (see tune_lowmem.decode)."""
         s = self.config.schedule
         hypotheses = translate(
-            model, split, self.corpus.tgt_dict, beam_size=s.beam_size, len_penalty=s.length_penalty,
-            max_len_a=s.max_decode_len_a, max_len_b=s.max_decode_len_b, device=self.device,
+            model,
+            split,
+            self.corpus.tgt_dict,
+            beam_size=s.beam_size,
+            len_penalty=s.length_penalty,
+            max_len_a=s.max_decode_len_a,
+            max_len_b=s.max_decode_len_b,
+            device=self.device,
         )
-        return bleu(hypotheses, references(split, self.corpus.tgt_dict))
+        refs = references(split, self.corpus.tgt_dict)
+        return {
+            f"{name}_bleu": bleu(hypotheses, refs),
+            f"{name}_sacrebleu": detok_bleu(hypotheses, refs),
+        }
 
     # ---- length of training -------------------------------------------------------------------
 
@@ -228,6 +280,12 @@ class DynamicConvIwslt14(Task):
             pairs = self.config.data.train_subset or IWSLT14_TRAIN_PAIRS
             return max(1, pairs // self.sentences_per_batch())
         return len(self.batches)
+
+    def total_updates(self) -> int:
+        s = self.config.schedule
+        if s.max_epochs is None:
+            return s.max_updates
+        return min(s.max_updates, s.max_epochs * self.updates_per_epoch())
 
     def epochs(self) -> int:
         s = self.config.schedule

@@ -58,6 +58,11 @@ class Technique:
         raise NotImplementedError
 
     @classmethod
+    def off_metrics(cls, config: TrialConfig) -> dict[str, float]:
+        """What a trial that leaves it off reports in its place (so every trial has the column)."""
+        return {}
+
+    @classmethod
     def accounted_nonzeros(
         cls, config: TrialConfig, task: Task, model: nn.Module
     ) -> dict[str, int]:

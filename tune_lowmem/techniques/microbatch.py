@@ -38,7 +38,9 @@ class GroupBatchNorm2d(nn.BatchNorm2d):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training or x.shape[0] <= self.group_size:
             return super().forward(x)
-        return torch.cat([super(GroupBatchNorm2d, self).forward(g) for g in x.split(self.group_size)])
+        return torch.cat(
+            [super(GroupBatchNorm2d, self).forward(g) for g in x.split(self.group_size)]
+        )
 
 
 def apply_simulated(model: nn.Module, group_size: int) -> nn.Module:
@@ -66,7 +68,10 @@ class Microbatching(Technique):
 
     @classmethod
     def shape_settings(cls, config) -> dict[str, Any]:
-        return {"microbatch.size": config.microbatch.size, "microbatch.mode": config.microbatch.mode}
+        return {
+            "microbatch.size": config.microbatch.size,
+            "microbatch.mode": config.microbatch.mode,
+        }
 
     def apply(self, model: nn.Module) -> nn.Module:
         if self.config.microbatch.mode == "simulated":

@@ -5,6 +5,10 @@
   No fp32 master copy, as in the paper.
 - amp-fp16 / amp-bf16: parameters and optimizer state in fp32, the forward pass under
   `torch.autocast`; amp-fp16 uses dynamic loss scaling too.
+
+`TrialConfig.precision_update` picks how pure bf16 rounds each weight update: nearest (plain
+bf16), or stochastic (`techniques.rounding`: unbiased, so small updates are not lost; no
+persistent extra memory, the step holds bf16 weights and gradients in fp32 while it runs).
 """
 
 from __future__ import annotations
@@ -18,10 +22,13 @@ import torch
 from torch import nn
 
 from ..torch_private import multiply_
-from ..validation import choice
+from ..validation import choice, require
 from .base import Technique
 
 PRECISIONS = ("fp32", "fp16", "bf16", "amp-fp16", "amp-bf16")
+# How a pure half step writes its update into the half weights: round to nearest, or
+# stochastically (unbiased; bf16 only; no extra state, fp32 copies only while the step runs).
+PRECISION_UPDATES = ("nearest", "stochastic")
 HALF_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 NORM_TYPES = (
     nn.BatchNorm1d,
@@ -131,7 +138,11 @@ class DynamicLossScaler:
         return True
 
     def state_dict(self) -> dict:
-        return {"scale": self.scale, "good_steps": self.good_steps, "skipped_steps": self.skipped_steps}
+        return {
+            "scale": self.scale,
+            "good_steps": self.good_steps,
+            "skipped_steps": self.skipped_steps,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.scale = state["scale"]
@@ -153,6 +164,9 @@ class Precision(Technique):
         self.name = config.precision
         self.device_type = task.device.type
         self.scaler = DynamicLossScaler() if uses_loss_scaling(self.name) else None
+        self.rounding = None  # the stream of stochastic rounding's random bits, when it is on
+        if config.precision_update == "stochastic":
+            self.rounding = torch.Generator(device=self.device_type).manual_seed(config.seed)
 
     @classmethod
     def enabled(cls, config) -> bool:
@@ -161,10 +175,17 @@ class Precision(Technique):
     @classmethod
     def validate(cls, config, task) -> None:
         choice(config.precision, PRECISIONS, "precision")
+        choice(config.precision_update, PRECISION_UPDATES, "precision_update")
+        require(
+            config.precision_update == "nearest" or config.precision == "bf16",
+            "precision_update",
+            f"{config.precision_update!r} is not allowed with precision {config.precision}; "
+            "allowed: nearest (stochastic needs precision bf16)",
+        )
 
     @classmethod
     def shape_settings(cls, config) -> dict[str, Any]:
-        return {"precision": config.precision}
+        return {"precision": config.precision}  # the update's rounding is outside the dry run
 
     def apply(self, model: nn.Module) -> nn.Module:
         """Cast the storage; a pure half model also gets its floating inputs in its dtype."""
@@ -191,6 +212,15 @@ class Precision(Technique):
             return all_finite([p.grad for p in parameters if p.grad is not None])
         return finite
 
+    def step(self, optimizer: torch.optim.Optimizer, parameters: Iterable[nn.Parameter]) -> None:
+        """The optimizer's step, its update rounded into half weights as `update` says."""
+        if self.rounding is None:
+            optimizer.step()
+            return
+        from .rounding import stochastic_step
+
+        stochastic_step(optimizer, list(parameters), self.rounding)
+
     @property
     def skipped_steps(self) -> int:
         return self.scaler.skipped_steps if self.scaler else 0
@@ -200,8 +230,11 @@ class Precision(Technique):
         return self.scaler.scale if self.scaler else math.nan
 
     def state_dict(self) -> dict:
-        return self.scaler.state_dict() if self.scaler else {}
+        state = self.scaler.state_dict() if self.scaler else {}
+        return state if self.rounding is None else {**state, "rounding": self.rounding.get_state()}
 
     def load_state_dict(self, state: dict) -> None:
         if self.scaler:
             self.scaler.load_state_dict(state)
+        if self.rounding is not None and "rounding" in state:
+            self.rounding.set_state(state["rounding"])

@@ -16,7 +16,8 @@ paper leaves them open:
   as the reference's `grow_random` does); only when there is no other room left (densities near 1)
   does it fall back to just-pruned positions;
 - a layer is never emptied: if all its active weights fall under H, its largest one survives;
-- rewiring happens after update u when u > 0 and u % period == 0; the period is looked up per epoch.
+- rewiring happens after update u when u > 0 and u % period == 0; the period follows the
+  schedule of `techniques.rewiring`, scaled to the run (`SparsityConfig.schedule_units`).
 
 Masks are bool tensors kept here, not buffers of the model, so `model.state_dict()` keeps the
 dense model's keys; they follow the parameters to whatever device they are moved to.
@@ -39,20 +40,20 @@ from torch import nn
 
 from ..config import SparsityConfig
 from .base import Technique
+from .rewiring import RunLength, rewires_after, rewiring_period
 
 # Sohoni et al. A.3.1: Np = 20,000 of WRN-28-2's 1,451,520 sparse weights. The transformer uses
 # the same fraction of its own sparse weights (the paper changes only its periods), and so does
 # every other task unless `sparsity.fraction` says otherwise.
 DEFAULT_FRACTION = 0.01377866
-# The reference's WRN schedule: (from epoch, of PAPER_EPOCHS) -> updates between rewirings.
-PAPER_PERIODS = ((0, 100), (25, 200), (80, 400), (140, 800))
-PAPER_EPOCHS = 200
 # The mask positions come from their own stream, apart from the one that initialised the weights.
 MASK_SEED_OFFSET = 1_000_003
 
-# Index storage the profiler assumes for a sparse weight: CSR over its 2-D view.
+# Index storage the profiler assumes for a sparse weight: CSR over its 2-D view (the paper's),
+# or a bitmap (`sparse_storage_bytes` layouts).
 UINT16_COLUMNS = 2**16  # the most columns whose indices 0 .. columns - 1 fit in a uint16
 ROW_POINTER_BYTES = 4  # int32
+STORAGE_LAYOUTS = ("csr", "bitmap", "best")
 
 
 def column_index_bytes(columns: int) -> int:
@@ -61,14 +62,25 @@ def column_index_bytes(columns: int) -> int:
     return 2 if columns <= UINT16_COLUMNS else 4
 
 
-def sparse_storage_bytes(numel_nonzero: int, shape: Sequence[int], value_bytes: int) -> int:
-    """Bytes of one sparse weight: CSR over the weight viewed as shape[0] rows by prod(shape[1:])
-    columns; the nonzero values, one column index per nonzero (`column_index_bytes`: uint16 for
-    up to 65,536 columns, else int32), shape[0] + 1 int32 row pointers. Its gradient and optimizer
-    state share this pattern, so they need values only (numel_nonzero * value_bytes each)."""
+def sparse_storage_bytes(
+    numel_nonzero: int, shape: Sequence[int], value_bytes: int, layout: str = "csr"
+) -> int:
+    """Bytes of one sparse weight in `layout` (STORAGE_LAYOUTS). csr (the paper's): CSR over the
+    weight viewed as shape[0] rows by prod(shape[1:]) columns; the nonzero values, one column
+    index per nonzero (`column_index_bytes`: uint16 for up to 65,536 columns, else int32),
+    shape[0] + 1 int32 row pointers. bitmap: the nonzero values and one bit per position. best:
+    the smaller of the two (bitmap wins above about 1/8 / index bytes of density, e.g. 6% with
+    uint16 indices). Its gradient and optimizer state share the pattern, so they need values
+    only (numel_nonzero * value_bytes each)."""
+    if layout not in STORAGE_LAYOUTS:
+        raise ValueError(
+            f"layout: {layout!r} is not allowed; allowed: {', '.join(STORAGE_LAYOUTS)}"
+        )
     rows = shape[0] if len(shape) else 1
     column_bytes = column_index_bytes(math.prod(shape[1:]))
-    return numel_nonzero * (value_bytes + column_bytes) + (rows + 1) * ROW_POINTER_BYTES
+    csr = numel_nonzero * (value_bytes + column_bytes) + (rows + 1) * ROW_POINTER_BYTES
+    bitmap = numel_nonzero * value_bytes + math.ceil(math.prod(shape) / 8)
+    return {"csr": csr, "bitmap": bitmap, "best": min(csr, bitmap)}[layout]
 
 
 @dataclass(frozen=True)
@@ -81,24 +93,7 @@ class LayerStats:
     nonzeros: int  # active positions of the mask (regrown weights count even while still 0)
 
 
-# ---- pure pieces: the schedule, the split of regrowth -----------------------------------------
-
-
-def rewiring_period(
-    sparsity: SparsityConfig, epoch: int, epochs: int, scale: float = 1.0
-) -> int | None:
-    """Updates between rewirings during `epoch` (0-based) of `epochs`; None when none happen.
-
-    The paper's boundaries (epochs 25, 80, 140 of 200) are scaled to `epochs`."""
-    if sparsity.rewiring == "static" or epoch >= sparsity.stop_epoch * epochs:
-        return None
-    if sparsity.period_schedule == "constant":
-        base = sparsity.constant_period
-    else:
-        base = [
-            period for start, period in PAPER_PERIODS if epoch * PAPER_EPOCHS >= start * epochs
-        ][-1]
-    return max(1, round(base * sparsity.period_multiplier * scale))
+# ---- pure pieces: the split of regrowth --------------------------------------------------------
 
 
 def apportion(total: int, weights: Sequence[int], capacity: Sequence[int]) -> list[int]:
@@ -164,18 +159,16 @@ class DynamicSparsity:
         model: nn.Module,
         names: Sequence[str],
         sparsity: SparsityConfig,
-        epochs: int,
+        run: RunLength,
         *,
         seed: int = 0,
-        period_scale: float = 1.0,
     ):
         if not names:
             raise ValueError(f"sparsity: {type(model).__name__} has no weights to make sparse")
         self.model = model
         self.names = list(names)
         self.sparsity = sparsity
-        self.epochs = epochs
-        self.period_scale = period_scale
+        self.run = run
         self.generator = torch.Generator().manual_seed(seed + MASK_SEED_OFFSET)
         shapes = {name: model.get_parameter(name).shape for name in self.names}
         self.masks = initial_masks(shapes, sparsity.density, self.generator)
@@ -188,7 +181,7 @@ class DynamicSparsity:
         self.threshold = sparsity.initial_threshold
         self.rewirings = 0
         self.last_pruned = 0
-        self.period: int | None = rewiring_period(sparsity, 0, epochs, period_scale)
+        self.period: int | None = rewiring_period(sparsity, run, 0, 0)
         self.optimizer: torch.optim.Optimizer | None = None
         self.apply_masks()
 
@@ -209,9 +202,10 @@ class DynamicSparsity:
     def after_step(self, epoch: int, update: int) -> None:
         """Rewire when the schedule says so. Between rewirings nothing needs re-masking: with
         masked gradients an update leaves zero weights and zero optimizer state at zero (SGD
-        with momentum and weight decay, Adam, AdamW), and a rewiring zeroes what it prunes."""
-        self.period = rewiring_period(self.sparsity, epoch, self.epochs, self.period_scale)
-        if self.period is not None and update > 0 and update % self.period == 0:
+        with momentum and weight decay, Adam, AdamW, fairseq's Adam, stochastic bf16 rounding),
+        and a rewiring zeroes what it prunes."""
+        self.period = rewiring_period(self.sparsity, self.run, epoch, update)
+        if rewires_after(self.sparsity, self.run, epoch, update):
             self.rewire()
 
     @torch.no_grad()
@@ -362,6 +356,10 @@ class Sparsity(Technique):
         return {}  # masked weights are computed densely: the step's tensors do not change
 
     @classmethod
+    def off_metrics(cls, config) -> dict[str, float]:
+        return {"sparsity_rewirings": 0.0}  # every trial says how often it rewired
+
+    @classmethod
     def accounted_nonzeros(cls, config, task, model: nn.Module) -> dict[str, int]:
         if not config.sparsity.enabled:
             return {}
@@ -374,9 +372,8 @@ class Sparsity(Technique):
             model,
             self.task.sparse_parameter_names(model),
             self.config.sparsity,
-            self.task.epochs(),
+            RunLength.of(self.config, self.task),
             seed=self.config.seed,
-            period_scale=self.task.REWIRING_PERIOD_SCALE,
         )
         return model
 

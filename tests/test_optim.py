@@ -1,0 +1,46 @@
+"""fairseq's Adam rule (tune_lowmem.optim), checked by hand without fairseq installed."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from tune_lowmem.optim import FairseqAdam
+
+
+def test_first_steps_follow_fairseqs_formula():
+    lr, (b1, b2), eps, wd = 0.1, (0.9, 0.98), 1e-3, 0.01
+    param = torch.nn.Parameter(torch.tensor([1.0, -2.0, 0.5]))
+    grads = [torch.tensor([1e-3, -0.5, 2e-3]), torch.tensor([2e-3, 0.3, -1e-3])]
+    optimizer = FairseqAdam([param], lr=lr, betas=(b1, b2), eps=eps, weight_decay=wd)
+    p, m, v = param.detach().clone().double(), torch.zeros(3).double(), torch.zeros(3).double()
+    for t, grad in enumerate(grads, 1):
+        param.grad = grad.clone()
+        optimizer.step()
+        g = grad.double()
+        m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
+        p = p - lr * wd * p - lr * math.sqrt(1 - b2**t) / (1 - b1**t) * m / (v.sqrt() + eps)
+        assert torch.allclose(param.detach().double(), p, rtol=0, atol=1e-6)
+    # torch's AdamW divides by sqrt(v / (1 - b2^t)) + eps instead: a visibly other step for small
+    # gradients (the first weight), which is why the project does not use it.
+    other = torch.nn.Parameter(torch.tensor([1.0, -2.0, 0.5]))
+    adamw = torch.optim.AdamW([other], lr=lr, betas=(b1, b2), eps=eps, weight_decay=wd)
+    for grad in grads:
+        other.grad = grad.clone()
+        adamw.step()
+    assert abs(float(other.detach()[0] - param.detach()[0])) > 1e-3
+
+
+def test_state_is_adamw_shaped_and_half_stays_half():
+    param = torch.nn.Parameter(torch.ones(4, dtype=torch.float16))
+    optimizer = FairseqAdam([param], lr=1e-2)
+    assert isinstance(optimizer, torch.optim.AdamW)  # the memory profiler counts its two buffers
+    param.grad = torch.full((4,), 0.5, dtype=torch.float16)
+    optimizer.step()
+    state = optimizer.state[param]
+    assert (
+        set(state) == {"step", "exp_avg", "exp_avg_sq"} and state["exp_avg"].dtype == torch.float16
+    )
+    assert param.dtype == torch.float16 and float(param[0]) == pytest.approx(1 - 1e-2, abs=1e-3)

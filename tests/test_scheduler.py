@@ -1,0 +1,257 @@
+"""Multi-objective early stopping: its decisions on hand-made curves, its record surviving a
+restart, its settings checked in the space, and the replay harness on a tiny table."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import pandas as pd
+import pytest
+from optuna.trial import TrialState
+from ray.tune.schedulers import TrialScheduler
+
+from tune_lowmem.config import ConfigError
+from tune_lowmem.search import place, replay
+from tune_lowmem.search.scheduler import RECORD, MultiObjectiveASHA
+from tune_lowmem.space import SchedulerSettings, SearchSpace
+
+OBJECTIVES = {"val_accuracy": "maximize", "memory.predicted_total_mb": "minimize"}
+STOP, GO = TrialScheduler.STOP, TrialScheduler.CONTINUE
+BASE = {
+    "device": "cpu",
+    "model": {"depth": 10, "width": 1},
+    "schedule": {"epochs": 3, "batch_size": 20},
+    "data": {"train_subset": 200, "val_size": 100, "test_subset": 100},
+}
+# (accuracy at epoch 1, predicted memory) of five trials, in the order they reach rung 1
+RUNG_1 = {"a": (0.5, 10.0), "b": (0.4, 20.0), "c": (0.3, 5.0), "d": (0.2, 30.0), "e": (0.45, 15.0)}
+
+
+def result(epoch: int, accuracy: float, memory: float, status: str = "running") -> dict:
+    return {
+        "epoch": epoch,
+        "val_accuracy": accuracy,
+        "memory.predicted_total_mb": memory,
+        "trial_status": status,
+    }
+
+
+def scheduler(sweep: str | None = None) -> MultiObjectiveASHA:
+    settings = SchedulerSettings(grace_epochs=1, reduction_factor=3, max_epochs=9)
+    return MultiObjectiveASHA(settings, OBJECTIVES, sweep)
+
+
+def test_rungs_follow_grace_and_reduction_factor():
+    assert SchedulerSettings(grace_epochs=1, reduction_factor=3, max_epochs=9).rungs() == [1, 3]
+    assert SchedulerSettings(grace_epochs=2, reduction_factor=2, max_epochs=20).rungs() == [
+        2,
+        4,
+        8,
+        16,
+    ]
+    assert SchedulerSettings(grace_epochs=1, reduction_factor=1.5, max_epochs=4).rungs() == [
+        1,
+        2,
+        3,
+    ]
+
+
+def test_each_rung_keeps_its_top_fronts_and_stops_the_rest():
+    """a continues (alone); b is dominated by a (quota 1 of 2); c needs less memory than all
+    (front 0); d is in front 2 with 3 better (quota 2 of 4); e is dominated by a: 2 better
+    (a, c) is not fewer than the quota ceil(5/3) = 2."""
+    mo_asha = scheduler()
+    decisions = {t: mo_asha.decide(t, result(1, *v)) for t, v in RUNG_1.items()}
+    assert decisions == {"a": GO, "b": STOP, "c": GO, "d": STOP, "e": STOP}
+    assert mo_asha.stopped == {"b": 1, "d": 1, "e": 1}
+    # between rungs and at the schedule's end nothing is decided; a stopped trial stays stopped
+    assert mo_asha.decide("a", result(2, 0.1, 10.0)) == GO
+    assert mo_asha.decide("b", result(2, 0.9, 1.0)) == STOP
+    # rung 3: a is first there and goes on; c, far worse in accuracy and better in memory, too
+    assert mo_asha.decide("a", result(3, 0.6, 10.0)) == GO
+    assert mo_asha.decide("c", result(3, 0.2, 5.0)) == GO
+    assert mo_asha.decide("c", result(9, 0.0, 5.0, "completed")) == GO
+    # a result reported twice at a rung (a restarted trial) is not recorded or judged again
+    assert mo_asha.decide("c", result(1, 0.0, 99.0)) == GO
+    assert len(mo_asha.records[1]) == 5
+
+
+def test_a_missing_value_ranks_last():
+    mo_asha = scheduler()
+    assert mo_asha.decide("a", result(1, 0.5, 10.0)) == GO
+    assert mo_asha.decide("nan", result(1, None, 1.0)) == STOP
+
+
+def test_decisions_survive_a_restart_from_an_older_snapshot(tmp_path):
+    """Tune restores the scheduler pickled at launch (tuner.pkl), older than every decision:
+    it reads the sweep folder's record, so no stopped trial goes on and no rung is judged twice."""
+    place.bind("resumed", tmp_path)
+    place.sweep_folder(tmp_path, "resumed").mkdir(parents=True)
+    live = scheduler("resumed")
+    snapshot = pickle.dumps(live)
+    for trial, values in RUNG_1.items():
+        live.decide(trial, result(1, *values))
+    assert (place.sweep_folder(tmp_path, "resumed") / RECORD).is_file()
+    restored = pickle.loads(snapshot)
+    assert restored.stopped == live.stopped
+    assert restored.decide("b", result(1, 0.9, 1.0)) == STOP  # restarted from scratch: stopped
+    assert restored.decide("a", result(1, 0.0, 99.0)) == GO  # promoted once, not judged again
+    assert restored.records == live.records
+    # Tune's own save and restore round trip, into a scheduler with no sweep folder
+    path = tmp_path / "scheduler-state.json"
+    live.save(str(path))
+    fresh = scheduler()
+    fresh.restore(str(path))
+    assert (fresh.stopped, fresh.records) == (live.stopped, live.records)
+    assert fresh.decide("f", result(1, 0.1, 50.0)) == STOP  # judged against the restored rung
+
+
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        ({"type": "asha"}, "scheduler.type: 'asha' is not allowed; allowed: mo-asha"),
+        ({"type": "mo-asha", "grace_epochs": 3}, "scheduler.grace_epochs: 3 is not allowed"),
+        ({"type": "mo-asha", "reduction_factor": 1}, "scheduler.reduction_factor: 1 is not"),
+        ({"type": "mo-asha", "rungs": 2}, "scheduler.rungs: unknown key"),
+    ],
+)
+def test_bad_scheduler_sections_are_refused_in_one_line(section, message):
+    raw = {
+        "name": "bad",
+        "base": BASE,
+        "params": {"precision": {"type": "choice", "values": ["fp32", "bf16"]}},
+        "objectives": OBJECTIVES,
+        "num_samples": 2,
+        "scheduler": section,
+    }
+    with pytest.raises(ConfigError) as error:
+        SearchSpace.from_dict(raw)
+    assert str(error.value).startswith(message)
+    assert "\n" not in str(error.value)
+
+
+def test_scheduler_section_round_trips():
+    raw = {
+        "name": "good",
+        "base": BASE,
+        "params": {"precision": {"type": "choice", "values": ["fp32", "bf16"]}},
+        "objectives": OBJECTIVES,
+        "num_samples": 2,
+        "scheduler": {"type": "mo-asha", "grace_epochs": 1, "reduction_factor": 3},
+    }
+    space = SearchSpace.from_dict(raw)
+    assert space.scheduler.rungs() == [1]
+    assert SearchSpace.from_dict(space.to_dict()).scheduler == space.scheduler
+    assert SearchSpace.from_dict({**raw, "scheduler": None}).scheduler is None
+
+
+def tiny_table() -> replay.Table:
+    """Six points, three epochs: at epoch 1 a chain (more memory, less accuracy) whose end
+    points are also the worst at the end."""
+    rows = []
+    for i, precision in enumerate(["fp32", "bf16"]):
+        for j, density in enumerate([1.0, 0.5, 0.2]):
+            start = 0.5 - 0.1 * (3 * i + j)
+            rows.append(
+                {
+                    "config.precision": precision,
+                    "config.sparsity.density": density,
+                    "curve": [start, start + 0.05, start + 0.1],
+                    "memory.predicted_total_mb": 10.0 * (1 + 3 * i + j),
+                }
+            )
+    return replay.Table.from_frame(pd.DataFrame(rows))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_replay_drives_the_searcher_and_the_scheduler(seed, monkeypatch):
+    """Every point once (grid); without the scheduler all 18 epochs train and the table's best
+    hypervolume is reached; with it, stopped trials train one epoch and are told the value
+    they reached, as complete trials."""
+    table = tiny_table()
+    plain = SearchSpace.from_dict(replay.replay_space(table, BASE, "grid", seed))
+    history = replay.replay(plain, table)
+    assert history[-1][0] == 18
+    assert history[-1][1] == pytest.approx(table.best_hypervolume())
+    assert replay.epochs_to(history, 2 * table.best_hypervolume()) == float("inf")
+
+    section = {"type": "mo-asha", "grace_epochs": 1, "reduction_factor": 3}
+    stopping = SearchSpace.from_dict(
+        replay.replay_space(table, BASE, "grid", seed, scheduler=section)
+    )
+    runs = []
+    original = replay.ScreenedSearcher.on_trial_complete
+
+    def spy(self, trial_id, result=None, error=False):
+        runs.append(dict(result))
+        original(self, trial_id, result=result, error=error)
+
+    monkeypatch.setattr(replay.ScreenedSearcher, "on_trial_complete", spy)
+    history = replay.replay(stopping, table)
+    stopped = [r for r in runs if r["trial_status"] == "running"]
+    assert stopped and all(r["epoch"] == 1 for r in stopped)
+    assert history[-1][0] == 3 * (len(runs) - len(stopped)) + len(stopped)
+    assert history[-1][0] < 18
+    assert len(history) == len(runs) == 6
+
+
+def test_replay_tells_a_stopped_point_its_partial_values(tmp_path):
+    table = tiny_table()
+    section = {"type": "mo-asha", "grace_epochs": 1, "reduction_factor": 3}
+    space = SearchSpace.from_dict(replay.replay_space(table, BASE, "grid", 0, scheduler=section))
+    place.bind(space.name, tmp_path)
+    place.sweep_folder(tmp_path, space.name).mkdir(parents=True)
+    searcher = replay.ScreenedSearcher(space, space.name)
+    mo_asha = MultiObjectiveASHA(space.scheduler, space.objectives, space.name)
+    replay.run_sweep(searcher, mo_asha, table, workers=2)
+    trials = searcher.study.get_trials()
+    assert len(trials) == 6 and all(t.state == TrialState.COMPLETE for t in trials)
+    stopped_points = {searcher.assigned[t][0] for t in mo_asha.stopped}
+    for trial in trials:
+        params = {k: trial.params[k] for k in table.params}
+        curve, memory = table.curves[replay.key(params)]
+        reached = curve[0] if trial.number in stopped_points else curve[-1]
+        assert trial.values == pytest.approx([reached, memory])
+
+
+def test_a_sweep_under_ray_stores_its_stopped_trials(tmp_path):
+    """The one Ray test: Tune runs the scheduler; a stopped trial is stored as stopped at its
+    rung, its partial values are told to the study, and the front holds completed trials only."""
+    import ray
+    import yaml
+
+    from tune_lowmem import store
+    from tune_lowmem.search import launch, sweep_study
+
+    raw = {
+        "name": "stopping",
+        "base": {**BASE, "schedule": {"epochs": 2, "batch_size": 20}},
+        "params": {"schedule.lr_multiplier": {"type": "choice", "values": [0.01, 0.1, 1.0, 4.0]}},
+        "objectives": OBJECTIVES,
+        "sampler": "grid",
+        "max_concurrent": 1,
+        "resume_checkpoint_s": 0,
+        "scheduler": {"type": "mo-asha", "grace_epochs": 1, "reduction_factor": 100},
+    }
+    path = tmp_path / "stopping.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        outcome = launch(path, store_root=tmp_path / "store")
+    finally:
+        ray.shutdown()
+    rows = outcome.trials.set_index("trial_id")
+    decisions = json.loads(
+        (place.sweep_folder(tmp_path / "store", "stopping") / RECORD).read_text()
+    )
+    assert len(rows) == 4 and len(decisions["records"]["1"]) == 4
+    assert set(rows.index[rows["status"] == "stopped"]) == set(decisions["stopped"])
+    assert set(rows["status"]) <= {"completed", "stopped"} and decisions["stopped"]
+    assert (rows.loc[list(decisions["stopped"]), "epochs_completed"] == 1).all()
+    assert (rows.loc[rows["status"] == "completed", "epochs_completed"] == 2).all()
+    told = sorted(t.values[0] for t in sweep_study(tmp_path / "store", "stopping").trials)
+    assert told == pytest.approx(sorted(rows["metric.val_accuracy"]))
+    completed = rows[rows["status"] == "completed"]["metric.val_accuracy"]
+    assert set(outcome.front["val_accuracy"]) <= set(completed)
+    assert store.STATUSES[-1] == "stopped"

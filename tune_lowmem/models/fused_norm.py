@@ -1,0 +1,291 @@
+"""BN-ReLU-conv units that store only their input, recomputing the rest in the backward pass.
+
+PyTorch's own BN -> ReLU -> conv keeps two activation-sized tensors for the backward pass: the
+BN input and the ReLU output (which the conv saves as its input). Two exact replacements:
+
+- `bn_relu_conv` (`BatchNormReluConv`): one unit; keeps the BN input and the per-channel batch
+  statistics, recomputes the normalised activation and its ReLU in the backward pass. No extra
+  convolution: the recomputation is elementwise.
+- `fused_block` (`FusedBlock`): a whole pre-activation residual block (BN-ReLU-conv-BN-ReLU-conv
+  plus identity or BN-ReLU-1x1-conv shortcut); keeps only the block input and the statistics of
+  both BNs. Its forward computes conv1 twice (its output's BN statistics first, then the
+  output chunk by chunk), so the middle activation never exists whole. Its backward recomputes
+  the middle activation and works in one activation-sized buffer that holds, in turn, the
+  middle activation, its gradient and the input's gradient; to overwrite in place it computes
+  a convolution's input gradient twice (once for the BN reductions, once for the result): in
+  all, 1 more convolution per block forward and 3 more per backward (2 in a shortcut block).
+
+Both work on batch chunks, so a normalised tensor never exists at full size: the extra memory is
+a few chunk-sized temporaries. The results and every gradient are those of the plain modules in
+training mode (batch statistics) up to floating-point rounding; the running statistics are
+updated as `nn.BatchNorm2d` updates them (`batch_statistics`). BN arithmetic is fp32 (or fp64)
+whatever the activations' dtype, as PyTorch's half-precision batch norm computes it.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+DEFAULT_CHUNKS = 16
+CHANNELS = (0, 2, 3)  # the dimensions a BN statistic reduces over
+
+
+def batch_statistics(
+    x: torch.Tensor, bn: nn.BatchNorm2d, chunks: int = DEFAULT_CHUNKS
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-channel batch mean and 1/sqrt(var + eps) of `x` (fp32, or x's dtype if wider),
+    updating `bn`'s running statistics as its own forward would."""
+    return _statistics(x.chunk(chunks), bn, x.dtype)
+
+
+def _statistics(parts, bn: nn.BatchNorm2d, dtype: torch.dtype):
+    """`batch_statistics` of the tensor whose batch chunks `parts` yields, in one pass (sums
+    of values and squares accumulated in fp64, so the variance does not cancel)."""
+    with torch.no_grad():
+        total = squares = count = 0
+        for part in parts:
+            count += part.numel() // part.shape[1]
+            part = part.double()
+            total = total + part.sum(CHANNELS)
+            squares = squares + part.square().sum(CHANNELS)
+        mean = total / count
+        var = (squares / count - mean.square()).clamp_(min=0)
+        if bn.training and bn.track_running_stats:
+            bn.num_batches_tracked.add_(1)
+            factor = bn.momentum if bn.momentum is not None else 1.0 / bn.num_batches_tracked.item()
+            unbiased = var * (count / max(count - 1, 1))
+            bn.running_mean.mul_(1 - factor).add_(mean.to(bn.running_mean.dtype), alpha=factor)
+            bn.running_var.mul_(1 - factor).add_(unbiased.to(bn.running_var.dtype), alpha=factor)
+        wide = torch.promote_types(dtype, torch.float32)
+        return mean.to(wide), torch.rsqrt(var + bn.eps).to(wide)
+
+
+def geometry(conv: nn.Conv2d) -> tuple:
+    """The conv's (stride, padding, dilation, groups); refuses what the units do not compute."""
+    if conv.bias is not None or conv.padding_mode != "zeros" or isinstance(conv.padding, str):
+        raise ValueError("conv: only bias-free, zero-padded convolutions with numeric padding")
+    return conv.stride, conv.padding, conv.dilation, conv.groups
+
+
+def bn_relu_conv(
+    x: torch.Tensor,
+    bn: nn.BatchNorm2d,
+    conv: nn.Conv2d,
+    stats: tuple[torch.Tensor, torch.Tensor],
+    chunks: int = DEFAULT_CHUNKS,
+) -> torch.Tensor:
+    """conv(relu(bn(x))) in training mode with the batch statistics `stats` (`batch_statistics`
+    of `x`: pass the same ones to every conv that reads this BN-ReLU, so the running statistics
+    are updated once)."""
+    return BatchNormReluConv.apply(
+        x, bn.weight, bn.bias, conv.weight, *stats, geometry(conv), chunks
+    )
+
+
+def fused_block(
+    x: torch.Tensor,
+    bn1: nn.BatchNorm2d,
+    conv1: nn.Conv2d,
+    bn2: nn.BatchNorm2d,
+    conv2: nn.Conv2d,
+    shortcut: nn.Conv2d | None,
+    chunks: int = DEFAULT_CHUNKS,
+) -> torch.Tensor:
+    """conv2(relu(bn2(conv1(relu(bn1(x)))))) + (x or shortcut(relu(bn1(x)))), training mode."""
+    shapes = (geometry(conv1), geometry(conv2), None if shortcut is None else geometry(shortcut))
+    return FusedBlock.apply(
+        x,
+        *batch_statistics(x, bn1, chunks),
+        bn1.weight,
+        bn1.bias,
+        conv1.weight,
+        bn2.weight,
+        bn2.bias,
+        conv2.weight,
+        None if shortcut is None else shortcut.weight,
+        bn2,
+        shapes,
+        chunks,
+    )
+
+
+class BatchNormReluConv(torch.autograd.Function):
+    """Forward: conv(relu(bn(x))) chunk by chunk. Saved: x and the statistics."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, conv_weight, mean, invstd, shape, chunks):
+        ctx.save_for_backward(x, weight, bias, conv_weight, mean, invstd)
+        ctx.shape, ctx.chunks = shape, chunks
+        norm = (weight, bias, mean, invstd)
+        return _gather(_unit_chunks(_chunks(x, chunks), norm, conv_weight, shape), len(x))
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, weight, bias, conv_weight, mean, invstd = ctx.saved_tensors
+        norm = (weight, bias, mean, invstd)
+        grad_x, grad_weight, grad_bias, (grad_conv,) = _unit_backward(
+            x, norm, [(conv_weight, ctx.shape, grad_out)], ctx.chunks
+        )
+        return grad_x, grad_weight, grad_bias, grad_conv, None, None, None, None
+
+
+class FusedBlock(torch.autograd.Function):
+    """Forward: the block chunk by chunk; the middle activation is computed twice (for its BN
+    statistics, then for the output) and never exists whole. Saved: the block input, the weights
+    and both BNs' statistics. Backward: see the module docstring."""
+
+    @staticmethod
+    def forward(
+        ctx, x, mean1, invstd1, w1, b1, conv1, w2, b2, conv2, shortcut, bn2, shapes, chunks
+    ):
+        norm1 = (w1, b1, mean1, invstd1)
+
+        def mid():  # the middle activation chunk by chunk: computed twice, never whole
+            return _unit_chunks(_chunks(x, chunks), norm1, conv1, shapes[0])
+
+        mean2, invstd2 = _statistics((part for _, _, part in mid()), bn2, x.dtype)
+        out = _gather(_unit_chunks(mid(), (w2, b2, mean2, invstd2), conv2, shapes[1]), len(x))
+        if shortcut is None:
+            out += x
+        else:
+            _gather(_unit_chunks(_chunks(x, chunks), norm1, shortcut, shapes[2]), len(x), out)
+        ctx.save_for_backward(
+            x, mean1, invstd1, w1, b1, conv1, w2, b2, conv2, shortcut, mean2, invstd2
+        )
+        ctx.shapes, ctx.chunks = shapes, chunks
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, mean1, invstd1, w1, b1, conv1, w2, b2, conv2, shortcut, mean2, invstd2 = (
+            ctx.saved_tensors
+        )
+        shapes, chunks = ctx.shapes, ctx.chunks
+        norm1, norm2 = (w1, b1, mean1, invstd1), (w2, b2, mean2, invstd2)
+        buffer = _gather(_unit_chunks(_chunks(x, chunks), norm1, conv1, shapes[0]), len(x))
+        buffer, grad_w2, grad_b2, (grad_conv2,) = _unit_backward(
+            buffer, norm2, [(conv2, shapes[1], grad_out)], chunks, into=buffer
+        )  # now its gradient
+        convs = [(conv1, shapes[0], buffer)]
+        if shortcut is not None:
+            convs.append((shortcut, shapes[2], grad_out))
+        identity = shortcut is None
+        grad_x, grad_w1, grad_b1, grad_convs = _unit_backward(
+            x,
+            norm1,
+            convs,
+            chunks,
+            into=buffer if identity else None,
+            residual=grad_out if identity else None,
+        )
+        grad_shortcut = None if identity else grad_convs[1]
+        return (
+            grad_x,
+            None,
+            None,
+            grad_w1,
+            grad_b1,
+            grad_convs[0],
+            grad_w2,
+            grad_b2,
+            grad_conv2,
+            grad_shortcut,
+            None,
+            None,
+            None,
+        )
+
+
+def _wide(t: torch.Tensor) -> torch.Tensor:
+    """t in at least fp32 (itself if it is already), the precision BN arithmetic runs in."""
+    return t.to(torch.promote_types(t.dtype, torch.float32))
+
+
+def _chunks(x: torch.Tensor, chunks: int):
+    """(start, stop, view) of each batch chunk of x."""
+    start = 0
+    for part in x.chunk(chunks):
+        yield start, start + part.shape[0], part
+        start += part.shape[0]
+
+
+def _normalised(part, mean, invstd):
+    return (_wide(part) - mean[:, None, None]).mul_(invstd[:, None, None])
+
+
+def _activation(part, norm):
+    """relu(bn(part)) in part's dtype (computed in fp32), and part normalised."""
+    weight, bias, mean, invstd = norm
+    xhat = _normalised(part, mean, invstd)
+    y = torch.addcmul(_wide(bias)[:, None, None], xhat, _wide(weight)[:, None, None])
+    return y.relu_().to(part.dtype), xhat
+
+
+def _unit_chunks(parts, norm, conv_weight, shape):
+    """(start, stop, conv(relu(bn(part)))) of each (start, stop, part) of `parts`."""
+    for start, stop, part in parts:
+        yield start, stop, F.conv2d(_activation(part, norm)[0], conv_weight, None, *shape)
+
+
+def _gather(results, batch: int, out=None):
+    """The chunks of `results` [(start, stop, chunk)] as one tensor, or added to `out`."""
+    for start, stop, result in results:
+        if out is None:
+            out = result.new_zeros((batch, *result.shape[1:]))
+        out[start:stop] += result
+    return out
+
+
+def _masked_grad(y, convs, start, stop, grad_convs=None):
+    """The gradient w.r.t. relu(bn(x)) of one chunk, summed over the convs reading it and masked
+    by the ReLU; adds each conv's weight gradient to `grad_convs` if given."""
+    grad = None
+    for index, (weight, shape, grad_out) in enumerate(convs):
+        out = grad_out[start:stop]
+        if grad_convs is not None:
+            grad_convs[index] += torch.nn.grad.conv2d_weight(y, weight.shape, out, *shape)
+        part = torch.nn.grad.conv2d_input(y.shape, weight, out, *shape)
+        grad = part if grad is None else grad.add_(part)
+    return grad.masked_fill_(y <= 0, 0)
+
+
+def _unit_backward(x, norm, convs, chunks, into=None, residual=None):
+    """Gradients of BN-ReLU followed by `convs` [(weight, shape, grad of its output)]: w.r.t. x
+    (plus `residual` if given), BN weight and bias, and each conv weight. With `into` (which may
+    alias x or a conv's output gradient) the input gradient is written there chunk by chunk and
+    the masked gradient is computed twice; otherwise it is kept in a new buffer in between."""
+    weight, bias, mean, invstd = norm
+    keep = into is None
+    grad_x = torch.empty_like(x) if keep else into
+    grad_convs = [torch.zeros_like(_wide(w)) for w, _, _ in convs]
+    sum_g, sum_gx = torch.zeros_like(mean), torch.zeros_like(mean)
+    for start, stop, part in _chunks(x, chunks):
+        y, xhat = _activation(part, norm)
+        grad = _masked_grad(y, convs, start, stop, grad_convs)
+        sum_g += _wide(grad).sum(CHANNELS)
+        sum_gx += xhat.mul_(grad).sum(CHANNELS)
+        if keep:
+            grad_x[start:stop] = grad
+    count = x.numel() // x.shape[1]
+    scale = (_wide(weight) * invstd)[:, None, None]
+    mean_g, mean_gx = (sum_g / count)[:, None, None], (sum_gx / count)[:, None, None]
+    for start, stop, part in _chunks(x, chunks):
+        grad = (
+            grad_x[start:stop]
+            if keep
+            else _masked_grad(_activation(part, norm)[0], convs, start, stop)
+        )
+        result = _normalised(part, mean, invstd).mul_(mean_gx)
+        result = _wide(grad).sub_(mean_g).sub_(result).mul_(scale)
+        if residual is not None:
+            result += residual[start:stop]
+        grad_x[start:stop] = result
+    dtypes = [w.dtype for w, _, _ in convs]
+    return (
+        grad_x,
+        sum_gx.to(weight.dtype),
+        sum_g.to(bias.dtype),
+        [g.to(dtype) for g, dtype in zip(grad_convs, dtypes, strict=True)],
+    )

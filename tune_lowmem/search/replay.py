@@ -1,0 +1,169 @@
+"""Replay sweeps against a table of recorded learning curves, through the sweep's own code.
+
+Why: whether a sampler or early stopping spends fewer epochs per front can only be told from
+many sweeps, and real ones cost hours. A table holds, for every point of a grid, the validation
+metric after every epoch and the predicted memory (`benchmarks/learning_curves.py` records one).
+A replayed sweep runs the real `ScreenedSearcher` (its journal, its sampler, its screening) and
+the real `MultiObjectiveASHA`: the searcher's ``suggest`` hands out points, each epoch of a
+point's recorded curve is fed to the scheduler's ``decide`` (what its ``on_trial_result`` runs)
+as the result a trial would report, and a trial's end reaches the searcher's
+``on_trial_complete`` as Tune would send it. Only Ray's trials are absent: `workers` trials run
+at once, the one with the fewest epochs done reports next (an event simulation in epochs).
+
+The cost is epochs trained; the gain is the hypervolume of the points trained to the end (their
+final values; a stopped trial's values are partial and count for nothing).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from ray.tune.schedulers import TrialScheduler
+from ray.tune.search import Searcher
+
+from .. import pareto
+from ..space import MEMORY_OBJECTIVE, SearchSpace
+from . import place
+from .scheduler import MultiObjectiveASHA
+from .searcher import ScreenedSearcher
+
+METRIC = "val_accuracy"
+CONFIG = "config."
+
+
+@dataclass
+class Table:
+    """Recorded curves: params key -> (curve of the metric per epoch, predicted memory)."""
+
+    curves: dict[str, tuple[list[float], float]]
+    params: dict[str, list[Any]]  # each param's values, in the table's order
+
+    @classmethod
+    def from_frame(cls, frame: pd.DataFrame) -> Table:
+        names = [c.removeprefix(CONFIG) for c in frame if c.startswith(CONFIG)]
+        columns = {n: [_plain(v) for v in frame[CONFIG + n]] for n in names}
+        for values in columns.values():  # Parquet keeps an integer column with nulls as floats
+            if None in values and all(v is None or float(v).is_integer() for v in values):
+                values[:] = [None if v is None else int(v) for v in values]
+        params = {n: list(dict.fromkeys(values)) for n, values in columns.items()}
+        curves = {}
+        for i, row in enumerate(frame.to_dict("records")):
+            point = {n: columns[n][i] for n in names}
+            curves[key(point)] = ([float(v) for v in row["curve"]], float(row[MEMORY_OBJECTIVE]))
+        if len(curves) != np.prod([len(v) for v in params.values()]):
+            raise ValueError(f"the table's {len(curves)} points are not a full grid of {params}")
+        return cls(curves, params)
+
+    def finals(self) -> list[list[float]]:
+        return [[curve[-1], memory] for curve, memory in self.curves.values()]
+
+    def reference(self) -> list[float]:
+        """The hypervolume's reference point: accuracy 0, 1.1 x the largest memory."""
+        return [0.0, 1.1 * max(memory for _, memory in self.curves.values())]
+
+    def best_hypervolume(self) -> float:
+        return hypervolume(self.finals(), self.reference())
+
+
+def _plain(value: Any) -> Any:
+    """A table cell as the space samples it (NaN, numpy scalars: None, Python numbers)."""
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return None
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def key(params: Mapping[str, Any]) -> str:
+    return json.dumps(dict(params), sort_keys=True)
+
+
+def hypervolume(points: Sequence[Sequence[float]], reference: Sequence[float]) -> float:
+    return pareto.hypervolume(points, ["maximize", "minimize"], reference) if points else 0.0
+
+
+def replay_space(table: Table, base: Mapping[str, Any], sampler: str, seed: int, **extra) -> dict:
+    """The search space (as `SearchSpace.from_dict` reads it) over the table's grid."""
+    return {
+        "name": "replay",
+        "base": dict(base),
+        "params": {n: {"type": "choice", "values": v} for n, v in table.params.items()},
+        "objectives": {METRIC: "maximize", MEMORY_OBJECTIVE: "minimize"},
+        "sampler": sampler,
+        "sampler_seed": seed,
+        **extra,
+    }
+
+
+@dataclass
+class Running:
+    trial_id: str
+    curve: list[float]
+    memory: float
+    done: int = 0  # epochs reported
+
+    def result(self) -> dict[str, Any]:
+        final = self.done == len(self.curve)
+        return {
+            "epoch": self.done,
+            METRIC: self.curve[self.done - 1],
+            MEMORY_OBJECTIVE: self.memory,
+            "trial_status": "completed" if final else "running",
+        }
+
+
+def replay(space: SearchSpace, table: Table, workers: int = 1) -> list[tuple[int, float]]:
+    """One sweep: (epochs trained so far, hypervolume of the points trained to the end) after
+    every trial that ended (completed or stopped)."""
+    with tempfile.TemporaryDirectory() as folder:
+        place.bind(space.name, folder)
+        place.sweep_folder(folder, space.name).mkdir(parents=True)
+        searcher = ScreenedSearcher(space, space.name)
+        scheduler = None
+        if space.scheduler is not None:
+            scheduler = MultiObjectiveASHA(space.scheduler, space.objectives, space.name)
+        return run_sweep(searcher, scheduler, table, workers)
+
+
+def run_sweep(searcher: Searcher, scheduler, table: Table, workers: int) -> list[tuple[int, float]]:
+    running: list[Running] = []
+    finished: list[list[float]] = []
+    history: list[tuple[int, float]] = []
+    epochs, started, exhausted = 0, 0, False
+    reference = table.reference()
+    while True:
+        while not exhausted and len(running) < workers:
+            trial_id = f"replay_{started:05d}"
+            suggested = searcher.suggest(trial_id)
+            if suggested is None or suggested == Searcher.FINISHED:
+                exhausted = True
+                break
+            params = {k: v for k, v in suggested["params"].items() if k != "seed"}
+            curve, memory = table.curves[key(params)]
+            running.append(Running(trial_id, curve, memory))
+            started += 1
+        if not running:
+            return history
+        trial = min(running, key=lambda t: t.done)
+        trial.done += 1
+        epochs += 1
+        result = trial.result()
+        decision = TrialScheduler.CONTINUE
+        if scheduler is not None:
+            decision = scheduler.decide(trial.trial_id, result)
+        if result["trial_status"] == "running" and decision == TrialScheduler.CONTINUE:
+            continue
+        running.remove(trial)
+        searcher.on_trial_complete(trial.trial_id, result=result)
+        if result["trial_status"] == "completed":
+            finished.append([result[METRIC], trial.memory])
+        history.append((epochs, hypervolume(finished, reference)))
+
+
+def epochs_to(history: list[tuple[int, float]], target: float) -> float:
+    """Epochs trained when the hypervolume first reached `target` (inf: never)."""
+    return next((float(e) for e, hv in history if hv >= target), float("inf"))

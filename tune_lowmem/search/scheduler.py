@@ -1,0 +1,201 @@
+"""Multi-objective early stopping: asynchronous successive halving on a Pareto ranking.
+
+Why: a sweep's cost is its trials times their epochs, and Ray Tune's ASHA ranks on one metric.
+Here the memory objective (``memory.predicted_total_mb``) is known before a trial starts and is
+in every result, so at a rung a trial's accuracy so far is compared with the trials of no more
+memory. The design follows Syne Tune's ``MOASHA`` (stopping variant): rungs at
+``grace_epochs * reduction_factor**k`` epochs below the schedule's last; when a trial reaches a
+rung its objective values there are recorded, the rung's records are sorted into non-dominated
+fronts (`pareto.non_dominated_sort`), and the trial goes on if the records in strictly better
+fronts than its own number fewer than ``ceil(n / reduction_factor)`` (its front is kept whole:
+the rung's Pareto front always goes on); otherwise it is stopped. A trial that reaches the
+schedule's end is never stopped.
+
+Seeds: each seed of a point is its own Tune trial and is judged on its own values, against every
+trial (every seed) recorded at the rung.
+
+What the searcher is told of a stopped trial: the values it last reported (its accuracy at the
+rung, its predicted memory), as a complete trial (`ScreenedSearcher.values`): Optuna's
+multi-objective samplers take complete or failed trials only, and a failed one would tell them
+nothing of a point that was shown to be dominated. The store keeps it with status ``stopped``
+and the epoch it reached (`RecordStopped`); the Pareto front reads completed trials only.
+
+Surviving the driver: every decision is written (atomically) to ``scheduler.json`` in the sweep
+folder before it is returned, and a scheduler unpickled by Tune's restore reads that file: a
+stopped trial that Tune's older snapshot still holds as running is stopped again at its first
+result, and a rung decided once is never recorded or decided again.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from ray.tune import Callback
+from ray.tune.result import AUTO_RESULT_KEYS
+from ray.tune.schedulers import FIFOScheduler, TrialScheduler
+
+from .. import pareto, store
+from ..space import SchedulerSettings
+from . import place
+
+RECORD = "scheduler.json"  # the decisions, in the sweep folder
+STOPPED = "stopped"  # the store status (and reported trial_status) of a stopped trial
+
+
+class MultiObjectiveASHA(FIFOScheduler):
+    """Stops trials that fall outside a rung's top fronts (see the module).
+
+    `objectives` maps each reported metric to maximize or minimize. With `sweep` the decisions
+    are kept in that sweep's folder (found through `place`, so nothing pickled names a path);
+    without, in memory only (the replay benchmark)."""
+
+    _supports_buffered_results = False  # every epoch's result, so no rung is skipped
+
+    def __init__(
+        self,
+        settings: SchedulerSettings,
+        objectives: Mapping[str, str],
+        sweep: str | None = None,
+        time_attr: str = "epoch",
+    ):
+        super().__init__()
+        self.settings, self.objectives = settings, dict(objectives)
+        self.sweep, self.time_attr = sweep, time_attr
+        self.records: dict[int, dict[str, list[float | None]]] = {r: {} for r in settings.rungs()}
+        self.stopped: dict[str, int] = {}  # trial id -> the rung it was stopped at
+        self.load()
+
+    # ---- decisions ----------------------------------------------------------------------
+
+    def on_trial_result(self, tune_controller, trial, result: dict) -> str:
+        return self.decide(trial.trial_id, result)
+
+    def decide(self, trial_id: str, result: Mapping[str, Any]) -> str:
+        """CONTINUE or STOP for a trial's result (Tune's trial not needed: the replay calls it)."""
+        if trial_id in self.stopped or result.get("trial_status") == STOPPED:
+            return TrialScheduler.STOP
+        epoch = result.get(self.time_attr)
+        if epoch not in self.records or trial_id in self.records[epoch]:
+            return TrialScheduler.CONTINUE
+        rung = self.records[epoch]
+        rung[trial_id] = [_number(result.get(name)) for name in self.objectives]
+        if not self.goes_on(rung, trial_id):
+            self.stopped[trial_id] = epoch
+        self.save_record()
+        return TrialScheduler.STOP if trial_id in self.stopped else TrialScheduler.CONTINUE
+
+    def goes_on(self, rung: Mapping[str, list[float | None]], trial_id: str) -> bool:
+        """Fewer than ceil(n / factor) of the rung's records lie in better fronts than its own."""
+        ids = list(rung)
+        values = [[math.nan if v is None else v for v in rung[i]] for i in ids]
+        ranks = pareto.non_dominated_sort(values, list(self.objectives.values()))
+        own = ranks[ids.index(trial_id)]
+        return int((ranks < own).sum()) < math.ceil(len(ids) / self.settings.reduction_factor)
+
+    # ---- the record in the sweep folder, and Tune's save and restore ----------------------
+
+    def record_path(self) -> Path | None:
+        if self.sweep is None:
+            return None
+        return place.sweep_folder(place.root(self.sweep), self.sweep) / RECORD
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "settings": self.settings.to_dict(),
+            "records": {
+                str(rung): dict(rung_records) for rung, rung_records in self.records.items()
+            },
+            "stopped": dict(self.stopped),
+        }
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        for rung, rung_records in state.get("records", {}).items():
+            self.records.setdefault(int(rung), {}).update(rung_records)
+        self.stopped.update(state.get("stopped", {}))
+
+    def save_record(self) -> None:
+        """The decisions so far, replacing the file in one rename (a kill leaves old or new)."""
+        path = self.record_path()
+        if path is not None:
+            write_json(path, self.state())
+
+    def load(self) -> None:
+        path = self.record_path()
+        if path is not None and path.is_file():
+            self.set_state(json.loads(path.read_text()))
+
+    def save(self, checkpoint_path: str) -> None:
+        write_json(Path(checkpoint_path), self.state())
+
+    def restore(self, checkpoint_path: str) -> None:
+        self.set_state(json.loads(Path(checkpoint_path).read_text()))
+        self.load()  # the sweep's record is never older than Tune's snapshot
+
+    def __getstate__(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.load()
+
+    def debug_string(self) -> str:
+        return f"MultiObjectiveASHA: rungs {self.settings.rungs()}, {len(self.stopped)} stopped"
+
+
+def write_json(path: Path, data: Any) -> None:
+    partial = path.with_name(path.name + ".partial")
+    try:
+        with open(partial, "w") as handle:
+            json.dump(data, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        partial.replace(path)
+    except OSError as error:
+        raise store.WriteFailed(path, error) from error
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+class RecordStopped(Callback):
+    """Stores a trial the scheduler stopped: status ``stopped``, its last epoch's metrics, the
+    epoch it reached. (A function trainable is not told it was stopped; Tune ends its actor.)"""
+
+    def __init__(self, space, sweep: str):
+        self.space, self.sweep = space, sweep
+
+    def on_trial_complete(self, iteration: int, trials: list, trial, **info) -> None:
+        from ..trainable import store_record
+
+        result = trial.last_result or {}
+        if result.get("trial_status") != "running":  # ended on its own: it stored its row
+            return
+        root = place.root(self.sweep)
+        if trial.trial_id in store.trial_ids(root, self.sweep):
+            return
+        memory = {k: v for k, v in result.items() if k.startswith("memory.")}
+        tune_keys = {*AUTO_RESULT_KEYS, "done", "trial_id", "node_id", "trial_status"}
+        metrics = {k: v for k, v in result.items() if k not in memory and k not in tune_keys}
+        now = datetime.now(UTC)
+        record = store_record(
+            self.space,
+            self.sweep,
+            trial.trial_id,
+            STOPPED,
+            self.space.trial_config(trial.config["params"]).to_flat(),
+            metrics,
+            memory,
+            point=trial.config["point"],
+            epochs_completed=int(result.get("epoch", 0)),
+            started_at=now - timedelta(seconds=float(result.get("time_total_s", 0.0))),
+            finished_at=now,
+            node_id=result.get("node_id"),
+        )
+        store.write_trial(root, record)
