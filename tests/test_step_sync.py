@@ -8,6 +8,7 @@ import torch
 
 from tests.conftest import tiny_wrn_config
 from tests.test_sparsity import CHURN, two_layer_toy
+from tune_lowmem.optim import FairseqAdam
 from tune_lowmem.techniques.precision import DynamicLossScaler
 from tune_lowmem.techniques.sparsity import DynamicSparsity, Sparsity
 from tune_lowmem.torch_private import multiply_
@@ -34,7 +35,12 @@ def host_reads(monkeypatch):
 
 @pytest.mark.parametrize(
     "setting",
-    [{}, {"precision": "fp16", **SMALL_HALF}, {"precision": "amp-bf16", **CHURN}],
+    [
+        {},
+        {"precision": "fp16", **SMALL_HALF},
+        {"precision": "amp-bf16", **CHURN},
+        {"precision": "bf16", "precision_update": "stochastic", **SMALL_HALF},
+    ],
     ids=str,
 )
 def test_a_step_reads_the_device_once(setting, host_reads):
@@ -77,7 +83,15 @@ def _run(config, every_step: bool, steps: int):
     return trainer, engine, losses
 
 
-@pytest.mark.parametrize("setting", [{}, {"precision": "fp16", **SMALL_HALF}], ids=str)
+@pytest.mark.parametrize(
+    "setting",
+    [
+        {},
+        {"precision": "fp16", **SMALL_HALF},
+        {"precision": "bf16", "precision_update": "stochastic", **SMALL_HALF},
+    ],
+    ids=str,
+)
 def test_masks_applied_only_at_rewiring_give_the_results_of_applying_them_every_step(setting):
     config = tiny_wrn_config(**CHURN, **setting)
     lazy, lazy_engine, lazy_losses = _run(config, every_step=False, steps=7)
@@ -92,9 +106,9 @@ def test_masks_applied_only_at_rewiring_give_the_results_of_applying_them_every_
     assert all(torch.equal(lazy_engine.masks[n], m) for n, m in eager_engine.masks.items())
 
 
-def _adamw_run(every_step: bool) -> tuple[torch.nn.Module, DynamicSparsity]:
+def _adam_run(adam: type, every_step: bool) -> tuple[torch.nn.Module, DynamicSparsity]:
     model, sparsity = two_layer_toy(period_schedule="constant", constant_period=3, fraction=0.2)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=1e-2)
+    optimizer = adam(model.parameters(), lr=1e-2, weight_decay=1e-2)
     sparsity.attach(optimizer)
     x = torch.randn(32, 100, generator=torch.Generator().manual_seed(1))
     for update in range(8):
@@ -108,8 +122,9 @@ def _adamw_run(every_step: bool) -> tuple[torch.nn.Module, DynamicSparsity]:
     return model, sparsity
 
 
-def test_adamw_keeps_masked_positions_zero_between_rewirings():
-    (lazy, lazy_sparsity), (eager, _) = _adamw_run(False), _adamw_run(True)
+@pytest.mark.parametrize("adam", [torch.optim.AdamW, FairseqAdam], ids=lambda c: c.__name__)
+def test_adam_keeps_masked_positions_zero_between_rewirings(adam):
+    (lazy, lazy_sparsity), (eager, _) = _adam_run(adam, False), _adam_run(adam, True)
     assert lazy_sparsity.rewirings == 2
     assert all(torch.equal(a, b) for a, b in zip(lazy.parameters(), eager.parameters()))
 
