@@ -192,7 +192,7 @@ def step_rows() -> list[list[object]]:
 def packing_rows(folder: Path) -> list[list[object]]:
     from tune_lowmem import store
     from tune_lowmem.memory import MB
-    from tune_lowmem.memory.share import memory_fraction
+    from tune_lowmem.memory.share import memory_fraction, trial_share
     from tune_lowmem.search import launch
     from tune_lowmem.space import SearchSpace
 
@@ -204,13 +204,14 @@ def packing_rows(folder: Path) -> list[list[object]]:
     space = SearchSpace.load(space_file)
     rows = []
     for _, row in store.read_trials(folder / "store", "gpu-check-packing").iterrows():
-        share = space.resources.gpu_share(row["memory.predicted_total_mb"])
+        width = int(row["config.model.hidden"])
+        share = trial_share(space.resources, space.trial_config({"model.hidden": width}))
         limit = (memory_fraction(share, card_mb) or 1.0) * card_mb
         reserved = row.get("memory.cuda_max_reserved_mb", math.nan)
         within = "yes" if not math.isnan(reserved) and reserved <= limit else "NO"
         rows.append(
             [
-                int(row["config.model.hidden"]),
+                width,
                 row["status"],
                 share,
                 limit,

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tune_lowmem.config import TrialConfig
+from tune_lowmem.memory.share import trial_share
 from tune_lowmem.space import SearchSpace
 from tune_lowmem.techniques import TECHNIQUES
 from tune_lowmem.techniques.precision import PRECISIONS
@@ -73,6 +74,10 @@ def test_the_packing_space_is_valid_and_asks_for_gpu_shares(tmp_path):
     assert space.resources.gpu == "auto"
     assert 0 < space.resources.gpu_share(100.0) < 1
     assert gpu_check_task.HOG_HIDDEN in gpu_check.PACKING_WIDTHS
+    shares = [
+        trial_share(space.resources, space.trial_config({"model.hidden": w})) for w in (1000, 1024)
+    ]
+    assert 0 < shares[0] <= shares[1] < 1  # the plug-in task's shares, as the trials are held to
 
 
 def test_the_mispredicted_point_holds_memory_only_its_real_model_has(monkeypatch):
