@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from tune_lowmem import cli
+from tune_lowmem.memory.cuda import predict_cuda
 from tune_lowmem.memory.predict import predict
 from tune_lowmem.search import trial_resources
 from tune_lowmem.space import SearchSpace
@@ -241,8 +242,10 @@ def test_gpu_share_follows_predicted_memory():
         "schedule.lr_multiplier": 1.0,
         "seed": 0,
     }
-    predicted = predict(space.trial_config(params)).total_mb
+    config = space.trial_config(params)
+    predicted, allocated = predict(config).total_mb, predict_cuda(config).allocated_bytes / 1e6
     assert trial_resources(space, {"point": 0, "params": params}) == {
         "cpu": 1,
-        "gpu": space.resources.gpu_share(predicted),
+        "gpu": space.resources.gpu_share(predicted, allocated),
     }
+    assert space.resources.gpu_share(predicted, allocated) >= space.resources.gpu_share(predicted)

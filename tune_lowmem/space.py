@@ -45,7 +45,7 @@ from typing import Any
 
 from .config import SEED_LIMIT, ConfigError, TrialConfig
 from .memory.report import PARTS
-from .store import check_name
+from .store import CUDA_PEAK_COLUMNS, check_name
 from .validation import (
     is_int,
     is_number,
@@ -67,6 +67,7 @@ DIRECTIONS = ("maximize", "minimize")
 # starts), named as the store's columns: `memory.predicted_total_mb` is the memory objective.
 PREDICTED_METRICS = (*(f"memory.predicted_{part}_mb" for part in PARTS), "memory.flops_per_step")
 MEASURED_METRICS = tuple(f"memory.measured_{part}_mb" for part in PARTS)
+CUDA_PEAK_METRICS = tuple(f"memory.{column}" for column in CUDA_PEAK_COLUMNS)  # GPU trials
 MEMORY_OBJECTIVE = "memory.predicted_total_mb"
 # Names of the first version, still read in old spaces and sweep folders.
 LEGACY_METRICS = {
@@ -207,13 +208,14 @@ class Resources:
     gpu: float | str = 0  # a share of one GPU, a whole number of GPUs, or "auto"
     gpu_memory_mb: float | None = None  # one GPU's memory, to size the "auto" share
 
-    def gpu_share(self, predicted_total_mb: float) -> float:
-        """The GPU request: fixed, or the predicted memory (with room for the CUDA context and
-        the allocator's slack, which the prediction excludes) as a share of one card."""
+    def gpu_share(self, predicted_total_mb: float, cuda_allocated_mb: float = 0.0) -> float:
+        """The GPU request: fixed, or the predicted memory as a share of one card, with the
+        headroom of `tune_lowmem.memory.share` (the rule the trial is then held to)."""
         if self.gpu != "auto":
             return float(self.gpu)
-        needed = predicted_total_mb * 1.25 + 600.0
-        return min(1.0, math.ceil(100 * needed / self.gpu_memory_mb) / 100)
+        from .memory.share import gpu_share  # the headroom rule, shared with the trial's limit
+
+        return gpu_share(predicted_total_mb, self.gpu_memory_mb, cuda_allocated_mb)
 
     def to_dict(self) -> dict[str, Any]:
         values = {"cpu": self.cpu, "gpu": self.gpu}

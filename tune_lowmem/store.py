@@ -70,6 +70,8 @@ from .schema import Kind, config_kinds, scalar_fits
 
 SCHEMA_VERSION = 1
 STATUSES = ("completed", "failed", "infeasible", "stopped")  # stopped: by early stopping
+# A CUDA trial's peaks as its caching allocator saw them: live tensors, and what it reserved.
+CUDA_PEAK_COLUMNS = ("cuda_max_allocated_mb", "cuda_max_reserved_mb")
 MEMORY_COLUMNS: dict[str, pa.DataType] = {
     **{
         f"{kind}_{part}_mb": pa.float64()
@@ -77,6 +79,7 @@ MEMORY_COLUMNS: dict[str, pa.DataType] = {
         for part in ("model", "optimizer", "activation", "total")
     },
     "flops_per_step": pa.int64(),
+    **dict.fromkeys(CUDA_PEAK_COLUMNS, pa.float64()),
 }
 VERSIONED_PACKAGES = {
     "tune_lowmem": "tune-lowmem",

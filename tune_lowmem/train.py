@@ -21,7 +21,7 @@ from torch import nn
 from .config import TrialConfig
 from .tasks.base import Task
 from .techniques import TECHNIQUES, Technique
-from .techniques.precision import Precision
+from .techniques.precision import Precision, finite_flag
 
 EpochCallback = Callable[[dict[str, float], "Trainer"], None]
 
@@ -36,6 +36,13 @@ def resolve_device(name: str) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
         raise ValueError("device: 'cuda' is not available on this machine; allowed: auto, cpu")
     return torch.device(name)
+
+
+def read_once(*values: torch.Tensor | None) -> list[float]:
+    """Device scalars read on the host with one sync for all of them (None reads as 1.0)."""
+    present = [v.detach().double().reshape(()) for v in values if v is not None]
+    read = iter(torch.stack(present).tolist() if present else [])
+    return [1.0 if v is None else next(read) for v in values]
 
 
 def seed_everything(seed: int) -> None:
@@ -74,25 +81,29 @@ class Trainer:
     # ---- one update ---------------------------------------------------------------------------
 
     def train_step(self, batch: Any) -> dict[str, float]:
-        """One optimizer update over a minibatch, microbatch by microbatch."""
+        """One optimizer update over a minibatch, microbatch by microbatch. The host waits for
+        the device once: the loss and the gradients' finiteness are read together."""
         model, optimizer = self.model, self.optimizer
         lr = self.task.learning_rate(self.epoch, self.updates)
         for group in optimizer.param_groups:
             group["lr"] = lr
         optimizer.zero_grad(set_to_none=True)
         normaliser = self.task.normaliser(batch)
-        total_loss = 0.0
+        # in float64 on the device, added in order: the same sum a host float would make
+        summed = torch.zeros((), dtype=torch.float64, device=self.device)
         for micro in self.task.microbatches(batch):
             with self.precision.forward_context():
                 loss, _ = self.task.loss(model, micro)
             scaled = loss / normaliser
             self.precision.backward(scaled)
-            total_loss += float(loss.detach())
+            summed = summed + loss.detach().double()
+        finite = finite_flag([p.grad for p in model.parameters() if p.grad is not None])
+        total_loss, all_finite = read_once(summed, finite)
         if not math.isfinite(total_loss) and self.precision.scaler is None:
             raise TrainingDiverged(
                 f"loss is {total_loss} at update {self.updates} (epoch {self.epoch})"
             )
-        stepped = self.precision.unscale_(model.parameters())
+        stepped = self.precision.unscale_(model.parameters(), bool(all_finite))
         if stepped:
             for technique in self.techniques:
                 technique.before_step()

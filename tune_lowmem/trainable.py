@@ -45,8 +45,16 @@ from .config import TrialConfig
 from .memory import MemoryReport
 from .memory.measure import measure
 from .memory.predict import predict
-from .space import MEASURED_METRICS, MEMORY_OBJECTIVE, PREDICTED_METRICS, SearchSpace, store_column
-from .train import Trainer
+from .memory.share import hold_to_share, peak_memory_mb, trial_share
+from .space import (
+    CUDA_PEAK_METRICS,
+    MEASURED_METRICS,
+    MEMORY_OBJECTIVE,
+    PREDICTED_METRICS,
+    SearchSpace,
+    store_column,
+)
+from .train import Trainer, resolve_device
 
 CHECKPOINT_FILE = "trainer.pt"
 REASON_LIMIT = 500  # characters of an error message kept as the failure reason
@@ -177,6 +185,8 @@ class _Run:
         try:
             self.config = self.space.trial_config(self.params)
             self.predicted = predict(self.config)
+            share = trial_share(self.space.resources, self.config)  # what Ray was asked for
+            hold_to_share(share, resolve_device(self.config.device))  # its OOM is its own
             self.trainer = Trainer(self.config)
             self._resume(tune.get_checkpoint())
             if self.measured is None:
@@ -192,9 +202,7 @@ class _Run:
             if worker_exiting():  # torn down under the trial (its driver died): runs again
                 raise
             if out_of_memory(error):  # infeasible at this memory on this device, told as such
-                total = self._memory()[MEMORY_OBJECTIVE]
-                predicted = "" if total is None else f"predicted {total:.1f} MB; "
-                self._fail(f"{predicted}{failure_reason(error)}", "infeasible")
+                self._fail(f"{self._memory_reached()}{failure_reason(error)}", "infeasible")
             else:
                 self._fail(failure_reason(error))
 
@@ -208,7 +216,17 @@ class _Run:
         self.measured = MemoryReport(**state["measured"])
 
     def _memory(self) -> dict[str, float | None]:
-        return memory_metrics(self.predicted, self.measured)
+        """The prediction, the measured step and, on a GPU, the peaks the trial has reached."""
+        device = self.trainer.device if self.trainer is not None else torch.device("cpu")
+        peaks = {f"memory.{part}": mb for part, mb in peak_memory_mb(device).items()}
+        return {**memory_metrics(self.predicted, self.measured), **peaks}
+
+    def _memory_reached(self) -> str:
+        """What an out-of-memory trial had predicted and reached, for its failure reason."""
+        memory = self._memory()
+        names = {"predicted": MEMORY_OBJECTIVE, "reached": CUDA_PEAK_METRICS[1]}
+        said = [f"{k} {memory[n]:.1f} MB" for k, n in names.items() if memory[n] is not None]
+        return "".join(f"{part}; " for part in said)
 
     def _on_epoch(self, metrics: dict[str, float], trainer: Trainer) -> None:
         from ray import tune
@@ -218,8 +236,6 @@ class _Run:
             "train_seconds": sum(row["epoch_seconds"] for row in trainer.history),
             "node_id": self.node_id,
         }
-        if trainer.device.type == "cuda":
-            extra["cuda_peak_mb"] = torch.cuda.max_memory_allocated(trainer.device) / 1e6
         if final:
             store.write_model(self.root, self.sweep, self.trial_id, trainer.model.state_dict())
             self._write("completed", {**metrics, **extra})
@@ -317,7 +333,10 @@ def result_from_row(space: SearchSpace, row: Mapping[str, Any]) -> dict[str, Any
         return None if pd.isna(item) else item
 
     metrics = {k.removeprefix("metric."): value(k) for k in row if k.startswith("metric.")}
-    memory = {name: value(store_column(name)) for name in (*PREDICTED_METRICS, *MEASURED_METRICS)}
+    memory = {
+        name: value(store_column(name))
+        for name in (*PREDICTED_METRICS, *MEASURED_METRICS, *CUDA_PEAK_METRICS)
+    }
     reason = value("failure_reason")
     return final_result(
         space, row["status"], {k: v for k, v in metrics.items() if v is not None}, memory, reason

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import torch
+
 from ..config import DataConfig
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -24,3 +26,13 @@ def cache_dir() -> Path:
     path = Path(os.environ.get("TUNE_LOWMEM_CACHE", Path.home() / ".cache" / "tune-lowmem"))
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def to_device(tensor: torch.Tensor, device: torch.device | str) -> torch.Tensor:
+    """`tensor` on `device`. A host tensor bound for a GPU goes through pinned memory without
+    blocking the host, so the copy queues behind the GPU's work instead of waiting for it (the
+    pinned buffer is kept by torch until the copy is done)."""
+    device = torch.device(device)
+    if device.type == "cuda" and tensor.device.type == "cpu":
+        return tensor.pin_memory().to(device, non_blocking=True)
+    return tensor.to(device)

@@ -2,7 +2,10 @@
 
 Sources: torchvision's CIFAR10 folder (`cifar-10-batches-py`, downloaded when the network
 allows) or the JPEG layout `cifar10-jpeg/{train,test}/<class>/NNNN.jpg` (also as its .tar.gz).
-JPEGs are decoded once and cached as a .npz; no epoch ever decodes an image.
+JPEGs are decoded once and cached as a .npz keyed by the source's content (the same data laid
+again elsewhere or later is not decoded again); no epoch ever decodes an image. A trial's splits
+live on its device, so on a GPU the augmentation runs there and only its few random numbers cross
+from the host, pinned and without blocking it.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import numpy as np
 import torch
 
 from ..config import DataConfig
-from . import cache_dir, data_root
+from . import cache_dir, data_root, to_device
 
 CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 MEAN = (0.4914, 0.4822, 0.4465)
@@ -62,12 +65,23 @@ def _from_torchvision(root: Path, download: bool = False) -> tuple[Arrays, Array
     return tuple(Arrays(np.asarray(p.data), np.asarray(p.targets, dtype=np.int64)) for p in parts)
 
 
+def content_key(source: Path) -> str:
+    """A hash of the source's bytes: the archive's, or a folder's JPEGs with their paths inside
+    it (and lengths, so no two layouts run together), in name order. Not its path or file times."""
+    digest = hashlib.sha256()
+    if source.is_dir():
+        for file in sorted(source.glob("*/*/*.jpg")):
+            name, data = file.relative_to(source).as_posix().encode(), file.read_bytes()
+            digest.update(b"%d:%s%d:" % (len(name), name, len(data)) + data)
+    else:
+        with source.open("rb") as stream:
+            for chunk in iter(lambda: stream.read(1 << 20), b""):
+                digest.update(chunk)
+    return digest.hexdigest()[:16]
+
+
 def _cached(source: Path) -> tuple[Arrays, Arrays]:
-    stat = source.stat()
-    key = hashlib.sha1(
-        f"{source.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()
-    ).hexdigest()[:16]
-    path = cache_dir() / f"cifar10-{key}.npz"
+    path = cache_dir() / f"cifar10-{content_key(source)}.npz"
     if not path.exists():
         train, test = _decode_jpegs(source)
         tmp = path.with_suffix(f".tmp{id(path)}.npz")
@@ -147,9 +161,8 @@ class Cifar10:
 
         def split(arrays: Arrays, idx: np.ndarray) -> Split:
             images = torch.from_numpy(arrays.images[np.sort(idx)]).permute(0, 3, 1, 2).contiguous()
-            return Split(
-                images.to(device), torch.from_numpy(arrays.labels[np.sort(idx)]).to(device)
-            )
+            labels = torch.from_numpy(arrays.labels[np.sort(idx)])
+            return Split(to_device(images, device), to_device(labels, device))
 
         return cls(
             split(train, train_idx),
@@ -169,14 +182,14 @@ def augment(images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """4-pixel zero pad, random 32x32 crop and random horizontal flip, per image, on uint8 (N, 3, 32, 32)."""
     n, _, h, w = images.shape
     padded = torch.nn.functional.pad(images, (4, 4, 4, 4))
-    dy = torch.randint(0, 9, (n,), generator=generator).to(images.device)
-    dx = torch.randint(0, 9, (n,), generator=generator).to(images.device)
+    dy = to_device(torch.randint(0, 9, (n,), generator=generator), images.device)
+    dx = to_device(torch.randint(0, 9, (n,), generator=generator), images.device)
     rows = (dy[:, None] + torch.arange(h, device=images.device))[:, None, :, None]
     cols = (dx[:, None] + torch.arange(w, device=images.device))[:, None, None, :]
     batch = torch.arange(n, device=images.device)[:, None, None, None]
     channel = torch.arange(3, device=images.device)[None, :, None, None]
     cropped = padded[batch, channel, rows, cols]
-    flip = (torch.rand(n, generator=generator) < 0.5).to(images.device)
+    flip = to_device(torch.rand(n, generator=generator) < 0.5, images.device)
     return torch.where(flip[:, None, None, None], cropped.flip(3), cropped)
 
 
@@ -188,7 +201,7 @@ def train_batches(
     The last incomplete batch is dropped so that every step sees exactly `batch_size` images.
     """
     generator = torch.Generator().manual_seed(seed * 100_003 + epoch)
-    order = torch.randperm(len(split), generator=generator).to(split.labels.device)
+    order = to_device(torch.randperm(len(split), generator=generator), split.labels.device)
     for start in range(0, len(split) - batch_size + 1, batch_size):
         idx = order[start : start + batch_size]
         images = split.images[idx]

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from . import cache_dir
+from . import cache_dir, to_device
 
 BOS, PAD, EOS, UNK = 0, 1, 2, 3
 SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")
@@ -260,7 +260,7 @@ class Batch:
             self.prev_output_tokens,
             self.target,
         )
-        return Batch(*(t.to(device, non_blocking=True) for t in tensors), self.ntokens)
+        return Batch(*(to_device(t, device) for t in tensors), self.ntokens)
 
     def rows(self, index: torch.Tensor) -> Batch:
         """The sub-batch of rows `index`, its padding trimmed to its own longest sentences."""

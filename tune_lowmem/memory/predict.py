@@ -29,11 +29,11 @@ import random
 import numpy as np
 import torch
 from torch import nn
-from torch._subclasses.fake_tensor import FakeTensorMode
 
 from ..config import TrialConfig
 from ..tasks.base import batch_tensors, map_tensors
 from ..techniques import TECHNIQUES
+from ..torch_private import FakeTensorMode
 from ..train import Trainer
 from . import accounting
 from .report import MemoryReport

@@ -122,14 +122,10 @@ def write_failure(error: BaseException | str | None) -> store.WriteFailed | None
 
 def trial_resources(space: SearchSpace, tune_config: dict[str, Any]) -> dict[str, float]:
     """One trial's request; with gpu: auto, a GPU share sized by the predicted memory."""
-    resources = space.resources
-    gpu = resources.gpu
-    if gpu == "auto":
-        from ..memory.predict import predict
+    from ..memory.share import trial_share
 
-        total = predict(space.trial_config(tune_config["params"])).total_mb
-        gpu = resources.gpu_share(total)
-    return {"cpu": resources.cpu, "gpu": float(gpu)}
+    config = space.trial_config(tune_config["params"]) if space.resources.gpu == "auto" else None
+    return {"cpu": space.resources.cpu, "gpu": trial_share(space.resources, config)}
 
 
 def trial_dirname(trial) -> str:

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..torch_private import multiply_
 from ..validation import choice, require
 from .base import Technique
 
@@ -79,11 +80,18 @@ def cast_input(tensor: torch.Tensor, precision: str) -> torch.Tensor:
     return tensor
 
 
-def all_finite(tensors: list[torch.Tensor]) -> bool:
-    """Whether no element is inf or NaN, with one device-to-host sync for all the tensors."""
+def finite_flag(tensors: list[torch.Tensor]) -> torch.Tensor | None:
+    """Whether no element is inf or NaN, as one bool on the tensors' device (no host sync);
+    None for no tensors."""
     if not tensors:
-        return True
-    return bool(torch.stack([torch.isfinite(t).all() for t in tensors]).all())
+        return None
+    return torch.stack([torch.isfinite(t).all() for t in tensors]).all()
+
+
+def all_finite(tensors: list[torch.Tensor]) -> bool:
+    """`finite_flag` read on the host: one device-to-host sync for all the tensors."""
+    flag = finite_flag(tensors)
+    return True if flag is None else bool(flag)
 
 
 class DynamicLossScaler:
@@ -113,17 +121,16 @@ class DynamicLossScaler:
     def scale_loss(self, loss: torch.Tensor) -> torch.Tensor:
         return loss * self.scale
 
-    def unscale_(self, parameters: Iterable[nn.Parameter]) -> bool:
-        """Unscale gradients in place; False (and the scale lowered) if any overflowed."""
+    def unscale_(self, parameters: Iterable[nn.Parameter], finite: bool | None = None) -> bool:
+        """Unscale gradients in place; False (and the scale lowered) if any overflowed.
+        `finite`: whether they all are, when the caller has read it already."""
         grads = [p.grad for p in parameters if p.grad is not None]
-        if not all_finite(grads):
+        if not (all_finite(grads) if finite is None else finite):
             self.scale = max(self.scale * self.backoff_factor, self.min_scale)
             self.good_steps = 0
             self.skipped_steps += 1
             return False
-        inverse = 1.0 / self.scale
-        for grad in grads:
-            grad.mul_(inverse)
+        multiply_(grads, 1.0 / self.scale)  # one multi-tensor kernel, not one per gradient
         self.good_steps += 1
         if self.good_steps >= self.growth_interval:
             self.scale *= self.growth_factor
@@ -196,12 +203,14 @@ class Precision(Technique):
     def backward(self, loss: torch.Tensor) -> None:
         (self.scaler.scale_loss(loss) if self.scaler else loss).backward()
 
-    def unscale_(self, parameters: Iterator[nn.Parameter]) -> bool:
-        """True when the step may be taken (always, without a scaler, unless a gradient is not finite)."""
+    def unscale_(self, parameters: Iterator[nn.Parameter], finite: bool | None = None) -> bool:
+        """True when the step may be taken (always, without a scaler, unless a gradient is not
+        finite). `finite`: whether every gradient is, when the caller has read it already."""
         if self.scaler:
-            return self.scaler.unscale_(parameters)
-        grads = [p.grad for p in parameters if p.grad is not None]
-        return all_finite(grads)
+            return self.scaler.unscale_(parameters, finite)
+        if finite is None:
+            return all_finite([p.grad for p in parameters if p.grad is not None])
+        return finite
 
     def step(self, optimizer: torch.optim.Optimizer, parameters: Iterable[nn.Parameter]) -> None:
         """The optimizer's step, its update rounded into half weights as `update` says."""

@@ -139,6 +139,11 @@ def initial_masks(
     return masks
 
 
+def _read_sums(masks: list[torch.Tensor]) -> list[int]:
+    """Each mask's count of True, read on the host with one sync for all of them."""
+    return torch.stack([mask.sum() for mask in masks]).tolist() if masks else []
+
+
 # ---- the technique --------------------------------------------------------------------------
 
 
@@ -195,11 +200,13 @@ class DynamicSparsity:
 
     @torch.no_grad()
     def after_step(self, epoch: int, update: int) -> None:
-        """Rewire when the schedule says so, then re-apply the masks to weights and optimizer state."""
+        """Rewire when the schedule says so. Between rewirings nothing needs re-masking: with
+        masked gradients an update leaves zero weights and zero optimizer state at zero (SGD
+        with momentum and weight decay, Adam, AdamW, fairseq's Adam, stochastic bf16 rounding),
+        and a rewiring zeroes what it prunes."""
         self.period = rewiring_period(self.sparsity, self.run, epoch, update)
         if rewires_after(self.sparsity, self.run, epoch, update):
             self.rewire()
-        self.apply_masks()
 
     @torch.no_grad()
     def apply_masks(self) -> None:
@@ -210,16 +217,18 @@ class DynamicSparsity:
 
     @torch.no_grad()
     def rewire(self) -> int:
-        """Prune active weights under H, regrow as many at zero positions, adapt H; returns the count."""
+        """Prune active weights under H, regrow as many at zero positions, adapt H; returns the
+        count. Everything outside the new masks is zero afterwards (weights, gradients, state)."""
         layers = self._layers()
+        masks = [self._mask(name, param) for name, param in layers]
+        smalls = [mask & (p.detach().abs() < self.threshold) for mask, (_, p) in zip(masks, layers)]
+        counts = _read_sums([*masks, *smalls])  # one host read for every layer
         pruned_masks, pruned, survivors, fresh_room = [], [], [], []
-        for name, param in layers:
-            mask = self._mask(name, param)
-            magnitude = param.detach().abs()
-            small = mask & (magnitude < self.threshold)
-            active, count = int(mask.sum()), int(small.sum())
+        for index, (_, param) in enumerate(layers):
+            mask, small = masks[index], smalls[index]
+            active, count = counts[index], counts[len(layers) + index]
             if count and count == active:  # never empty a layer: its largest weight survives
-                small.view(-1)[torch.where(mask, magnitude, -1).argmax()] = False
+                small.view(-1)[torch.where(mask, param.detach().abs(), -1).argmax()] = False
                 count -= 1
             self._zero_outside(param, mask & ~small)
             pruned_masks.append(small)
@@ -277,13 +286,14 @@ class DynamicSparsity:
     # ---- reporting and checkpoints ------------------------------------------------------------
 
     def layer_stats(self) -> list[LayerStats]:
+        counts = _read_sums(list(self.masks.values()))
         return [
-            LayerStats(name, tuple(mask.shape), mask.numel(), int(mask.sum()))
-            for name, mask in self.masks.items()
+            LayerStats(name, tuple(mask.shape), mask.numel(), count)
+            for (name, mask), count in zip(self.masks.items(), counts)
         ]
 
     def nonzeros(self) -> int:
-        return sum(int(mask.sum()) for mask in self.masks.values())
+        return sum(_read_sums(list(self.masks.values())))
 
     def metrics(self) -> dict[str, float]:
         nonzeros = self.nonzeros()

@@ -1,0 +1,89 @@
+"""The CUDA allocator's view of a step, from known sizes (no GPU needed)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from tests.conftest import tiny_wrn_config
+from tune_lowmem.memory import MB
+from tune_lowmem.memory.cuda import (
+    allocated_size,
+    cublas_workspace_bytes,
+    cuda_prediction,
+    foreach_temporary_copies,
+    predict_cuda,
+    reserved_lower_bound,
+    segment_size,
+)
+from tune_lowmem.memory.predict import predict
+from tune_lowmem.memory.share import CUDA_CONTEXT_MB
+
+MiB = 1 << 20
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "allocated", "segment"),
+    [
+        (1, 512, 2 * MiB),
+        (512, 512, 2 * MiB),
+        (513, 1024, 2 * MiB),
+        (MiB, MiB, 2 * MiB),
+        (MiB + 1, MiB + 512, 20 * MiB),
+        (10 * MiB - 512, 10 * MiB - 512, 20 * MiB),
+        (10 * MiB, 10 * MiB, 10 * MiB),
+        (11 * MiB + 3, 11 * MiB + 512, 12 * MiB),
+    ],
+)
+def test_block_rounding_and_segments_follow_the_caching_allocator(
+    request_bytes, allocated, segment
+):
+    assert allocated_size(request_bytes) == allocated
+    assert segment_size(request_bytes) == segment
+
+
+def test_held_blocks_pack_into_the_fewest_segments():
+    assert reserved_lower_bound([]) == 0
+    assert reserved_lower_bound([100] * 4096) == 2 * MiB  # 4096 blocks of 512 B: one segment
+    assert reserved_lower_bound([100] * 4097) == 4 * MiB
+    assert reserved_lower_bound([3 * MiB] * 7) == 40 * MiB  # 21 MiB of medium blocks
+    assert reserved_lower_bound([11 * MiB, 100]) == 12 * MiB + 2 * MiB
+
+
+def test_cublas_workspace_is_torch_s_default_per_architecture():
+    assert cublas_workspace_bytes((9, 0)) == 32 * MiB
+    assert cublas_workspace_bytes((8, 0)) == 8 * MiB + 128 * 1024
+
+
+def test_optimizer_temporaries_follow_torch_optim_s_foreach_step():
+    params = [nn.Parameter(torch.zeros(3))]
+    assert foreach_temporary_copies(torch.optim.SGD(params, lr=0.1, momentum=0.9)) == 0
+    assert foreach_temporary_copies(torch.optim.SGD(params, lr=0.1, weight_decay=5e-4)) == 1
+    assert foreach_temporary_copies(torch.optim.AdamW(params)) == 1
+    assert foreach_temporary_copies(torch.optim.Adam(params, weight_decay=1e-4)) == 2
+
+
+def test_a_known_model_s_parts():
+    model = nn.Sequential(nn.Linear(1000, 1000), nn.BatchNorm1d(1000))  # 1,001,000 + 2,000 params
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
+    view = cuda_prediction(model, optimizer, 5 * MiB, [1_000_000], (9, 0))
+    weight, bias, norm = allocated_size(4_000_000), 4096, 4096  # 4,000 B -> 4,096 B
+    parameters = weight + bias + 2 * norm
+    buffers = 2 * 4096 + 512  # running mean and variance, num_batches_tracked
+    mask = allocated_size(1_000_000)
+    assert view.held_bytes == parameters * 3 + buffers + mask  # weights, gradients, momentum
+    assert view.temporary_bytes == parameters  # weight decay's gradient copy
+    assert view.allocated_bytes == view.held_bytes + 5 * MiB + 32 * MiB
+    assert view.context_bytes == CUDA_CONTEXT_MB * MB
+    assert view.reserved_bytes >= view.allocated_bytes  # segments hold at least their blocks
+
+
+def test_a_config_s_view_adds_dense_masked_weights_and_the_workspace_to_the_paper_s_count():
+    config = tiny_wrn_config(**{"sparsity.density": 0.3})
+    paper, view = predict(config), predict_cuda(config)
+    dense = predict_cuda(tiny_wrn_config())
+    assert view.activation_bytes == paper.activation_bytes
+    assert view.held_bytes > paper.model_bytes + paper.optimizer_bytes  # dense weights + masks
+    assert view.held_bytes > dense.held_bytes  # the masks
+    assert view.allocated_bytes > paper.total_bytes

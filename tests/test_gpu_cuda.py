@@ -1,0 +1,107 @@
+"""What only a CUDA device can show (pytest -m gpu; deselected by default, run by
+benchmarks/gpu_check.py): the share's limit, the step's syncs, every precision path, the
+allocator's view against the real peak."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+
+from tests.conftest import tiny_wrn_config
+from tests.test_step_sync import CHURN, _run
+from tune_lowmem.memory.cuda import predict_cuda
+from tune_lowmem.memory.measure import measure
+from tune_lowmem.memory.synthetic import synthetic_task
+from tune_lowmem.techniques.precision import PRECISIONS
+from tune_lowmem.torch_private import multiply_
+from tune_lowmem.train import Trainer
+
+pytestmark = pytest.mark.gpu
+
+HELD_TO_SHARE = """
+import torch
+from tune_lowmem.memory.share import hold_to_share
+from tune_lowmem.trainable import out_of_memory
+device = torch.device("cuda")
+fraction = hold_to_share(0.05, device)
+limit = fraction * torch.cuda.get_device_properties(device).total_memory
+kept = torch.empty(int(limit * 0.5), dtype=torch.uint8, device=device)  # within the share
+try:
+    torch.empty(int(limit * 0.6), dtype=torch.uint8, device=device)  # past it
+except Exception as error:
+    print("refused", out_of_memory(error))
+"""
+
+
+def test_a_trial_is_held_to_its_share():
+    done = subprocess.run(
+        [sys.executable, "-c", HELD_TO_SHARE], capture_output=True, check=False, text=True
+    )
+    assert done.stdout.strip() == "refused True", done.stderr
+
+
+@pytest.mark.parametrize(
+    "setting", [{}, {"precision": "fp16", "microbatch.size": 5}, CHURN], ids=str
+)
+def test_a_step_syncs_the_host_once(setting):
+    config = tiny_wrn_config(device="cuda", **setting)
+    trainer = Trainer(config, task=synthetic_task(config, torch.device("cuda")))
+    batch = next(iter(trainer.task.train_batches(0)))
+    trainer.train_step(batch)  # update 0; no rewiring follows the next one either
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            trainer.train_step(batch)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    syncs = [w for w in caught if "synchroniz" in str(w.message)]
+    assert len(syncs) <= 1, [str(w.message) for w in syncs]
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_every_precision_trains_on_cuda(precision):
+    trainer = Trainer(
+        tiny_wrn_config(device="cuda", precision=precision, **{"microbatch.size": 10})
+    )
+    losses = [trainer.train_step(b)["loss"] for b in trainer.task.train_batches(0)]
+    assert all(torch.isfinite(torch.tensor(losses))) and losses[-1] < losses[0] * 1.5
+    norms = [m for m in trainer.model.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    assert all(m.weight.dtype == torch.float32 for m in norms)
+
+
+def test_checkpointing_on_cuda_gives_the_step_without_it():
+    plain = Trainer(tiny_wrn_config(device="cuda"))
+    checkpointed = Trainer(tiny_wrn_config(device="cuda", checkpoint="residual-2"))
+    batch = next(iter(plain.task.train_batches(0)))
+    assert plain.train_step(batch)["loss"] == pytest.approx(
+        checkpointed.train_step(batch)["loss"], rel=1e-5
+    )
+
+
+def test_lazy_masks_equal_eager_masks_on_cuda():
+    config = tiny_wrn_config(device="cuda", **CHURN)
+    lazy, _, lazy_losses = _run(config, every_step=False, steps=5)
+    eager, _, eager_losses = _run(config, every_step=True, steps=5)
+    assert lazy_losses == eager_losses
+    assert all(torch.equal(a, b) for a, b in zip(lazy.model.parameters(), eager.model.parameters()))
+
+
+def test_the_multi_tensor_unscale_equals_one_multiply_per_gradient_on_cuda():
+    grads = [torch.randn(s, device="cuda").half() * 1000 for s in ((300, 7), (5,), (64, 3, 3, 3))]
+    expected = [g * (1.0 / 1024.0) for g in grads]
+    multiply_(grads, 1.0 / 1024.0)
+    assert all(torch.equal(g, e) for g, e in zip(grads, expected))
+
+
+@pytest.mark.parametrize("flat", [{}, {"precision": "fp16"}, {"sparsity.density": 0.3}], ids=str)
+def test_the_allocator_view_predicts_the_real_peak(flat):
+    config = tiny_wrn_config(device="cuda", **{"model.depth": 16, "model.width": 2, **flat})
+    view = predict_cuda(config, torch.cuda.get_device_capability())
+    measured = measure(config)
+    assert view.allocated_bytes == pytest.approx(measured.peak_bytes, rel=0.05)

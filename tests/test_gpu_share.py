@@ -1,0 +1,124 @@
+"""A trial's GPU share: the one headroom rule, the allocator fraction it sets, the peaks stored."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from tests.test_trainable import tiny_space
+from tune_lowmem import store
+from tune_lowmem.memory.share import (
+    ALLOCATOR_MARGIN,
+    CUDA_CONTEXT_MB,
+    gpu_share,
+    hold_to_share,
+    memory_fraction,
+    peak_memory_mb,
+    trial_share,
+)
+from tune_lowmem.trainable import result_from_row
+
+
+@pytest.mark.parametrize("predicted", [1.0, 250.0, 3_000.0, 20_000.0])
+@pytest.mark.parametrize("card", [16_000.0, 24_000.0, 80_000.0])
+def test_the_fraction_of_a_share_leaves_the_allocator_the_predicted_memory_with_its_margin(
+    predicted, card
+):
+    share = gpu_share(predicted, card)
+    fraction = memory_fraction(share, card)
+    if share == 1.0:  # a whole card: nothing to hold the trial to
+        assert fraction is None
+        assert predicted * (1 + ALLOCATOR_MARGIN) + CUDA_CONTEXT_MB > 0.99 * card
+    else:
+        assert fraction * card >= predicted * (1 + ALLOCATOR_MARGIN) - 1e-6
+        assert fraction * card + CUDA_CONTEXT_MB <= share * card + 1e-6  # within its share
+        assert share * 100 == pytest.approx(round(share * 100))  # whole percents of a card
+
+
+def test_shares_of_one_card_that_fit_together_keep_their_allocators_apart():
+    card = 24_000.0
+    shares = [gpu_share(p, card) for p in (500.0, 2_000.0, 4_000.0, 8_000.0)]
+    assert sum(shares) <= 1.0
+    held = sum(memory_fraction(s, card) * card + CUDA_CONTEXT_MB for s in shares)
+    assert held <= card
+
+
+def test_no_fraction_without_a_gpu_share_or_with_whole_cards():
+    assert memory_fraction(0.0, 24_000.0) is None
+    assert memory_fraction(1.0, 24_000.0) is None
+    assert memory_fraction(2.0, 24_000.0) is None
+    assert memory_fraction(0.01, 24_000.0) == 0.0  # a share smaller than the context: nothing
+
+
+def test_a_cpu_trial_sets_nothing_and_has_no_gpu_peaks():
+    assert hold_to_share(0.5, torch.device("cpu")) is None
+    assert peak_memory_mb(torch.device("cpu")) == dict.fromkeys(store.CUDA_PEAK_COLUMNS)
+
+
+def test_gpu_peaks_are_stored_beside_the_prediction_and_old_rows_read_without_them(tmp_path):
+    def record(trial_id, memory):
+        return store.TrialRecord(
+            sweep="s",
+            trial_id=trial_id,
+            status="completed",
+            config={"task": "wrn-cifar10"},
+            metrics={"val_accuracy": 0.5},
+            memory=memory,
+            started_at=datetime.now(UTC),
+            finished_at=datetime.now(UTC),
+        )
+
+    store.write_trial(tmp_path, record("old", {"predicted_total_mb": 10.0}))
+    (old_file,) = tmp_path.rglob("*.parquet")  # as an earlier version wrote it: no peak columns
+    table = pq.read_table(old_file)
+    pq.write_table(table.drop([f"memory.{c}" for c in store.CUDA_PEAK_COLUMNS]), old_file)
+    peaks = {
+        "predicted_total_mb": 10.0,
+        "cuda_max_allocated_mb": 11.5,
+        "cuda_max_reserved_mb": 14.0,
+    }
+    store.write_trial(tmp_path, record("gpu", peaks))
+    rows = store.read_trials(tmp_path, "s").set_index("trial_id")
+    assert rows.loc["gpu", "memory.cuda_max_allocated_mb"] == 11.5
+    assert rows.loc["gpu", "memory.cuda_max_reserved_mb"] == 14.0
+    assert rows.loc["gpu", "memory.predicted_total_mb"] == 10.0
+    assert math.isnan(rows.loc["old", "memory.cuda_max_reserved_mb"])
+
+
+def test_a_restarted_trial_reports_its_stored_gpu_peaks(tmp_path):
+    space = tiny_space()
+    peaks = {
+        "predicted_total_mb": 12.5,
+        "cuda_max_allocated_mb": 20.0,
+        "cuda_max_reserved_mb": 24.0,
+    }
+    record = store.TrialRecord(
+        sweep=space.name,
+        trial_id="t1",
+        status="completed",
+        config=space.trial_config({"seed": 0}).to_flat(),
+        metrics={"val_accuracy": 0.25},
+        memory=peaks,
+    )
+    store.write_trial(tmp_path, record, epochs=[])
+    reported = result_from_row(space, store.read_trials(tmp_path, space.name).iloc[0].to_dict())
+    assert reported["memory.cuda_max_allocated_mb"] == 20.0
+    assert reported["memory.cuda_max_reserved_mb"] == 24.0
+
+
+def test_the_allocator_view_raises_a_share_when_it_is_the_larger():
+    card = 80_000.0
+    assert gpu_share(1_000.0, card, cuda_allocated_mb=500.0) == gpu_share(1_000.0, card)
+    larger = gpu_share(1_000.0, card, cuda_allocated_mb=4_000.0)
+    assert larger == gpu_share(4_000.0, card) > gpu_share(1_000.0, card)
+
+
+def test_a_fixed_share_is_asked_for_and_held_as_given():
+    from tune_lowmem.space import Resources
+
+    assert trial_share(Resources(cpu=1, gpu=0.25), None) == 0.25
+    assert trial_share(Resources(cpu=1, gpu=0), None) == 0.0

@@ -1,0 +1,173 @@
+"""The CUDA caching allocator's view of a training step, from the shapes the profiler knows.
+
+The paper's accounting (`predict`) counts tensor storage, sparse weights as stored sparsely. A
+CUDA step holds more: dense masked weights, the masks, 512-byte rounding of every block, the
+optimizer's multi-tensor temporaries, cuBLAS's workspace, and the CUDA context outside the
+allocator. What is modelled and what is bounded:
+
+modelled (exact for the held tensors, by PyTorch's CUDA caching allocator's documented rules):
+- `allocated_size`: every request is rounded up to a multiple of 512 bytes (at least 512);
+- `segment_size`: a request the cache cannot serve takes a new segment from the card: requests of
+  up to 1 MiB a 2 MiB segment (the small pool), requests under 10 MiB a 20 MiB one, larger ones
+  their size rounded up to 2 MiB (`reserved_lower_bound` packs the held tensors into segments);
+- the held tensors as the device stores them: parameters, buffers, dense gradients and the
+  optimizer's state (one copy per `accounting.state_copies`), each block rounded, and the masks of
+  sparse weights (one bool per weight);
+- the optimizer step's multi-tensor temporaries: `foreach` SGD with weight decay and Adam(W)
+  make one gradient-sized copy (a new list from `_foreach_add` / `_foreach_sqrt`), which lives
+  while the activations are already freed, so the step's peak is the larger of the two;
+- cuBLAS's workspace, allocated through the caching allocator once per handle and stream
+  (`cublas_workspace_bytes`).
+
+bounded by `UNMODELLED_MARGIN` of the tensors (not modelled): cuDNN's per-call workspaces
+(chosen by its heuristics at run time), the 512-byte rounding of the activations (the dry run
+knows their total, not their count), the allocator's fragmentation beyond the packing bound.
+
+reported separately, outside the allocator: the CUDA context (`share.CUDA_CONTEXT_MB`, a bound).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ..config import TrialConfig
+from . import accounting
+from .report import MB
+from .share import CUDA_CONTEXT_MB
+
+MIN_BLOCK = 512  # every allocation is a multiple of this
+SMALL_REQUEST = 1 << 20  # up to this, requests come from 2 MiB segments of the small pool
+SMALL_SEGMENT = 2 << 20
+MEDIUM_REQUEST = 10 << 20  # under this, a large-pool request takes a 20 MiB segment
+MEDIUM_SEGMENT = 20 << 20
+LARGE_ROUNDING = 2 << 20  # larger requests take a segment of their size rounded up to 2 MiB
+UNMODELLED_MARGIN = 0.05  # of the predicted tensors: cuDNN workspaces, activation rounding
+
+
+def allocated_size(nbytes: int) -> int:
+    """Bytes the allocator hands out for a request of `nbytes` (what `memory_allocated` counts)."""
+    return 0 if nbytes <= 0 else MIN_BLOCK * math.ceil(nbytes / MIN_BLOCK)
+
+
+def segment_size(nbytes: int) -> int:
+    """Bytes of the segment a request takes from the card when no cached block can serve it."""
+    size = allocated_size(nbytes)
+    if size <= SMALL_REQUEST:
+        return SMALL_SEGMENT
+    if size < MEDIUM_REQUEST:
+        return MEDIUM_SEGMENT
+    return LARGE_ROUNDING * math.ceil(size / LARGE_ROUNDING)
+
+
+def reserved_lower_bound(sizes: Iterable[int]) -> int:
+    """The fewest bytes of segments that can hold blocks of these request sizes at once: small
+    blocks packed into 2 MiB segments, medium ones into 20 MiB ones, large ones each their own."""
+    small = medium = large = 0
+    for nbytes in sizes:
+        size = allocated_size(nbytes)
+        if size == 0:
+            continue
+        if size <= SMALL_REQUEST:
+            small += size
+        elif size < MEDIUM_REQUEST:
+            medium += size
+        else:
+            large += segment_size(size)
+    packed = lambda total, segment: segment * math.ceil(total / segment)
+    return packed(small, SMALL_SEGMENT) + packed(medium, MEDIUM_SEGMENT) + large
+
+
+def cublas_workspace_bytes(capability: tuple[int, int]) -> int:
+    """torch's default cuBLAS workspace on a card of this compute capability (its default
+    CUBLAS_WORKSPACE_CONFIG): :4096:8 (32 MiB) from Hopper on, :4096:2:16:8 before."""
+    return 4096 * 1024 * 8 if capability[0] >= 9 else 4096 * 1024 * 2 + 16 * 1024 * 8
+
+
+def foreach_temporary_copies(optimizer: torch.optim.Optimizer) -> int:
+    """Gradient-sized temporaries of the optimizer's multi-tensor step, as torch.optim makes them."""
+    decay = any(group.get("weight_decay", 0) for group in optimizer.param_groups)
+    if isinstance(optimizer, torch.optim.SGD):
+        return 1 if decay else 0
+    if isinstance(optimizer, torch.optim.AdamW):
+        return 1
+    if isinstance(optimizer, torch.optim.Adam):
+        return 2 if decay else 1
+    return 1  # another optimizer: one copy assumed, the rest within the margin
+
+
+@dataclass(frozen=True)
+class CudaPrediction:
+    """A step's peak on a CUDA device, in bytes, by part (see the module docstring)."""
+
+    held_bytes: int  # parameters, buffers, gradients, optimizer state, masks: blocks rounded
+    activation_bytes: int  # the dry run's activation peak
+    temporary_bytes: int  # the optimizer step's multi-tensor temporaries (after the activations)
+    workspace_bytes: int  # cuBLAS's workspace
+    margin_bytes: int  # the bound on what is not modelled
+    reserved_bytes: int  # the fewest bytes of segments that hold the held tensors and the peak
+    context_bytes: int  # the CUDA context: outside the allocator
+
+    @property
+    def allocated_bytes(self) -> int:
+        """The expected `torch.cuda.max_memory_allocated` of a step."""
+        peak = max(self.activation_bytes, self.temporary_bytes)
+        return self.held_bytes + peak + self.workspace_bytes
+
+    def to_mb(self) -> dict[str, float]:
+        names = ("held", "activation", "temporary", "workspace", "margin", "reserved", "context")
+        parts = {f"cuda_{n}_mb": getattr(self, f"{n}_bytes") / MB for n in names}
+        return {**parts, "cuda_allocated_mb": self.allocated_bytes / MB}
+
+
+def cuda_prediction(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    activation_bytes: int,
+    mask_numels: Iterable[int],
+    capability: tuple[int, int],
+) -> CudaPrediction:
+    """The allocator's view of a step of `model` (its parameters and buffers as the device holds
+    them; real or fake tensors) with `optimizer` and the dry run's activation peak."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    gradients = [p.numel() * p.element_size() for p in params]
+    copies = accounting.state_copies(optimizer)
+    held = [
+        *(p.numel() * p.element_size() for p in model.parameters()),
+        *(b.numel() * b.element_size() for b in model.buffers()),
+        *gradients * (1 + copies),
+        *mask_numels,
+    ]
+    held_bytes = sum(allocated_size(size) for size in held)
+    temporary_bytes = foreach_temporary_copies(optimizer) * sum(map(allocated_size, gradients))
+    workspace = cublas_workspace_bytes(capability)
+    peak = max(activation_bytes, temporary_bytes)
+    return CudaPrediction(
+        held_bytes=held_bytes,
+        activation_bytes=activation_bytes,
+        temporary_bytes=temporary_bytes,
+        workspace_bytes=workspace,
+        margin_bytes=math.ceil(UNMODELLED_MARGIN * (held_bytes + peak)),
+        reserved_bytes=reserved_lower_bound([*held, peak, workspace]),
+        context_bytes=int(CUDA_CONTEXT_MB * MB),
+    )
+
+
+def predict_cuda(config: TrialConfig, capability: tuple[int, int] = (9, 0)) -> CudaPrediction:
+    """`cuda_prediction` of a config, from the profiler's cached dry run (no GPU needed)."""
+    from ..techniques import TECHNIQUES
+    from .predict import dry_run, shape_key
+    from .synthetic import synthetic_task
+
+    run = dry_run(shape_key(config))
+    task = synthetic_task(config, torch.device("cpu"))
+    sparse: dict[str, int] = {}
+    for technique in TECHNIQUES:  # weights stored sparsely: a bool mask each on the device
+        sparse.update(technique.accounted_nonzeros(config, task, run.model))
+    masks = [run.model.get_parameter(name).numel() for name in sparse]
+    optimizer = task.build_optimizer(run.model)
+    return cuda_prediction(run.model, optimizer, run.activation_bytes, masks, capability)
