@@ -239,6 +239,17 @@ def from_logs(paths: list[str]) -> int:
     return 0 if faithful else 1
 
 
+def independent_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The project model's state under the plain loop's names (copies)."""
+    names = {"stem.": "conv.", "blocks.": "layers.", "shortcut.": "short."}
+    state = {}
+    for name, tensor in model.state_dict().items():
+        for ours, theirs in names.items():
+            name = name.replace(ours, theirs)
+        state[name] = tensor.clone()
+    return state
+
+
 def lockstep(args) -> int:
     """The plain loop started from the project's initial weights and fed the project's
     minibatches (same order, same augmentation draws): everything but the random draws is
@@ -249,13 +260,7 @@ def lockstep(args) -> int:
     torch.set_num_threads(args.threads)
     trainer = Trainer(project_config(seed, args))
     model = WRN()
-    names = {"stem.": "conv.", "blocks.": "layers.", "shortcut.": "short."}
-    state = {}
-    for name, tensor in trainer.model.state_dict().items():
-        for ours, theirs in names.items():
-            name = name.replace(ours, theirs)
-        state[name] = tensor.clone()
-    model.load_state_dict(state)  # strict: every tensor has its counterpart
+    model.load_state_dict(independent_state(trainer.model))  # strict: each has its counterpart
     batches = [list(trainer.task.train_batches(epoch)) for epoch in range(args.epochs)]
     ours = [(m["train_loss"], m["val_accuracy"]) for m in trainer.run()]
     theirs = independent_run(trainer.task.data, seed, args.epochs, args.batch, model, batches)
@@ -264,7 +269,13 @@ def lockstep(args) -> int:
     # the weights are bit-identical; the reported loss is not: the project divides an fp32 sum
     # by the batch in float64, the loop takes the fp32 mean (a difference in the 8th digit)
     same = all(a[1] == b[1] and abs(a[0] - b[0]) <= 1e-6 * abs(b[0]) for a, b in zip(ours, theirs))
+    final = independent_state(trainer.model)
+    same_weights = all(torch.equal(final[k], v) for k, v in model.state_dict().items())
     print(f"identical (accuracy exactly, loss to 1e-6): {'yes' if same else 'NO'}")
+    print(
+        f"final weights and batch-norm statistics bit-identical: {'yes' if same_weights else 'NO'}"
+    )
+    same &= same_weights
     return 0 if same else 1
 
 
