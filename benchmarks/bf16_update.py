@@ -1,4 +1,5 @@
-"""Pure bf16's weight update: rounded to nearest, or stochastically, against amp-bf16 and fp32.
+"""Pure bf16's weight update: rounded to nearest, stochastically or Kahan-compensated, against
+amp-bf16 and fp32.
 
 Pure bf16 (weights, gradients and momentum in bf16, no fp32 master copy, as in the paper) loses
 every update smaller than half of bf16's spacing at the weight, which is most of them once the
@@ -7,6 +8,9 @@ prints per epoch the train loss and validation accuracy (means over seeds), the 
 change over the last epoch (a stall shows as ~0), and each mode's predicted memory.
 
     nice PYTHONPATH=$PWD .venv/bin/python benchmarks/bf16_update.py --seeds 2 --epochs 4
+
+`--modes` trains only the named modes (the runs are deterministic: a mode's row does not depend
+on which others run).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ MODES = {
     "amp-bf16": {"precision": "amp-bf16"},
     "bf16 nearest": {"precision": "bf16"},
     "bf16 stochastic": {"precision": "bf16", "precision_update": "stochastic"},
+    "bf16 kahan": {"precision": "bf16", "precision_update": "kahan"},
 }
 
 
@@ -54,6 +59,7 @@ def main() -> int:
     parser.add_argument("--val", type=int, default=1000, help="validation images")
     parser.add_argument("--batch", type=int, default=50)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES))
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     started = time.perf_counter()
@@ -67,7 +73,8 @@ def main() -> int:
         + "  ".join(f"{'ep' + str(e + 1) + ' loss/acc':>15}" for e in range(args.epochs))
         + f"  {'last-epoch dloss':>16}"
     )
-    for name, mode in MODES.items():
+    for name in args.modes:
+        mode = MODES[name]
         runs = [train(config(mode, seed, args)) for seed in range(args.seeds)]
         memory = predict(config(mode, 0, args)).to_dict()
         cells = []

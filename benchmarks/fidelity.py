@@ -16,8 +16,10 @@ every interval holds 0 (exit status 0; 1 otherwise).
 from __future__ import annotations
 
 import argparse
+import ast
 import math
 import multiprocessing
+import re
 import statistics
 import sys
 import time
@@ -32,6 +34,7 @@ T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 
 MEAN = (0.4914, 0.4822, 0.4465)
 STD = (0.2470, 0.2435, 0.2616)
 LR, MOMENTUM, WEIGHT_DECAY, GAMMA, CUTS = 0.1, 0.9, 5e-4, 0.2, (0.3, 0.6, 0.8)
+LOG_LINE = re.compile(r"^(project|independent) seed (\d+): (\[.*\])$")  # run_one's stderr
 
 
 # ---- the independent implementation -----------------------------------------------------------
@@ -109,27 +112,35 @@ def accuracy(model: nn.Module, images: torch.Tensor, labels: torch.Tensor) -> fl
     return hits / len(labels)
 
 
-def independent_run(data, seed: int, epochs: int, batch: int) -> list[tuple[float, float]]:
-    """(train loss, validation accuracy) per epoch of the plain loop."""
+def independent_batches(data, gen: torch.Generator, batch: int):
+    """One epoch: a fresh shuffle, full minibatches only, each image cropped and flipped."""
+    order = torch.randperm(len(data.train), generator=gen)
+    for b in range(len(data.train) // batch):
+        idx = order[b * batch : (b + 1) * batch]
+        yield prepare(crop_flip(data.train.images[idx], gen)), data.train.labels[idx]
+
+
+def independent_run(
+    data, seed: int, epochs: int, batch: int, model: nn.Module | None = None, batches=None
+) -> list[tuple[float, float]]:
+    """(train loss, validation accuracy) per epoch of the plain loop; `model` and `batches` (one
+    list of minibatches per epoch) replace its own initialisation and data draws (--lockstep)."""
     torch.manual_seed(10_000 + seed)
     gen = torch.Generator().manual_seed(20_000 + seed)
-    model = WRN()
+    model = model or WRN()
     opt = torch.optim.SGD(
         model.parameters(), lr=LR, momentum=MOMENTUM, nesterov=True, weight_decay=WEIGHT_DECAY
     )
-    per_epoch = len(data.train) // batch
-    total = epochs * per_epoch
+    total = epochs * (len(data.train) // batch)
     cuts = [math.floor(c * total + 0.5) for c in CUTS]
     step, rows = 0, []
-    for _ in range(epochs):
+    for epoch in range(epochs):
         model.train()
-        order, losses = torch.randperm(len(data.train), generator=gen), []
-        for b in range(per_epoch):
-            idx = order[b * batch : (b + 1) * batch]
-            x = prepare(crop_flip(data.train.images[idx], gen))
+        losses = []
+        for x, y in independent_batches(data, gen, batch) if batches is None else batches[epoch]:
             for group in opt.param_groups:
                 group["lr"] = LR * GAMMA ** sum(step >= c for c in cuts)
-            loss = F.cross_entropy(model(x), data.train.labels[idx])
+            loss = F.cross_entropy(model(x), y)
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -188,6 +199,86 @@ def interval(diffs: list[float]) -> tuple[float, float, float]:
     return mean, mean - half, mean + half
 
 
+def table(ours: list, theirs: list) -> bool:
+    """Per epoch and metric: both means, the mean difference and its interval; whether every
+    interval holds 0. `ours`, `theirs`: per seed, (train loss, val accuracy) per epoch."""
+    print(
+        f"{'epoch':>5} {'metric':>9} {'project':>9} {'indep.':>9} {'diff':>9} {'95% interval':>21}  holds 0"
+    )
+    faithful = True
+    for epoch in range(len(ours[0])):
+        for k, name in enumerate(("train loss", "val acc")):
+            a = [run[epoch][k] for run in ours]
+            b = [run[epoch][k] for run in theirs]
+            mean, low, high = interval([x - y for x, y in zip(a, b)])
+            holds = low <= 0 <= high
+            faithful &= holds
+            print(
+                f"{epoch + 1:>5} {name:>9} {statistics.fmean(a):9.4f} {statistics.fmean(b):9.4f} "
+                f"{mean:+9.4f} [{low:+9.4f}, {high:+9.4f}]  {'yes' if holds else 'NO'}"
+            )
+    return faithful
+
+
+def from_logs(paths: list[str]) -> int:
+    """The table over every seed whose two sides appear in these runs' stderr (runs of the
+    same settings on different seeds, pooled)."""
+    runs = {}
+    for path in paths:
+        with open(path) as log:
+            for line in log:
+                found = LOG_LINE.match(line.strip())
+                if found:
+                    runs[found[1], int(found[2])] = ast.literal_eval(found[3])
+    seeds = sorted(s for kind, s in runs if kind == "project" and ("independent", s) in runs)
+    if len(seeds) < 2:
+        raise SystemExit("--logs: at least 2 seeds with both sides are needed")
+    print(f"seeds {', '.join(map(str, seeds))} from {', '.join(paths)}")
+    faithful = table([runs["project", s] for s in seeds], [runs["independent", s] for s in seeds])
+    print(f"faithful: {'yes' if faithful else 'NO'}")
+    return 0 if faithful else 1
+
+
+def independent_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The project model's state under the plain loop's names (copies)."""
+    names = {"stem.": "conv.", "blocks.": "layers.", "shortcut.": "short."}
+    state = {}
+    for name, tensor in model.state_dict().items():
+        for ours, theirs in names.items():
+            name = name.replace(ours, theirs)
+        state[name] = tensor.clone()
+    return state
+
+
+def lockstep(args) -> int:
+    """The plain loop started from the project's initial weights and fed the project's
+    minibatches (same order, same augmentation draws): everything but the random draws is
+    compared, so both sides must agree exactly, epoch by epoch (exit status 0; 1 otherwise)."""
+    from tune_lowmem.train import Trainer
+
+    seed = args.first_seed
+    torch.set_num_threads(args.threads)
+    trainer = Trainer(project_config(seed, args))
+    model = WRN()
+    model.load_state_dict(independent_state(trainer.model))  # strict: each has its counterpart
+    batches = [list(trainer.task.train_batches(epoch)) for epoch in range(args.epochs)]
+    ours = [(m["train_loss"], m["val_accuracy"]) for m in trainer.run()]
+    theirs = independent_run(trainer.task.data, seed, args.epochs, args.batch, model, batches)
+    print(f"lockstep, seed {seed}: (train loss, val accuracy) per epoch")
+    print(f"project     {ours}\nindependent {theirs}")
+    # the weights are bit-identical; the reported loss is not: the project divides an fp32 sum
+    # by the batch in float64, the loop takes the fp32 mean (a difference in the 8th digit)
+    same = all(a[1] == b[1] and abs(a[0] - b[0]) <= 1e-6 * abs(b[0]) for a, b in zip(ours, theirs))
+    final = independent_state(trainer.model)
+    same_weights = all(torch.equal(final[k], v) for k, v in model.state_dict().items())
+    print(f"identical (accuracy exactly, loss to 1e-6): {'yes' if same else 'NO'}")
+    print(
+        f"final weights and batch-norm statistics bit-identical: {'yes' if same_weights else 'NO'}"
+    )
+    same &= same_weights
+    return 0 if same else 1
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3)
@@ -198,7 +289,15 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--threads", type=int, default=1, help="CPU threads of each run")
     parser.add_argument("--jobs", type=int, default=1, help="runs (seed x side) at once")
+    parser.add_argument(
+        "--lockstep", action="store_true", help="one seed, both sides on the same draws"
+    )
+    parser.add_argument("--logs", nargs="+", help="pool earlier runs' stderr instead of training")
     args = parser.parse_args()
+    if args.logs:
+        return from_logs(args.logs)
+    if args.lockstep:
+        return lockstep(args)
     if args.seeds < 2:
         parser.error("--seeds: at least 2 are needed for an interval")
     started = time.perf_counter()
@@ -216,21 +315,7 @@ def main() -> int:
         f"{args.threads} thread(s) per run; difference = project - independent, mean and 95% "
         "t-interval over seeds"
     )
-    print(
-        f"{'epoch':>5} {'metric':>9} {'project':>9} {'indep.':>9} {'diff':>9} {'95% interval':>21}  holds 0"
-    )
-    faithful = True
-    for epoch in range(args.epochs):
-        for k, name in enumerate(("train loss", "val acc")):
-            a = [run[epoch][k] for run in ours]
-            b = [run[epoch][k] for run in theirs]
-            mean, low, high = interval([x - y for x, y in zip(a, b)])
-            holds = low <= 0 <= high
-            faithful &= holds
-            print(
-                f"{epoch + 1:>5} {name:>9} {statistics.fmean(a):9.4f} {statistics.fmean(b):9.4f} "
-                f"{mean:+9.4f} [{low:+9.4f}, {high:+9.4f}]  {'yes' if holds else 'NO'}"
-            )
+    faithful = table(ours, theirs)
     print(f"faithful: {'yes' if faithful else 'NO'} ({time.perf_counter() - started:.0f} s)")
     return 0 if faithful else 1
 

@@ -1,4 +1,5 @@
-"""Stochastic rounding of pure bf16's weight update: unbiased, so small updates are not lost."""
+"""Pure bf16's weight update, stochastically rounded (unbiased) or Kahan-compensated: small
+updates are not lost."""
 
 import pytest
 import torch
@@ -6,7 +7,12 @@ from torch import nn
 
 from tests.conftest import tiny_wrn_config
 from tune_lowmem.config import ConfigError, TrialConfig
-from tune_lowmem.techniques.rounding import stochastic_round_bf16, stochastic_step
+from tune_lowmem.techniques.rounding import (
+    KAHAN_STATE,
+    kahan_step,
+    stochastic_round_bf16,
+    stochastic_step,
+)
 from tune_lowmem.train import Trainer
 
 
@@ -61,13 +67,90 @@ def test_training_with_stochastic_rounding_keeps_half_storage_and_resumes_exactl
         assert resumed.optimizer.state[p]["momentum_buffer"].dtype == p.dtype, name
 
 
-def test_stochastic_needs_pure_bf16():
+START = torch.linspace(0.5, 4.0, 2000).to(torch.bfloat16)  # bf16 spacing 2^-8 .. 2^-6
+
+
+def sgd_drift(update: str, steps: int = 1000) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    """Plain SGD (lr 1) with gradients of 1e-4 to 3e-4, far under half of bf16's spacing at the
+    weights, on bf16 weights and on the same weights in fp32 (the reference)."""
+    grad = torch.linspace(1e-4, 3e-4, 2000)
+    reference = nn.Parameter(START.float())
+    weight = nn.Parameter(START.clone())
+    optimizers = [torch.optim.SGD([p], lr=1.0) for p in (reference, weight)]
+    for _ in range(steps):
+        reference.grad, weight.grad = grad.clone(), grad.to(torch.bfloat16)
+        optimizers[0].step()
+        if update == "kahan":
+            kahan_step(optimizers[1], [weight])
+        else:
+            optimizers[1].step()
+    return weight.detach().float(), reference.detach(), optimizers[1].state[weight]
+
+
+def test_kahan_tracks_fp32_where_nearest_loses_every_update():
+    nearest, reference, _ = sgd_drift("nearest")
+    kahan, _, state = sgd_drift("kahan")
+    travelled = (reference - START.float()).abs().mean().item()  # 0.2 on average
+    nearest_error = (nearest - reference).abs().mean().item()
+    kahan_error = (kahan - reference).abs().mean().item()
+    assert torch.equal(nearest, START.float())  # the stall: every update was lost
+    assert nearest_error == pytest.approx(travelled, rel=1e-4)
+    # nearest lost all of the 0.2 travelled; Kahan is off by 0.0034 on average (1.7%: bf16's
+    # rounding of the weight itself, and of the bf16 compensation), never by more than a spacing
+    assert kahan_error < 0.03 * nearest_error
+    assert ((kahan - reference).abs() <= reference.abs() * 2.0**-7).all()
+    assert (kahan + state[KAHAN_STATE].float() - reference).abs().mean() < 0.03 * travelled
+
+
+def test_kahan_keeps_a_half_compensation_per_half_weight_counted_by_the_profiler(tiny_config):
+    from tune_lowmem.memory.measure import measure
+    from tune_lowmem.memory.predict import predict
+
+    config = tiny_config(
+        **{"precision": "bf16", "precision_update": "kahan", "schedule.batch_size": 32}
+    )
+    trainer = Trainer(config)
+    trainer.train_step(next(iter(trainer.task.train_batches(0))))
+    for name, p in trainer.model.named_parameters():
+        state = trainer.optimizer.state[p]
+        assert (KAHAN_STATE in state) == (p.dtype == torch.bfloat16), name
+        if KAHAN_STATE in state:
+            assert state[KAHAN_STATE].dtype == torch.bfloat16
+            assert state[KAHAN_STATE].shape == p.shape
+    half_bytes = sum(2 * p.numel() for p in trainer.model.parameters() if p.dtype == torch.bfloat16)
+    plain = predict(tiny_config(**{"precision": "bf16", "schedule.batch_size": 32}))
+    predicted, measured = predict(config), measure(config)
+    assert predicted.optimizer_bytes == plain.optimizer_bytes + half_bytes
+    assert predicted.optimizer_bytes == measured.optimizer_bytes
+    assert predicted.model_bytes == measured.model_bytes
+    assert predicted.total_bytes == pytest.approx(measured.total_bytes, rel=0.05)
+
+
+def test_training_with_kahan_resumes_exactly_and_differs_from_nearest():
+    config = tiny_wrn_config(
+        **{"precision": "bf16", "precision_update": "kahan", "schedule.epochs": 2}
+    )
+    states = []
+    straight = Trainer(config).run(on_epoch=lambda m, t: states.append(t.state_dict()))
+    resumed = Trainer(config)
+    resumed.load_state_dict(states[0])
+    assert resumed.run()[-1]["train_loss"] == straight[-1]["train_loss"]
+    nearest = Trainer(tiny_wrn_config(**{"precision": "bf16", "schedule.epochs": 2})).run()
+    assert nearest[-1]["train_loss"] != straight[-1]["train_loss"]  # the option is in effect
+
+
+def test_stochastic_and_kahan_need_pure_bf16():
     with pytest.raises(
         ConfigError, match=r"^precision_update: 'stochastic' is not allowed with precision amp-bf16"
     ):
         TrialConfig.from_dict({"precision": "amp-bf16", "precision_update": "stochastic"})
     with pytest.raises(
         ConfigError,
-        match=r"^precision_update: 'kahan' is not allowed; allowed: nearest, stochastic",
+        match=r"^precision_update: 'kahan' is not allowed with precision fp16",
     ):
-        TrialConfig.from_dict({"precision": "bf16", "precision_update": "kahan"})
+        TrialConfig.from_dict({"precision": "fp16", "precision_update": "kahan"})
+    with pytest.raises(
+        ConfigError,
+        match=r"^precision_update: 'exact' is not allowed; allowed: nearest, stochastic, kahan",
+    ):
+        TrialConfig.from_dict({"precision": "bf16", "precision_update": "exact"})

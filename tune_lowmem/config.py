@@ -291,8 +291,9 @@ class TrialConfig:
     data: Any = None  # the task's data section
     microbatch: MicrobatchConfig = field(default_factory=MicrobatchConfig)
     sparsity: SparsityConfig = field(default_factory=SparsityConfig)
-    # bf16 only: stochastic rounds each weight update (unbiased; no extra state, the step holds
-    # the half weights and gradients in fp32 while it runs), nearest as plain bf16 does.
+    # bf16 only: stochastic rounds each weight update (unbiased; no extra state), kahan carries
+    # what rounding lost to the next update (+2 bytes of state per half weight); both hold the
+    # half weights and gradients in fp32 while the step runs; nearest as plain bf16 does.
     precision_update: str = "nearest"
 
     def __post_init__(self) -> None:

@@ -12,7 +12,8 @@ modes, a later microbatch's parameter gradient before it is added to the accumul
 gradients of the parameters are left to the optimizer part. The input minibatch is the data
 pipeline's and is not counted (a copy the model makes, such as the cast to half, is). Model and
 optimizer parts follow `accounting`; the optimizer state is the paper's rule
-(`accounting.state_copies`).
+(`accounting.state_copies`) plus what a technique keeps beside it (`accounted_state_bytes`:
+Kahan's compensation buffers).
 
 A dry run is cached per shape key (task, model, precision, checkpointing, batch or token budget
 and microbatch, device type, and the synthetic sentence lengths), so a search that varies
@@ -63,9 +64,10 @@ def predict(config: TrialConfig, lengths: tuple[int, int] | None = None) -> Memo
         nonzeros.update(technique.accounted_nonzeros(config, task, run.model))
     gradients = accounting.gradient_bytes(run.model, nonzeros)
     optimizer = task.build_optimizer(run.model)
+    extra_state = sum(t.accounted_state_bytes(config, run.model, nonzeros) for t in TECHNIQUES)
     return MemoryReport(
         model_bytes=accounting.model_bytes(run.model, nonzeros),
-        optimizer_bytes=gradients * (1 + accounting.state_copies(optimizer)),
+        optimizer_bytes=gradients * (1 + accounting.state_copies(optimizer)) + extra_state,
         activation_bytes=run.activation_bytes,
         flops_per_step=run.flops_per_step,
         source="predicted",

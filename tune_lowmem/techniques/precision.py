@@ -6,9 +6,11 @@
 - amp-fp16 / amp-bf16: parameters and optimizer state in fp32, the forward pass under
   `torch.autocast`; amp-fp16 uses dynamic loss scaling too.
 
-`TrialConfig.precision_update` picks how pure bf16 rounds each weight update: nearest (plain
-bf16), or stochastic (`techniques.rounding`: unbiased, so small updates are not lost; no
-persistent extra memory, the step holds bf16 weights and gradients in fp32 while it runs).
+`TrialConfig.precision_update` picks how pure bf16 writes each weight update
+(`techniques.rounding`): nearest (plain bf16); stochastic (unbiased, so small updates are not
+lost; no persistent extra memory); kahan (what rounding loses is carried to the next update in
+a bf16 compensation buffer per half weight: +2 bytes per half weight of optimizer state, which
+the profiler counts). Both hold bf16 weights and gradients in fp32 while the step runs.
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ from .base import Technique
 
 PRECISIONS = ("fp32", "fp16", "bf16", "amp-fp16", "amp-bf16")
 # How a pure half step writes its update into the half weights: round to nearest, or
-# stochastically (unbiased; bf16 only; no extra state, fp32 copies only while the step runs).
-PRECISION_UPDATES = ("nearest", "stochastic")
+# stochastically (unbiased; no extra state), or Kahan-compensated (+1 bf16 state buffer per half
+# weight); the last two bf16 only, with fp32 copies while the step runs.
+PRECISION_UPDATES = ("nearest", "stochastic", "kahan")
 HALF_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 NORM_TYPES = (
     nn.BatchNorm1d,
@@ -180,7 +183,19 @@ class Precision(Technique):
             config.precision_update == "nearest" or config.precision == "bf16",
             "precision_update",
             f"{config.precision_update!r} is not allowed with precision {config.precision}; "
-            "allowed: nearest (stochastic needs precision bf16)",
+            "allowed: nearest (stochastic and kahan need precision bf16)",
+        )
+
+    @classmethod
+    def accounted_state_bytes(cls, config, model: nn.Module, nonzeros) -> int:
+        """Kahan's compensation buffers: one per half weight, in its dtype (nonzeros only for a
+        sparse one); nothing for the other updates."""
+        if config.precision_update != "kahan":
+            return 0
+        return sum(
+            nonzeros.get(name, p.numel()) * p.element_size()
+            for name, p in model.named_parameters()
+            if p.dtype == torch.bfloat16
         )
 
     @classmethod
@@ -214,12 +229,16 @@ class Precision(Technique):
 
     def step(self, optimizer: torch.optim.Optimizer, parameters: Iterable[nn.Parameter]) -> None:
         """The optimizer's step, its update rounded into half weights as `update` says."""
-        if self.rounding is None:
+        update = self.config.precision_update
+        if update == "nearest":
             optimizer.step()
             return
-        from .rounding import stochastic_step
+        from .rounding import kahan_step, stochastic_step
 
-        stochastic_step(optimizer, list(parameters), self.rounding)
+        if update == "kahan":
+            kahan_step(optimizer, list(parameters))
+        else:
+            stochastic_step(optimizer, list(parameters), self.rounding)
 
     @property
     def skipped_steps(self) -> int:
