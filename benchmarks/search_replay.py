@@ -35,8 +35,18 @@ RESULTS = Path(__file__).parent / "results" / "search_replay.jsonl"
 
 
 def quartiles(values: list[float]) -> str:
-    q1, median, q3 = np.percentile(values, [25, 50, 75], method="nearest")
-    return f"{median:5.0f} [{q1:3.0f}-{q3:3.0f}]".replace("inf", "  -")
+    q1, median, q3 = (
+        ("-" if np.isinf(v) else f"{v:.0f}").rjust(w)
+        for v, w in zip(np.percentile(values, [25, 50, 75], method="nearest"), (3, 5, 3))
+    )
+    return f"{median} [{q1}-{q3}]"
+
+
+def against(rows: list[dict], baseline: dict[int, dict], target: str) -> str:
+    """Seeds where the method needed fewer / more epochs than random without early stopping
+    (the same seed: the same first random points), at one target."""
+    pairs = [(r["epochs_to"][target], baseline[r["seed"]][target]) for r in rows]
+    return f"{sum(a < b for a, b in pairs):2d}/{sum(a > b for a, b in pairs):2d}"
 
 
 def describe(table: replay.Table) -> None:
@@ -116,7 +126,12 @@ def main() -> None:
         f"seeds, sampler_options {json.dumps(args.options)}; epochs trained to reach x% of the best "
         f"hypervolume: median [quartiles]; s/sweep: of the sweeps run now"
     )
-    print(f"{'method':22s}" + "".join(f"{f'{t:.0%}':>17s}" for t in TARGETS) + "  seeds  s/sweep")
+    print(
+        f"{'method':22s}"
+        + "".join(f"{f'{t:.0%}':>17s}" for t in TARGETS)
+        + "  seeds  s/sweep  vs random at 95%, 99%: seeds fewer/more epochs"
+    )
+    baseline: dict[int, dict] = {}
     stopping = {"type": "mo-asha", "grace_epochs": args.grace, "reduction_factor": args.factor}
     for sampler in args.samplers.split(","):
         methods = [settings(args, sampler, s) for s in (None, stopping)]
@@ -139,7 +154,14 @@ def main() -> None:
                 f"{quartiles([r['epochs_to'][f'{t:.2f}'] for r in rows[i]]):>17s}" for t in TARGETS
             )
             seconds = f"{np.mean(spent[i]):7.1f}" if spent[i] else "      -"
-            print(f"{name:22s}{cells}  {len(rows[i]):5d}  {seconds}", flush=True)
+            if name == "random":
+                baseline = {r["seed"]: r["epochs_to"] for r in rows[i]}
+            paired = ""
+            if baseline and all(r["seed"] in baseline for r in rows[i]):
+                paired = (
+                    f"  {against(rows[i], baseline, '0.95')}  {against(rows[i], baseline, '0.99')}"
+                )
+            print(f"{name:22s}{cells}  {len(rows[i]):5d}  {seconds}{paired}", flush=True)
 
 
 if __name__ == "__main__":
