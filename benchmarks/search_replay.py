@@ -5,7 +5,11 @@ Each sweep runs through the project's own `ScreenedSearcher` and `MultiObjective
 result, on_trial_complete), against the table `learning_curves.py` recorded. For every method
 and sampler seed it counts the epochs trained until the hypervolume of the points trained to the
 end reaches 90%, 95% and 99% of the whole table's; it prints the median and quartiles over the
-seeds (inf: not reached within the sweep's points), all methods side by side in one run.
+seeds (-: not reached within the sweep's points), all methods side by side.
+
+Each sweep's figures are appended to `--results` (JSON lines) as it ends, and a sweep already
+there with the same settings is not run again: a slow sampler (GP) can run in a second process,
+and a last run prints every method from the one file.
 
     PYTHONPATH=$PWD nice python benchmarks/search_replay.py [--seeds 20 --points 48 --workers 4]
 """
@@ -13,7 +17,9 @@ seeds (inf: not reached within the sweep's points), all methods side by side in 
 from __future__ import annotations
 
 import argparse
+import json
 import time
+from pathlib import Path
 
 import numpy as np
 import optuna
@@ -25,11 +31,68 @@ from tune_lowmem.space import SearchSpace
 
 SAMPLERS = ("random", "tpe", "nsga2", "gp", "grid")
 TARGETS = (0.90, 0.95, 0.99)
+RESULTS = Path(__file__).parent / "results" / "search_replay.jsonl"
 
 
 def quartiles(values: list[float]) -> str:
-    q1, median, q3 = np.percentile(values, [25, 50, 75], method="nearest")
-    return f"{median:5.0f} [{q1:3.0f}-{q3:3.0f}]".replace("inf", "  -")
+    q1, median, q3 = (
+        ("-" if np.isinf(v) else f"{v:.0f}").rjust(w)
+        for v, w in zip(np.percentile(values, [25, 50, 75], method="nearest"), (3, 5, 3))
+    )
+    return f"{median} [{q1}-{q3}]"
+
+
+def against(rows: list[dict], baseline: dict[int, dict], target: str) -> str:
+    """Seeds where the method needed fewer / more epochs than random without early stopping
+    (the same seed: the same first random points), at one target."""
+    pairs = [(r["epochs_to"][target], baseline[r["seed"]][target]) for r in rows]
+    return f"{sum(a < b for a, b in pairs):2d}/{sum(a > b for a, b in pairs):2d}"
+
+
+def describe(table: replay.Table) -> None:
+    """The table, and how many of its points reach each target on their own: a target that
+    many single points reach measures how fast a method finds one of them, not a front."""
+    best = table.best_hypervolume()
+    epochs = len(next(iter(table.curves.values()))[0])
+    finals = np.array(table.finals())
+    alone = [replay.hypervolume([point], table.reference()) / best for point in finals]
+    print(
+        f"table: {len(table.curves)} points x {epochs} epochs; final accuracy "
+        f"{finals[:, 0].min():.3f}..{finals[:, 0].max():.3f}, memory "
+        f"{finals[:, 1].min():.1f}..{finals[:, 1].max():.1f} MB; best hypervolume {best:.3f}; "
+        f"every point trained to the end: {len(table.curves) * epochs} epochs"
+    )
+    reach = ", ".join(f"{t:.0%}: {sum(a >= t for a in alone)}" for t in TARGETS)
+    print(f"one point alone holds up to {max(alone):.1%} of it; points reaching alone {reach}")
+
+
+def settings(args: argparse.Namespace, sampler: str, scheduler: dict | None) -> dict:
+    """What a sweep's figures depend on, besides its seed (the cache's key)."""
+    return {
+        "table": Path(args.table).name,
+        "points": args.points,
+        "workers": args.workers,
+        "sampler": sampler,
+        "sampler_options": args.options.get(sampler, {}),
+        "scheduler": scheduler,
+    }
+
+
+def sweep(table: replay.Table, setting: dict, seed: int) -> dict[str, float]:
+    """One replayed sweep: epochs to each target (inf: not reached)."""
+    extra = {"sampler_options": setting["sampler_options"]} if setting["sampler_options"] else {}
+    raw = replay.replay_space(
+        table,
+        BASE,
+        setting["sampler"],
+        seed,
+        num_samples=setting["points"],
+        scheduler=setting["scheduler"],
+        **extra,
+    )
+    history = replay.replay(SearchSpace.from_dict(raw), table, setting["workers"])
+    best = table.best_hypervolume()
+    return {f"{t:.2f}": replay.epochs_to(history, t * best) for t in TARGETS}
 
 
 def main() -> None:
@@ -40,47 +103,65 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=4, help="trials at once")
     parser.add_argument("--grace", type=int, default=1, help="scheduler.grace_epochs")
     parser.add_argument("--factor", type=float, default=3, help="scheduler.reduction_factor")
+    parser.add_argument(
+        "--options",
+        type=json.loads,
+        default={"nsga2": {"population_size": 12}},
+        help="JSON: sampler -> its sampler_options (as in a search space)",
+    )
     parser.add_argument("--samplers", default=",".join(SAMPLERS))
+    parser.add_argument("--results", type=Path, default=RESULTS, help="JSON lines, reused")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     table = replay.Table.from_frame(pd.read_parquet(args.table))
-    best = table.best_hypervolume()
-    epochs = len(next(iter(table.curves.values()))[0])
-    finals = np.array(table.finals())
-    print(
-        f"table: {len(table.curves)} points x {epochs} epochs; final accuracy "
-        f"{finals[:, 0].min():.3f}..{finals[:, 0].max():.3f}, memory "
-        f"{finals[:, 1].min():.1f}..{finals[:, 1].max():.1f} MB; best hypervolume {best:.3f}; "
-        f"every point trained to the end: {len(table.curves) * epochs} epochs"
-    )
+    describe(table)
+    done = {}
+    if args.results.exists():
+        for line in args.results.read_text().splitlines():
+            row = json.loads(line)
+            done[json.dumps(row["settings"], sort_keys=True), row["seed"]] = row
+    args.results.parent.mkdir(parents=True, exist_ok=True)
     print(
         f"sweeps of {args.points} points, {args.workers} trials at once, {args.seeds} sampler "
-        f"seeds; epochs trained to reach x% of the best hypervolume: median [quartiles]"
+        f"seeds, sampler_options {json.dumps(args.options)}; epochs trained to reach x% of the best "
+        f"hypervolume: median [quartiles]; s/sweep: of the sweeps run now"
     )
-    print(f"{'method':22s}" + "".join(f"{f'{t:.0%}':>17s}" for t in TARGETS) + "   s/sweep")
+    print(
+        f"{'method':22s}"
+        + "".join(f"{f'{t:.0%}':>17s}" for t in TARGETS)
+        + "  seeds  s/sweep  vs random at 95%, 99%: seeds fewer/more epochs"
+    )
+    baseline: dict[int, dict] = {}
     stopping = {"type": "mo-asha", "grace_epochs": args.grace, "reduction_factor": args.factor}
     for sampler in args.samplers.split(","):
-        options = {"sampler_options": {"population_size": 12}} if sampler == "nsga2" else {}
-        for scheduler in (None, stopping):
-            started = time.perf_counter()
-            needed: dict[float, list[float]] = {t: [] for t in TARGETS}
-            for seed in range(args.seeds):
-                raw = replay.replay_space(
-                    table,
-                    BASE,
-                    sampler,
-                    seed,
-                    num_samples=args.points,
-                    scheduler=scheduler,
-                    **options,
+        methods = [settings(args, sampler, s) for s in (None, stopping)]
+        rows: list[list[dict]] = [[], []]
+        spent: list[list[float]] = [[], []]
+        for seed in range(args.seeds):  # both methods per seed: a cut-short run stays paired
+            for i, setting in enumerate(methods):
+                cached = done.get((json.dumps(setting, sort_keys=True), seed))
+                if cached is None:
+                    started = time.perf_counter()
+                    needed = sweep(table, setting, seed)
+                    spent[i].append(time.perf_counter() - started)
+                    cached = {"settings": setting, "seed": seed, "epochs_to": needed}
+                    with args.results.open("a") as out:
+                        out.write(json.dumps(cached) + "\n")
+                rows[i].append(cached)
+        for i, setting in enumerate(methods):
+            name = sampler + (" + mo-asha" if setting["scheduler"] else "")
+            cells = "".join(
+                f"{quartiles([r['epochs_to'][f'{t:.2f}'] for r in rows[i]]):>17s}" for t in TARGETS
+            )
+            seconds = f"{np.mean(spent[i]):7.1f}" if spent[i] else "      -"
+            if name == "random":
+                baseline = {r["seed"]: r["epochs_to"] for r in rows[i]}
+            paired = ""
+            if baseline and all(r["seed"] in baseline for r in rows[i]):
+                paired = (
+                    f"  {against(rows[i], baseline, '0.95')}  {against(rows[i], baseline, '0.99')}"
                 )
-                history = replay.replay(SearchSpace.from_dict(raw), table, args.workers)
-                for target in TARGETS:
-                    needed[target].append(replay.epochs_to(history, target * best))
-            seconds = (time.perf_counter() - started) / args.seeds
-            name = sampler + (" + mo-asha" if scheduler else "")
-            row = "".join(f"{quartiles(needed[t]):>17s}" for t in TARGETS)
-            print(f"{name:22s}{row}   {seconds:7.1f}", flush=True)
+            print(f"{name:22s}{cells}  {len(rows[i]):5d}  {seconds}{paired}", flush=True)
 
 
 if __name__ == "__main__":
