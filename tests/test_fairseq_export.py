@@ -20,19 +20,24 @@ from tune_lowmem.tasks.translation import DynamicConvIwslt14
 SWEEP = "s"
 HAS_FAIRSEQ = fairseq_interop.fairseq_available()
 needs_fairseq = pytest.mark.skipif(not HAS_FAIRSEQ, reason=fairseq_interop.INSTALL_HINT)
-SENTENCES, MAX_WORDS = 8, 20  # fairseq-generate translates 8 test sentences of <= 20 words
+# fairseq-generate translates 13 test sentences of <= 20 words: not a multiple of 8, the count
+# fairseq's default --required-batch-size-multiple would cut the last batch to (dropping 5)
+SENTENCES, MAX_WORDS = 13, 20
 MAX_LEN = 24  # a random model writes until the limit
+LEARNT, LEARNT_WORDS, LEARNT_STEPS = 21, 10, 150  # training pairs a tiny model learns by heart
 
 
-def stored_trial(root: Path, trial_id: str, config, weights: bool = True):
-    """A completed trial in the store, its final weights kept as the trainable keeps them."""
+def stored_trial(root: Path, trial_id: str, config, weights: bool = True, model=None):
+    """A completed trial in the store, its final weights (`model`'s, else a fresh model's) kept
+    as the trainable keeps them."""
     record = store.TrialRecord(
         sweep=SWEEP, trial_id=trial_id, status="completed", config=config.to_flat()
     )
     store.write_trial(root, record, epochs=[])
     if weights:
-        torch.manual_seed(1)
-        model = DynamicConvIwslt14(config, torch.device("cpu")).build_model()
+        if model is None:
+            torch.manual_seed(1)
+            model = DynamicConvIwslt14(config, torch.device("cpu")).build_model()
         store.write_model(root, SWEEP, trial_id, model.state_dict())
         return model
     return None
@@ -101,37 +106,80 @@ def test_init_checkpoint_errors_name_the_field(tmp_path):
 # ---- with fairseq ------------------------------------------------------------------------------
 
 
+def export(root: Path, config, model=None) -> tuple[torch.nn.Module, Path]:
+    """`model` (else a fresh one) stored as trial t1 under `root`, exported with the CLI."""
+    model = stored_trial(root, "t1", config, model=model)
+    out = root / "export"
+    argv = ["export", "t1", "--format", "fairseq", "--store", str(root), "--out", str(out)]
+    assert cli.main(argv) == 0
+    return model, out
+
+
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     """A tiny trial exported with the CLI: (config, model, folder)."""
-    root = tmp_path_factory.mktemp("store")
     config = tiny_dct(**{"data.test_subset": None})
-    model = stored_trial(root, "t1", config)
-    out = root / "export"
-    assert (
-        cli.main(["export", "t1", "--format", "fairseq", "--store", str(root), "--out", str(out)])
-        == 0
+    return (config, *export(tmp_path_factory.mktemp("store"), config))
+
+
+def text_pairs(config, split: str, max_words: int, count: int) -> list[tuple[str, str]]:
+    """The first `count` (German, English) lines of `split` with at most `max_words` words."""
+    folder = iwslt14.find_folder(data_root(config.data))
+    lines = (
+        (folder / f"{split}.{lang}").read_text(encoding="utf-8").split("\n")
+        for lang in ("de", "en")
     )
-    return config, model, out
+    return [p for p in zip(*lines) if 0 < len(p[0].split()) <= max_words][:count]
+
+
+def both_decoders(config, model, out, pairs, folder, max_len):
+    """Hypotheses and tokenised BLEU of fairseq-generate and of the project's decoder."""
+    theirs, fairseq_bleu = fairseq_tools.fairseq_generate(out, pairs, folder, max_len=max_len)
+    corpus = DynamicConvIwslt14(config, torch.device("cpu")).corpus
+    data = iwslt14.ParallelText.encode(*map(list, zip(*pairs)), corpus.src_dict, corpus.tgt_dict)
+    ours = translate(model, data, corpus.tgt_dict, max_len_a=0.0, max_len_b=max_len)
+    our_bleu = bleu(ours, references(data, corpus.tgt_dict))
+    print(f"\nBLEU on {len(pairs)} sentences: project {our_bleu:.2f}, fairseq {fairseq_bleu:.2f}")
+    return theirs, fairseq_bleu, ours, our_bleu
 
 
 @needs_fairseq
 def test_fairseq_generate_translates_as_the_project_decodes(exported, tmp_path):
     config, model, out = exported
-    folder = iwslt14.find_folder(data_root(config.data))
-    lines = (
-        (folder / f"test.{lang}").read_text(encoding="utf-8").split("\n") for lang in ("de", "en")
+    pairs = text_pairs(config, "test", MAX_WORDS, SENTENCES)
+    theirs, fairseq_bleu, ours, our_bleu = both_decoders(
+        config, model, out, pairs, tmp_path, MAX_LEN
     )
-    pairs = [p for p in zip(*lines) if 0 < len(p[0].split()) <= MAX_WORDS][:SENTENCES]
-    theirs, fairseq_bleu = fairseq_tools.fairseq_generate(out, pairs, tmp_path, max_len=MAX_LEN)
+    assert len(theirs) == len(ours) == SENTENCES  # every sentence translated
+    assert theirs == ours
+    assert abs(our_bleu - fairseq_bleu) <= 0.1
 
-    corpus = iwslt14.load(folder)
-    data = iwslt14.ParallelText.encode(*map(list, zip(*pairs)), corpus.src_dict, corpus.tgt_dict)
-    ours = translate(model, data, corpus.tgt_dict, max_len_a=0.0, max_len_b=MAX_LEN)
-    our_bleu = bleu(ours, references(data, corpus.tgt_dict))
-    print(
-        f"\nBLEU on {SENTENCES} sentences: project {our_bleu:.2f}, fairseq-generate {fairseq_bleu:.2f}"
+
+@needs_fairseq
+def test_a_trained_model_scores_the_same_bleu_with_both_decoders(tmp_path):
+    """A tiny model that has learnt 21 short training pairs by heart translates them with both
+    decoders: stopping at </s>, not at the length limit, and BLEU well above 0 and equal."""
+    config = tiny_dct(**{"data.test_subset": None, "model.dropout": 0.0})
+    pairs = text_pairs(config, "valid", LEARNT_WORDS, LEARNT)  # valid.*: the training text here
+    task = DynamicConvIwslt14(config, torch.device("cpu"))
+    data = iwslt14.ParallelText.encode(
+        *map(list, zip(*pairs)), task.corpus.src_dict, task.corpus.tgt_dict
     )
+    batch = iwslt14.collate(data, range(len(data)))
+    torch.manual_seed(0)
+    model = task.build_model()
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for _ in range(LEARNT_STEPS):
+        logits = model(batch.src_tokens, batch.prev_output_tokens)
+        loss, _ = iwslt14.label_smoothed_nll_loss(logits, batch.target, 0.0)
+        optimizer.zero_grad()
+        (loss / batch.ntokens).backward()
+        optimizer.step()
+    model, out = export(tmp_path / "store", config, model.eval())
+    theirs, fairseq_bleu, ours, our_bleu = both_decoders(
+        config, model, out, pairs, tmp_path / "generate", max_len=200
+    )
+    assert our_bleu > 50
     assert theirs == ours
     assert abs(our_bleu - fairseq_bleu) <= 0.1
 

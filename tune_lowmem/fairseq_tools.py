@@ -99,6 +99,9 @@ def export_checkpoint(
     return path
 
 
+# fairseq-generate's default (8) drops the last batch when its size is not a multiple of 8.
+REQUIRED_BATCH_SIZE_MULTIPLE = ("--required-batch-size-multiple", "1")
+
 # ---- fairseq's own tools -----------------------------------------------------------------------
 
 
@@ -122,15 +125,17 @@ def fairseq_generate(
     beam: int = 5,
     len_penalty: float = 1.0,
     max_len: int = 200,
+    batch_size: int = 128,
     langs: tuple[str, str] = ("de", "en"),
 ) -> tuple[list[str], float]:
     """Translate (source, reference) text pairs with fairseq-preprocess and fairseq-generate from
     an exported folder: the BPE-removed hypotheses in order, and fairseq's BLEU (sacrebleu,
     tokenize none: the project's tokenised BLEU). The length limit is fixed (`max_len`), because
     fairseq's a * source + b takes the batch's longest source and the project's each sentence's.
-    All sentences go in one batch. fairseq-fixed 0.12.3.1's generate left out sentences here
-    (1 of 12 with --batch-size 1; 4 of 100 in one batch, the longest; cause not found), so a
-    missing hypothesis is an error, never skipped."""
+    `--required-batch-size-multiple 1` keeps every sentence: with fairseq's default of 8,
+    fairseq 0.12's data_utils.batch_by_size drops the last batch (the longest sentences) when
+    its size is not a multiple of 8 (facebookresearch/fairseq#5036). A missing hypothesis is
+    an error, never skipped."""
     src, tgt = langs
     text = folder / "text"
     text.mkdir(parents=True, exist_ok=True)
@@ -165,7 +170,8 @@ def fairseq_generate(
         "--max-len-b",
         str(max_len),
         "--batch-size",
-        str(len(pairs)),
+        str(batch_size),
+        *REQUIRED_BATCH_SIZE_MULTIPLE,
         "--remove-bpe",
         "--scoring",
         "sacrebleu",

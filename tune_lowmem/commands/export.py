@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     require_fairseq("--format")
     import torch
 
-    from ..fairseq_tools import export_checkpoint
+    from ..fairseq_tools import REQUIRED_BATCH_SIZE_MULTIPLE, export_checkpoint
 
     corpus = iwslt14.load(iwslt14.find_folder(data_root(config.data)))
     out = Path(args.out or Path("export") / args.trial_id)
@@ -65,7 +65,10 @@ def run(args: argparse.Namespace) -> int:
         f"wrote {path} with {out}/dict.de.txt and {out}/dict.en.txt; translate a test set with\n"
         f"  fairseq-preprocess -s de -t en --srcdict {out}/dict.de.txt --tgtdict {out}/dict.en.txt "
         f"--testpref TEXT/test --destdir BIN\n"
-        f"  fairseq-generate BIN --path {path} --beam 5 --lenpen 1 --max-len-a 1.2 --max-len-b 10 --remove-bpe"
+        f"  fairseq-generate BIN --path {path} --beam 5 --lenpen 1 --max-len-a 1.2 --max-len-b 10 "
+        f"--remove-bpe {' '.join(REQUIRED_BATCH_SIZE_MULTIPLE)}\n"
+        "(fairseq-generate's default --required-batch-size-multiple 8 drops the last batch's "
+        "sentences unless their number is a multiple of 8)"
     )
     return 0
 
