@@ -294,6 +294,11 @@ class TrialConfig:
     # bf16 only: stochastic rounds each weight update (unbiased; no extra state, the step holds
     # the half weights and gradients in fp32 while it runs), nearest as plain bf16 does.
     precision_update: str = "nearest"
+    # techniques/fused_step.py: none; exact (the task's SGD applied per parameter in the backward
+    # pass); heavy-ball (lossy: momentum without Nesterov, so microbatch gradients go straight
+    # into the momentum buffer and no gradient buffer exists)
+    fused_step: str = "none"
+    momentum_dtype: str = "param"  # param: the parameter's dtype; bf16 (lossy; fused step, fp32)
 
     def __post_init__(self) -> None:
         task = self.task_type()

@@ -82,7 +82,10 @@ class Trainer:
         optimizer.zero_grad(set_to_none=True)
         normaliser = self.task.normaliser(batch)
         total_loss = 0.0
-        for micro in self.task.microbatches(batch):
+        microbatches = self.task.microbatches(batch)
+        for technique in self.techniques:
+            technique.begin_step(len(microbatches))
+        for micro in microbatches:
             with self.precision.forward_context():
                 loss, _ = self.task.loss(model, micro)
             scaled = loss / normaliser
