@@ -60,10 +60,7 @@ def predict(config: TrialConfig, lengths: tuple[int, int] | None = None) -> Memo
     lengths = None if lengths is None else tuple(lengths)
     key = shape_key(config, lengths)
     run = dry_run(key, lengths)
-    task = synthetic_task(config, torch.device(key.device), lengths)
-    nonzeros: dict[str, int] = {}
-    for technique in TECHNIQUES:
-        nonzeros.update(technique.accounted_nonzeros(config, task, run.model))
+    nonzeros = planned_nonzeros(config, run.model, lengths)
     return MemoryReport(
         model_bytes=accounting.model_bytes(run.model, nonzeros),
         optimizer_bytes=accounting.held_gradient_bytes(run.model, nonzeros)
@@ -72,6 +69,17 @@ def predict(config: TrialConfig, lengths: tuple[int, int] | None = None) -> Memo
         flops_per_step=run.flops_per_step,
         source="predicted",
     )
+
+
+def planned_nonzeros(
+    config: TrialConfig, model: nn.Module, lengths: tuple[int, int] | None = None
+) -> dict[str, int]:
+    """The nonzeros of each weight the techniques store sparsely (the paper's accounting)."""
+    task = synthetic_task(config, torch.device("cpu"), lengths)
+    nonzeros: dict[str, int] = {}
+    for technique in TECHNIQUES:
+        nonzeros.update(technique.accounted_nonzeros(config, task, model))
+    return nonzeros
 
 
 def shape_key(config: TrialConfig, lengths: tuple[int, int] | None = None) -> TrialConfig:
