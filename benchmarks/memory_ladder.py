@@ -16,6 +16,7 @@ named: measured activation MB, the step's peak of everything held (dense, the in
 included) and the predicted "stored" total against that peak.
 
     .venv/bin/python benchmarks/memory_ladder.py [--task wrn|dct] [--batch 100] [--measure 0 1 5]
+        [--only 1 5]
 """
 
 from __future__ import annotations
@@ -105,6 +106,7 @@ def main() -> None:
     parser.add_argument("--task", choices=("wrn", "dct"), default="wrn")
     parser.add_argument("--batch", type=int, default=100, help="WRN images per minibatch")
     parser.add_argument("--measure", type=int, nargs="*", default=[], help="rung indices")
+    parser.add_argument("--only", type=int, nargs="*", help="rungs to print (the baseline too)")
     args = parser.parse_args()
     if args.task == "wrn":
         base = {"model.depth": 28, "model.width": 2, "schedule.batch_size": args.batch}
@@ -120,6 +122,8 @@ def main() -> None:
     )
     baseline = None
     for index, (label, flat) in enumerate(ladder):
+        if args.only is not None and index not in {0, *args.only}:
+            continue
         if args.task == "wrn" and args.batch % flat.get("microbatch.size", 1):
             print(f"{index:>2} {label:42} (microbatch does not divide batch {args.batch})")
             continue
