@@ -3,8 +3,9 @@ Ray, a model or a task module.
 
 `TECHNIQUES` is the registry, in the order a trial applies them to its fp32 model: checkpointing
 and simulated microbatching change the model's forward, sparsity masks the fp32 weights, and
-precision casts the storage last; the fused step comes after them all, so that its gradient hooks
-run after any other technique's (sparsity's masking).
+precision casts the storage last; the fused step, last too, takes over the optimizer's updates
+(sparsity needs no change for it: the momentum lives in the optimizer's state, which sparsity
+masks after every step, and the update of a masked position never reaches an active one).
 """
 
 from .base import Technique

@@ -30,7 +30,6 @@ both tasks, else int32) and int32 row pointers (`sparse_storage_bytes`).
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -193,16 +192,6 @@ class DynamicSparsity:
         for name, param in self._layers():
             if param.grad is not None:
                 param.grad.mul_(self._mask(name, param))
-
-    def mask_gradients_on_arrival(self) -> None:
-        """Zero the inactive positions of each gradient as it is accumulated (a post-accumulate-
-        grad hook), for an update that runs in the backward pass, before `mask_gradients` could."""
-        for name, param in self._layers():
-            param.register_post_accumulate_grad_hook(functools.partial(self._mask_gradient, name))
-
-    @torch.no_grad()
-    def _mask_gradient(self, name: str, param: nn.Parameter) -> None:
-        param.grad.mul_(self._mask(name, param))
 
     @torch.no_grad()
     def after_step(self, epoch: int, update: int) -> None:
@@ -380,8 +369,6 @@ class Sparsity(Technique):
 
     def attach(self, optimizer: torch.optim.Optimizer) -> None:
         self.engine.attach(optimizer)
-        if self.config.fused_step != "none":  # its update runs before `before_step`
-            self.engine.mask_gradients_on_arrival()
 
     def before_step(self) -> None:
         self.engine.mask_gradients()
