@@ -1,13 +1,22 @@
-"""The memory ladder of WideResNet-28-2: the paper's combinations, then the new techniques.
+"""The memory ladders: the paper's combinations, then the new techniques one at a time.
 
-Each rung is one `TrialConfig` (batch 100, the paper's, unless --batch); it prints the profiler's prediction
-(`memory.predict`, fake tensors) and, with --measure, a real step's measurement (`memory.measure`,
-the storage tracker on the CPU heap) for the rungs named there (real steps of WRN-28-2 at batch
-128 take minutes on a loaded CPU with the tracker on, fp16 ones far more). Per rung: activation
-and total MB, the ratio to the fp32 baseline, and the FLOPs per step as a ratio to the baseline's
-(the recomputation's cost; a measured step time on this shared CPU would be noise).
+WideResNet-28-2 (batch 100, the paper's, unless --batch) or, with --task dct, the DynamicConv
+Transformer (a full 4,000-token minibatch of 30-token sentence pairs). Each rung is one
+`TrialConfig`, on top of the one before within its chain. Per rung, from the profiler's dry run
+(`memory.predict`, fake tensors):
+- "act": activation MB;
+- "stored": what the step holds (`memory.stored.stored`: sparse weights are trained densely with
+  masks, so dense weights, gradients and state, plus the bool masks);
+- "acc csr": the paper's accounting, sparse weights as CSR (`memory.predicted_total_mb`);
+- "acc best": sparse weights as the smaller of CSR and a bitmap (`memory.stored.accounted`);
+ratios of "stored" and "acc best" to the baseline's total, and FLOPs per step against the
+baseline's (the recomputation's cost; step times on this shared CPU would be noise). With
+--measure, a real step (`memory.measure`, the storage tracker on the CPU heap) for the rungs
+named: measured activation MB, the step's peak of everything held (dense, the input batch
+included) and the predicted "stored" total against that peak.
 
-    .venv/bin/python benchmarks/memory_ladder.py [--batch 100] [--measure 0 1 5]
+    .venv/bin/python benchmarks/memory_ladder.py [--task wrn|dct] [--batch 100] [--measure 0 1 5]
+        [--only 1 5]
 """
 
 from __future__ import annotations
@@ -16,14 +25,16 @@ import argparse
 import time
 
 from tune_lowmem.config import TrialConfig
-from tune_lowmem.memory import MB, MemoryReport, accounting
+from tune_lowmem.memory import MB
 from tune_lowmem.memory.measure import measure
-from tune_lowmem.memory.predict import dry_run, planned_nonzeros, predict, shape_key
+from tune_lowmem.memory.predict import predict
+from tune_lowmem.memory.stored import accounted, stored
 
-PAPER = {  # the paper's ratios to its 404.8 MB baseline (Sohoni et al. 2019, Table 3 and text)
+PAPER = {  # the paper's ratios to its baseline (Sohoni et al. 2019, Table 3 and text)
     "fp16 + residual-2*": "9.5x",
     "+ microbatch 10": "33.2x",
     "+ 30% nonzeros": "60.7x",
+    "+ microbatch 250 tokens": "8.7x",
 }
 FP16_CHAIN = [
     ("fp16 + residual-2*", {"precision": "fp16", "checkpoint": "residual-2*"}),
@@ -31,10 +42,50 @@ FP16_CHAIN = [
     ("+ 30% nonzeros", {"sparsity.density": 0.3}),
 ]
 BLOCK = {"model.fused_norm": "block"}
+# the new means on top of the last fused-block rung, one at a time (bf16: the fused step does not
+# fit fp16's dynamic loss scaling, and bf16 weights take the same bytes)
+BEYOND = [
+    ("bf16 in place of fp16", {"precision": "bf16"}),
+    ("+ fused step, exact (Nesterov)", {"fused_step": "exact"}),
+    ("+ fused step heavy-ball (lossy)", {"fused_step": "heavy-ball"}),
+    ("+ microbatch 5", {"microbatch.size": 5}),
+    ("+ microbatch 2", {"microbatch.size": 2}),
+    ("+ 10% nonzeros", {"sparsity.density": 0.1}),
+    ("+ microbatch 1", {"microbatch.size": 1}),
+]
+FP32_STATE = [  # bf16 momentum only applies where the weights are fp32
+    (
+        "fp32 res-2* + block + mb 10 + 30% + h-ball",
+        {
+            "checkpoint": "residual-2*",
+            **BLOCK,
+            "microbatch.size": 10,
+            "sparsity.density": 0.3,
+            "fused_step": "heavy-ball",
+        },
+    ),
+    ("+ bf16 momentum (lossy)", {"momentum_dtype": "bf16"}),
+]
+DCT = [
+    ("baseline fp32", {}),
+    ("fp16", {"precision": "fp16"}),
+    ("+ residual-1", {"checkpoint": "residual-1"}),
+    ("+ microbatch 250 tokens", {"microbatch.size": 250}),
+    ("+ 40% nonzeros", {"sparsity.density": 0.4}),
+    ("+ 10% nonzeros", {"sparsity.density": 0.1}),
+]
 
 
-def rungs() -> list[tuple[str, dict]]:
-    """(label, flat config) of each rung, each on top of the one before within its chain."""
+def chain(steps: list[tuple[str, dict]], start: dict | None = None) -> list[tuple[str, dict]]:
+    """Each step's config on top of the ones before it (and of `start`)."""
+    flat, rungs = dict(start or {}), []
+    for label, step in steps:
+        flat = {**flat, **step}
+        rungs.append((label, dict(flat)))
+    return rungs
+
+
+def wrn_rungs() -> list[tuple[str, dict]]:
     ladder = [
         ("baseline fp32", {}),
         ("fp32 residual-2*", {"checkpoint": "residual-2*"}),
@@ -44,81 +95,56 @@ def rungs() -> list[tuple[str, dict]]:
             {"checkpoint": "residual-2*", "model.fused_norm": "unit"},
         ),
         ("fp32 residual-2* + fused block", {"checkpoint": "residual-2*", **BLOCK}),
+        *chain(FP16_CHAIN),
     ]
-    for new in (False, True):
-        flat: dict = {}
-        for label, step in FP16_CHAIN:
-            flat = {**flat, **step, **(BLOCK if new else {})}
-            ladder.append((f"{label}{' + fused block' if new else ''}", dict(flat)))
-    return ladder
-
-
-def accounted(config: TrialConfig, predicted: MemoryReport) -> list[tuple[str, MemoryReport]]:
-    """The last rung again with what a dry run does not show, each added to the one before:
-    sparse weights stored as the smaller of CSR and bitmap, and `techniques.fused_step.FusedSGD`
-    (momentum without Nesterov, so that microbatches accumulate into the momentum buffer: no
-    gradient buffer, only the gradient being applied, at most the largest parameter's)."""
-    model = dry_run(shape_key(config)).model
-    nonzeros = planned_nonzeros(model, config)
-    best = accounting.model_bytes(model, nonzeros, "best")
-    largest = max(accounting.value_bytes(p, nonzeros.get(n)) for n, p in model.named_parameters())
-    state = accounting.gradient_bytes(model, nonzeros)  # one momentum buffer shaped like them
-    bitmap = MemoryReport(
-        best,
-        predicted.optimizer_bytes,
-        predicted.activation_bytes,
-        predicted.flops_per_step,
-        "predicted",
-    )
-    fused = MemoryReport(
-        best, state + largest, predicted.activation_bytes, predicted.flops_per_step, "predicted"
-    )
-    return [
-        ("+ bitmap where smaller (accounted)", bitmap),
-        ("+ fused SGD, no Nesterov (acc.)", fused),
-    ]
+    fused = chain([(f"{label} + fused block", {**step, **BLOCK}) for label, step in FP16_CHAIN])
+    return [*ladder, *fused, *chain(BEYOND, fused[-1][1]), *chain(FP32_STATE)]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument("--task", choices=("wrn", "dct"), default="wrn")
+    parser.add_argument("--batch", type=int, default=100, help="WRN images per minibatch")
     parser.add_argument("--measure", type=int, nargs="*", default=[], help="rung indices")
+    parser.add_argument("--only", type=int, nargs="*", help="rungs to print (the baseline too)")
     args = parser.parse_args()
-    base = {"model.depth": 28, "model.width": 2, "schedule.batch_size": args.batch, "device": "cpu"}
-    print(f"WRN-28-2, batch {args.batch}; MB = 10**6 bytes; ratios to the fp32 baseline's total")
+    if args.task == "wrn":
+        base = {"model.depth": 28, "model.width": 2, "schedule.batch_size": args.batch}
+        title, ladder = f"WRN-28-2, batch {args.batch}", wrn_rungs()
+    else:
+        base = {"task": "dct-iwslt14", "schedule.max_tokens": 4000}
+        title, ladder = "DC-Transformer, 4000 tokens (30-token pairs)", chain(DCT)
+    print(f"{title}; MB = 10**6 bytes; ratios to the fp32 baseline's total")
     print(
-        f"{'#':>2} {'rung':40} {'act pred':>9} {'tot pred':>9} {'ratio':>7} {'paper':>6} "
-        f"{'FLOPs':>6} | {'act meas':>9} {'tot meas':>9} {'pred/meas':>9} {'s':>5}"
+        f"{'#':>2} {'rung':42} {'act':>7} {'stored':>7} {'acc csr':>7} {'acc best':>8} "
+        f"{'x stored':>8} {'x best':>7} {'paper':>6} {'FLOPs':>6} | "
+        f"{'meas act':>8} {'meas peak':>9} {'stored/peak':>11} {'s':>5}"
     )
-    baseline = final = None
-    ladder = rungs()
+    baseline = None
     for index, (label, flat) in enumerate(ladder):
-        if args.batch % flat.get("microbatch.size", 1):
-            print(f"{index:>2} {label:40} (microbatch 10 does not divide batch {args.batch})")
+        if args.only is not None and index not in {0, *args.only}:
             continue
-        config = TrialConfig.from_dict({**base, **flat})
-        predicted = predict(config)
-        baseline = baseline or predicted
+        if args.task == "wrn" and args.batch % flat.get("microbatch.size", 1):
+            print(f"{index:>2} {label:42} (microbatch does not divide batch {args.batch})")
+            continue
+        config = TrialConfig.from_dict({**base, "device": "cpu", **flat})
+        held, csr, best = stored(config), predict(config), accounted(config, "best")
+        baseline = baseline or held
         line = (
-            f"{index:>2} {label:40} {predicted.activation_bytes / MB:9.2f} "
-            f"{predicted.total_bytes / MB:9.2f} {predicted.ratio_to(baseline):6.2f}x "
-            f"{PAPER.get(label, ''):>6} {predicted.flops_per_step / baseline.flops_per_step:5.2f}x"
+            f"{index:>2} {label:42} {held.activation_bytes / MB:7.2f} {held.total_mb:7.2f} "
+            f"{csr.total_mb:7.2f} {best.total_mb:8.2f} {held.ratio_to(baseline):7.2f}x "
+            f"{best.ratio_to(baseline):6.2f}x {PAPER.get(label, ''):>6} "
+            f"{held.flops_per_step / baseline.flops_per_step:5.2f}x"
         )
         if index in args.measure:
             started = time.perf_counter()
             measured = measure(config)
             line += (
-                f" | {measured.activation_bytes / MB:9.2f} {measured.total_bytes / MB:9.2f} "
-                f"{predicted.total_bytes / measured.total_bytes:9.4f} "
+                f" | {measured.activation_bytes / MB:8.2f} {measured.peak_bytes / MB:9.2f} "
+                f"{held.total_bytes / measured.peak_bytes:11.4f} "
                 f"{time.perf_counter() - started:5.0f}"
             )
         print(line, flush=True)
-        final = (config, predicted) if index == len(ladder) - 1 else None
-    for label, report in accounted(*final) if final else ():
-        print(
-            f"   {label:40} {report.activation_bytes / MB:9.2f} {report.total_bytes / MB:9.2f} "
-            f"{report.ratio_to(baseline):6.2f}x"
-        )
 
 
 if __name__ == "__main__":

@@ -106,3 +106,27 @@ def test_bad_input_exits_2_naming_the_field(capsys, argv, message):
 def test_missing_config_file_exits_2(capsys, tmp_path):
     assert main(["profile", str(tmp_path / "missing.yaml")]) == 2
     assert "missing.yaml" in capsys.readouterr().err
+
+
+def test_sparse_totals_are_labelled_accounted_and_stored(capsys):
+    """The masked step holds dense weights, gradients and state plus bool masks: the stored
+    total is the dense configuration's plus one byte per sparse weight, above the accounted."""
+    sparse = [*TINY, "--set", "sparsity.density=0.3"]
+    assert main(["profile", *sparse]) == 0
+    out = capsys.readouterr().out
+    rows = {line[:22].strip(): line[22:].split() for line in out.splitlines()[2:]}
+    assert "total MB" not in rows and "'accounted' counts them as CSR" in out
+    accounted_mb, stored_mb = (
+        float(rows["total MB, accounted"][0]),
+        float(rows["total MB, stored"][0]),
+    )
+    assert main(["profile", *sparse, "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)["predicted"]
+    assert result["predicted_total_mb"] == pytest.approx(accounted_mb, abs=1e-3)
+    assert result["predicted_stored_total_mb"] == pytest.approx(stored_mb, abs=1e-3)
+    assert main(["profile", *TINY, "--json"]) == 0
+    dense = json.loads(capsys.readouterr().out)["predicted"]
+    assert "predicted_stored_total_mb" not in dense
+    masks = 9 * (16 * 16 + 16 * 16 + 16 * 32 + 32 * 32 + 32 * 64 + 64 * 64)  # WRN-10-1's 3x3s
+    assert stored_mb == pytest.approx(dense["predicted_total_mb"] + masks / 1e6, abs=2e-3)
+    assert stored_mb > accounted_mb

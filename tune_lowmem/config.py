@@ -295,6 +295,11 @@ class TrialConfig:
     # what rounding lost to the next update (+2 bytes of state per half weight); both hold the
     # half weights and gradients in fp32 while the step runs; nearest as plain bf16 does.
     precision_update: str = "nearest"
+    # techniques/fused_step.py: none; exact (the task's SGD applied per parameter in the backward
+    # pass); heavy-ball (lossy: momentum without Nesterov, so microbatch gradients go straight
+    # into the momentum buffer and no gradient buffer exists)
+    fused_step: str = "none"
+    momentum_dtype: str = "param"  # param: the parameter's dtype; bf16 (lossy; fused step, fp32)
 
     def __post_init__(self) -> None:
         task = self.task_type()

@@ -95,6 +95,8 @@ LATER_FIELDS = {
     "model.fused_norm": "none",
     "sparsity.schedule_units": "absolute",  # the first version scaled only the boundaries
     "precision_update": "nearest",
+    "fused_step": "none",
+    "momentum_dtype": "param",
 }
 # Config fields removed since, with the value every row that had them held.
 REMOVED_FIELDS = {"data.num_workers": 0}

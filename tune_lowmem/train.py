@@ -91,7 +91,10 @@ class Trainer:
         normaliser = self.task.normaliser(batch)
         # in float64 on the device, added in order: the same sum a host float would make
         summed = torch.zeros((), dtype=torch.float64, device=self.device)
-        for micro in self.task.microbatches(batch):
+        microbatches = self.task.microbatches(batch)
+        for technique in self.techniques:
+            technique.begin_step(len(microbatches))
+        for micro in microbatches:
             with self.precision.forward_context():
                 loss, _ = self.task.loss(model, micro)
             scaled = loss / normaliser

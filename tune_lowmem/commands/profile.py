@@ -38,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
     from ..memory import baseline_config
     from ..memory.measure import measure
     from ..memory.predict import predict
+    from ..memory.stored import stored
     from ..memory.synthetic import synthetic_task
     from ..preflight import cuda_present
     from ..validation import positive_int
@@ -54,16 +55,21 @@ def run(args: argparse.Namespace) -> int:
     ways = {"predicted": predict} | ({"measured": measure} if args.measure else {})
     reports = {name: way(config, lengths) for name, way in ways.items()}
     baselines = {name: way(baseline_config(config), lengths) for name, way in ways.items()}
+    held = stored(config, lengths) if config.sparsity.enabled else None
     if args.json:
         result = {
             name: {**report.to_dict(), "ratio_to_baseline": report.ratio_to(baselines[name])}
             for name, report in reports.items()
         }
+        if held is not None:
+            result["predicted"]["predicted_stored_total_mb"] = held.total_mb
         result["baseline"] = {name: report.to_dict() for name, report in baselines.items()}
         print(json.dumps(result))
         return 0
     print(describe(config, task))
-    print(table(reports, baselines))
+    print(table(reports, baselines, held))
+    if held is not None:
+        print(SPARSE_NOTE)
     return 0
 
 
@@ -104,9 +110,26 @@ def column(report, baseline) -> list[str]:
     ]
 
 
-def table(reports: dict, baselines: dict) -> str:
+STORED_ROW = "total MB, stored"
+ACCOUNTED_ROW = "total MB, accounted"
+SPARSE_NOTE = (
+    "sparse weights: 'accounted' counts them as CSR (what a sparse kernel would keep; the "
+    "figure searched and stored), 'stored' as the masked step holds them (dense, with bool masks)"
+)
+
+
+def table(reports: dict, baselines: dict, held=None) -> str:
+    """The ROWS for each report; with `held` (the predicted stored figure of a sparse config),
+    the total is labelled accounted and the stored total follows it (measured: see the peak)."""
     columns = {name: column(report, baselines[name]) for name, report in reports.items()}
+    rows = list(enumerate(ROWS))
+    if held is not None:
+        at = ROWS.index("total MB")
+        stored_cells = [f"{held.total_mb:.3f}"] + ["-"] * (len(columns) - 1)
+        rows[at] = (at, ACCOUNTED_ROW)
+        rows.insert(at + 1, (STORED_ROW, STORED_ROW))
     lines = [f"{'':22}" + "".join(f"{name:>12}" for name in columns)]
-    for i, label in enumerate(ROWS):
-        lines.append(f"{label:22}" + "".join(f"{cells[i]:>12}" for cells in columns.values()))
+    for i, label in rows:
+        cells = stored_cells if i == STORED_ROW else [c[i] for c in columns.values()]
+        lines.append(f"{label:22}" + "".join(f"{cell:>12}" for cell in cells))
     return "\n".join(lines)

@@ -70,7 +70,7 @@ def measure(config: TrialConfig, lengths: tuple[int, int] | None = None) -> Memo
         nonzeros.update(technique.stored_nonzeros())
     return MemoryReport(
         model_bytes=accounting.model_bytes(model, nonzeros),
-        optimizer_bytes=accounting.gradient_bytes(model, nonzeros)
+        optimizer_bytes=accounting.held_gradient_bytes(model, nonzeros)
         + accounting.state_bytes(model, optimizer, nonzeros),
         activation_bytes=activation,
         flops_per_step=tracker.flops,
@@ -138,12 +138,7 @@ def _held(trainer: Trainer) -> list[torch.Tensor]:
     model = trainer.model
     held = [*model.parameters(), *model.buffers()]
     held += [p.grad for p in model.parameters() if p.grad is not None]
-    held += [
-        t
-        for state in trainer.optimizer.state.values()
-        for t in state.values()
-        if torch.is_tensor(t)
-    ]
+    held += accounting.state_tensors(trainer.optimizer)
     for technique in trainer.techniques:
         held += technique.held_tensors()
     return held

@@ -8,12 +8,13 @@ later shape, whose gradients accumulate into existing ones as in a real step (a 
 minibatch may end in a smaller microbatch). The activation part is the most bytes these passes'
 own tensors hold at once: the autograd graph's saved tensors, the gradients w.r.t. activations,
 the recomputed segments of a checkpointed model, the autocast copies of the weights in the amp
-modes, a later microbatch's parameter gradient before it is added to the accumulated one;
-gradients of the parameters are left to the optimizer part. The input minibatch is the data
+modes, a later microbatch's parameter gradient before it is added to the accumulated one, a
+gradient that a fused step (`techniques.fused_step`) applies and drops in the backward pass;
+gradients the pass leaves behind are left to the optimizer part. The input minibatch is the data
 pipeline's and is not counted (a copy the model makes, such as the cast to half, is). Model and
 optimizer parts follow `accounting`; the optimizer state is the paper's rule
-(`accounting.state_copies`) plus what a technique keeps beside it (`accounted_state_bytes`:
-Kahan's compensation buffers).
+(`accounting.state_copies`), or the buffers a fused step holds from the start, plus what a
+technique keeps beside it (`accounted_state_bytes`: Kahan's compensation buffers).
 
 A dry run is cached per shape key (task, model, precision, checkpointing, batch or token budget
 and microbatch, device type, and the synthetic sentence lengths), so a search that varies
@@ -44,10 +45,12 @@ from .tracker import StorageTracker
 
 @dataclasses.dataclass(frozen=True)
 class DryRun:
-    """What the fake forward and backward passes leave: the fake model (with its fake gradients),
-    the activation peak of the largest pass and the FLOPs of a whole step."""
+    """What the fake forward and backward passes leave: the fake model (with its fake gradients,
+    unless a fused step consumed them), its optimizer with the techniques attached, the
+    activation peak of the largest pass and the FLOPs of a whole step."""
 
     model: nn.Module
+    optimizer: torch.optim.Optimizer
     activation_bytes: int
     flops_per_step: int
 
@@ -58,20 +61,28 @@ def predict(config: TrialConfig, lengths: tuple[int, int] | None = None) -> Memo
     lengths = None if lengths is None else tuple(lengths)
     key = shape_key(config, lengths)
     run = dry_run(key, lengths)
-    task = synthetic_task(config, torch.device(key.device), lengths)
-    nonzeros: dict[str, int] = {}
-    for technique in TECHNIQUES:
-        nonzeros.update(technique.accounted_nonzeros(config, task, run.model))
-    gradients = accounting.gradient_bytes(run.model, nonzeros)
-    optimizer = task.build_optimizer(run.model)
+    nonzeros = planned_nonzeros(config, run.model, lengths)
     extra_state = sum(t.accounted_state_bytes(config, run.model, nonzeros) for t in TECHNIQUES)
     return MemoryReport(
         model_bytes=accounting.model_bytes(run.model, nonzeros),
-        optimizer_bytes=gradients * (1 + accounting.state_copies(optimizer)) + extra_state,
+        optimizer_bytes=accounting.held_gradient_bytes(run.model, nonzeros)
+        + accounting.stepped_state_bytes(run.model, run.optimizer, nonzeros)
+        + extra_state,
         activation_bytes=run.activation_bytes,
         flops_per_step=run.flops_per_step,
         source="predicted",
     )
+
+
+def planned_nonzeros(
+    config: TrialConfig, model: nn.Module, lengths: tuple[int, int] | None = None
+) -> dict[str, int]:
+    """The nonzeros of each weight the techniques store sparsely (the paper's accounting)."""
+    task = synthetic_task(config, torch.device("cpu"), lengths)
+    nonzeros: dict[str, int] = {}
+    for technique in TECHNIQUES:
+        nonzeros.update(technique.accounted_nonzeros(config, task, model))
+    return nonzeros
 
 
 def shape_key(config: TrialConfig, lengths: tuple[int, int] | None = None) -> TrialConfig:
@@ -108,6 +119,10 @@ def dry_run(key: TrialConfig, lengths: tuple[int, int] | None = None) -> DryRun:
     _fake_state(model, fake_mode)
     peaks, flops = [], {}
     with fake_mode:
+        optimizer = task.build_optimizer(model)  # hooks the techniques hang on the fake weights
+        for technique in trainer.techniques:
+            technique.attach(optimizer)
+            technique.begin_step(len(microbatches))
         for index in (0, *later.values()):
             microbatch = map_tensors(fake_mode.from_tensor, microbatches[index])
             with StorageTracker(batch_tensors(microbatch)) as tracker:
@@ -115,11 +130,11 @@ def dry_run(key: TrialConfig, lengths: tuple[int, int] | None = None) -> DryRun:
                     loss, _ = task.loss(model, microbatch)
                 precision.backward(loss / normaliser)
                 del loss
-            held = [*model.parameters(), *model.buffers()]
+            held = [*model.parameters(), *model.buffers(), *accounting.state_tensors(optimizer)]
             held += [p.grad for p in model.parameters() if p.grad is not None]
             peaks.append(tracker.peak(exclude=held))
             flops[shapes[index]] = tracker.flops
-    return DryRun(model, max(peaks), sum(flops[shape] for shape in shapes))
+    return DryRun(model, optimizer, max(peaks), sum(flops[shape] for shape in shapes))
 
 
 def _fake_state(model: nn.Module, fake_mode: FakeTensorMode) -> None:

@@ -61,6 +61,9 @@ class Task:
     # the paper's run of this task in updates, which relative rewiring units scale from (the
     # reference WideResNet run, 200 epochs x 450 updates, for tasks the paper did not train)
     PAPER_UPDATES: ClassVar[int] = 200 * 450
+    # the torch optimizer class `build_optimizer` returns, for techniques that replace its step
+    # (the fused step needs torch.optim.SGD); None: not declared
+    OPTIMIZER: ClassVar[type | None] = None
 
     def __init__(self, config: TrialConfig, device: torch.device, *, synthetic: bool = False):
         self.config = config

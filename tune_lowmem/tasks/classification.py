@@ -44,6 +44,7 @@ class Cifar10Classification(Task):
     SCHEDULE_CONFIG = StepScheduleConfig
     METRICS = CLASSIFICATION_METRICS
     MICROBATCH_MODES = ("true", "simulated")
+    OPTIMIZER = torch.optim.SGD
     IMAGE_SHAPE: ClassVar[tuple[int, int, int]] = (3, 32, 32)
 
     @classmethod

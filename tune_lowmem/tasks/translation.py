@@ -80,6 +80,7 @@ class DynamicConvIwslt14(Task):
     SHAPE_FIELDS = ("max_tokens",)
     REWIRING_PERIOD_SCALE = 0.5  # Sohoni et al. A.3.1: halved for the 50,000-update schedule
     PAPER_UPDATES = 50_000  # fairseq's max_update in the paper's recipe
+    OPTIMIZER = FairseqAdam
 
     @classmethod
     def validation_empty(cls, config: TrialConfig) -> bool:

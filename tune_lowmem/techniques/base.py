@@ -9,7 +9,7 @@ the task (`tune_lowmem.tasks.base.Task`) for what it needs to know about the mod
 Class methods answer for a config without building anything (validation, the profiler's cache
 key, the paper's storage accounting); an instance is bound to one trial and sees its events in
 the training loop's order: `apply` (the fp32 model on the CPU, in registry order) -> `attach`
-(the optimizer) -> per update `before_step` (gradients final) and `after_step`.
+(the optimizer) -> per update `begin_step` (before the first backward) -> `before_step` (gradients final) and `after_step`.
 """
 
 from __future__ import annotations
@@ -85,6 +85,9 @@ class Technique:
 
     def attach(self, optimizer: torch.optim.Optimizer) -> None:
         pass
+
+    def begin_step(self, microbatches: int) -> None:
+        """Before the update's first backward pass, with how many microbatches it has."""
 
     def before_step(self) -> None:
         pass

@@ -16,17 +16,32 @@ What is exact, and what it keeps:
   beside the buffer, so gradients accumulate in `.grad` as usual and the update is fused into the
   last microbatch's backward (exact; it saves only the time the gradients all coexist after it).
 
+The momentum buffers exist from the start (zeros: the first step's ``0 * momentum + grad`` is
+torch's ``clone(grad)``), so every step holds the same; they live in `state` under torch.optim.SGD's
+key (``state[param]["momentum_buffer"]``), which may be a torch optimizer's own `state`: its
+checkpoints and whatever masks its state (sparsity) then see them.
 `state_dtype=torch.bfloat16` keeps the momentum buffers in bf16 (half the state memory), updated in
 fp32 and rounded back each step: explicitly lossy. The model must not be stepped by anyone else,
 and dynamic loss scaling (fp16) does not fit: it must see every gradient before any update.
+
+`FusedStep` is the technique (`TrialConfig.fused_step`, `TrialConfig.momentum_dtype`) that trains a
+trial this way in place of the task's torch.optim.SGD.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable
+from typing import Any
 
 import torch
 from torch import nn
+
+from ..validation import choice, require
+from .base import Technique
+from .precision import storage_dtype, uses_loss_scaling
+
+KEY = "momentum_buffer"  # torch.optim.SGD's name for it
 
 
 class FusedSGD:
@@ -40,15 +55,19 @@ class FusedSGD:
         nesterov: bool = False,
         weight_decay: float = 0.0,
         state_dtype: torch.dtype | None = None,
+        state: dict | None = None,
     ):
         if nesterov and momentum <= 0:
             raise ValueError("nesterov: True is not allowed without momentum; allowed: False")
         self.params = [p for p in params if p.requires_grad]
         self.lr, self.momentum, self.nesterov = lr, momentum, nesterov
         self.weight_decay, self.state_dtype = weight_decay, state_dtype
-        self.buffers: dict[nn.Parameter, torch.Tensor] = {}
+        self.state = defaultdict(dict) if state is None else state
         self.microbatches = 1
         self._seen: dict[nn.Parameter, int] = {}
+        if momentum > 0:
+            for p in self.params:
+                self.state[p].setdefault(KEY, torch.zeros_like(p, dtype=state_dtype or p.dtype))
         self._handles = [p.register_post_accumulate_grad_hook(self._hook) for p in self.params]
 
     def begin_step(self, microbatches: int = 1, lr: float | None = None) -> None:
@@ -62,8 +81,11 @@ class FusedSGD:
         for handle in self._handles:
             handle.remove()
 
+    def buffers(self) -> list[torch.Tensor]:
+        return [self.state[p][KEY] for p in self.params if KEY in self.state.get(p, {})]
+
     def state_bytes(self) -> int:
-        return sum(b.nbytes for b in self.buffers.values())
+        return sum(b.nbytes for b in self.buffers())
 
     @property
     def into_buffer(self) -> bool:
@@ -77,7 +99,11 @@ class FusedSGD:
         if last:
             self._seen[param] = 0  # the next backward starts the next step
         if self.into_buffer:
-            buffer = self._buffer(param, first=seen == 1)
+            buffer = self.state[param][KEY]
+            if seen == 1:  # the step's first gradient: decay the buffer, add the weight decay
+                buffer.mul_(self.momentum)
+                if self.weight_decay:
+                    buffer.add_(param, alpha=self.weight_decay)
             buffer.add_(param.grad)
             param.grad = None
             if last:
@@ -90,28 +116,117 @@ class FusedSGD:
         if self.weight_decay:
             grad = grad.add(param, alpha=self.weight_decay)
         if self.momentum > 0:
-            buffer = self.buffers.get(param)
-            if buffer is None:
-                buffer = self.buffers[param] = (
-                    grad.detach().clone().to(self.state_dtype or grad.dtype)
-                )
-            elif self.state_dtype is None:
+            buffer = self.state[param][KEY]
+            if buffer.dtype == grad.dtype:
                 buffer.mul_(self.momentum).add_(grad)
             else:  # lossy: updated in fp32, rounded to the state dtype
                 buffer.copy_(buffer.float().mul_(self.momentum).add_(grad))
             grad = grad.add(buffer, alpha=self.momentum) if self.nesterov else buffer
         param.add_(grad, alpha=-self.lr)
 
-    def _buffer(self, param: nn.Parameter, first: bool) -> torch.Tensor:
-        """The momentum buffer ready to take gradients: at a step's first microbatch, multiplied by
-        the momentum and given the weight decay term (zero before the first step)."""
-        buffer = self.buffers.get(param)
-        if buffer is None:
-            buffer = self.buffers[param] = torch.zeros_like(
-                param, dtype=self.state_dtype or param.dtype
+
+FUSED_STEPS = ("none", "exact", "heavy-ball")
+MOMENTUM_DTYPES = {"param": None, "bf16": torch.bfloat16}
+
+
+class FusedStep(Technique):
+    """The `fused_step` and `momentum_dtype` fields: the task's SGD run as `FusedSGD`.
+
+    - ``exact``: the task's own update (Nesterov kept); with Nesterov and several
+      microbatches the gradients still accumulate (see `FusedSGD`), so it saves memory only
+      without microbatching.
+    - ``heavy-ball``: LOSSY, the task's momentum without Nesterov (not the paper's recipe), so
+      that microbatch gradients go straight into the momentum buffer: no gradient buffer at all.
+    - ``momentum_dtype: bf16``: LOSSY, momentum kept in bf16 (only where the parameters are fp32).
+    """
+
+    NAME = "fused_step"
+
+    def __init__(self, config, task):
+        super().__init__(config, task)
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.fused: FusedSGD | None = None
+
+    @classmethod
+    def settings(cls, config) -> dict[str, str]:
+        return {"fused_step": config.fused_step, "momentum_dtype": config.momentum_dtype}
+
+    @classmethod
+    def enabled(cls, config) -> bool:
+        return config.fused_step != "none"
+
+    @classmethod
+    def validate(cls, config, task) -> None:
+        fused = choice(config.fused_step, FUSED_STEPS, "fused_step")
+        dtype = choice(config.momentum_dtype, tuple(MOMENTUM_DTYPES), "momentum_dtype")
+        if dtype != "param":
+            require(
+                fused != "none",
+                "momentum_dtype",
+                f"{dtype!r} is not allowed with fused_step none; allowed: param",
             )
-        if first:
-            buffer.mul_(self.momentum)
-            if self.weight_decay:
-                buffer.add_(param, alpha=self.weight_decay)
-        return buffer
+            require(
+                storage_dtype(config.precision) == torch.float32,
+                "momentum_dtype",
+                f"{dtype!r} is not allowed with precision {config.precision} (its momentum is "
+                "already half); allowed: param",
+            )
+        if fused == "none":
+            return
+        refusal = f"{fused!r} is not allowed"
+        optimizer = getattr(task, "OPTIMIZER", None)
+        require(
+            optimizer is not None and issubclass(optimizer, torch.optim.SGD),
+            "fused_step",
+            f"{refusal} for task {config.task} (its optimizer is "
+            f"{getattr(optimizer, '__name__', 'not declared')}, the fused step is SGD's); "
+            "allowed: none",
+        )
+        require(
+            not uses_loss_scaling(config.precision),
+            "fused_step",
+            f"{refusal} with precision {config.precision} (dynamic loss scaling must see every "
+            "gradient before any update); allowed: none",
+        )
+        require(
+            config.precision_update == "nearest",
+            "fused_step",
+            f"{refusal} with precision_update {config.precision_update}; allowed: none",
+        )
+
+    @classmethod
+    def shape_settings(cls, config) -> dict[str, Any]:
+        return cls.settings(config)  # which tensors the backward pass holds, and when
+
+    def attach(self, optimizer: torch.optim.Optimizer) -> None:
+        """Take over the optimizer's updates: its state holds the momentum, its step finds no
+        gradient left to apply."""
+        require(
+            isinstance(optimizer, torch.optim.SGD) and len(optimizer.param_groups) == 1,
+            "fused_step",
+            f"{self.config.fused_step!r} is not allowed with {type(optimizer).__name__} "
+            "(one torch.optim.SGD parameter group is required); allowed: none",
+        )
+        group = optimizer.param_groups[0]
+        self.optimizer = optimizer
+        self.fused = FusedSGD(
+            group["params"],
+            lr=group["lr"],
+            momentum=group["momentum"],
+            nesterov=group["nesterov"] and self.config.fused_step == "exact",
+            weight_decay=group["weight_decay"],
+            state_dtype=MOMENTUM_DTYPES[self.config.momentum_dtype],
+            state=optimizer.state,
+        )
+
+    def begin_step(self, microbatches: int) -> None:
+        self.fused.begin_step(microbatches, self.optimizer.param_groups[0]["lr"])
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """After the optimizer's own: its loading casts the buffers to the parameters' dtype and
+        replaces its state object."""
+        self.fused.state = self.optimizer.state
+        dtype = MOMENTUM_DTYPES[self.config.momentum_dtype]
+        for param in self.fused.params if self.fused.momentum > 0 else ():
+            entry = self.optimizer.state[param]
+            entry[KEY] = entry.get(KEY, torch.zeros_like(param)).to(dtype or param.dtype)

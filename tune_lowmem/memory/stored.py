@@ -1,0 +1,50 @@
+"""Stored against accounted: what a training step really holds, beside the paper's accounting.
+
+Sparse layers are trained densely with masks, so a sparse weight's compressed size (CSR, or a
+bitmap: `techniques.sparsity.STORAGE_LAYOUTS`) is an accounting of what a sparse kernel would
+keep, not what the step holds. `predict` (the store's `memory.predicted_total_mb`) counts the
+paper's way, CSR; `stored` counts what the masked step holds, from the same dry run: dense
+weights, their gradients where the step keeps them and dense optimizer state, plus the bool
+masks (one byte per position of a sparse weight); `accounted` re-counts the sparse weights in
+another layout. Without sparsity all three agree.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..config import TrialConfig
+from . import accounting
+from .predict import dry_run, planned_nonzeros, shape_key
+from .report import MemoryReport
+
+MASK_BYTES = torch.empty((), dtype=torch.bool).element_size()
+
+
+def stored(config: TrialConfig, lengths: tuple[int, int] | None = None) -> MemoryReport:
+    """The predicted memory the step holds (sparse weights dense, masks included)."""
+    run = dry_run(shape_key(config, lengths), lengths)
+    masks = sum(
+        run.model.get_parameter(name).numel() * MASK_BYTES
+        for name in planned_nonzeros(config, run.model, lengths)
+    )
+    return _report(run, {}, "csr", extra_model_bytes=masks)
+
+
+def accounted(
+    config: TrialConfig, layout: str = "csr", lengths: tuple[int, int] | None = None
+) -> MemoryReport:
+    """The predicted memory with sparse weights counted in `layout` (csr: `predict`'s figure)."""
+    run = dry_run(shape_key(config, lengths), lengths)
+    return _report(run, planned_nonzeros(config, run.model, lengths), layout)
+
+
+def _report(run, nonzeros: dict[str, int], layout: str, extra_model_bytes: int = 0):
+    return MemoryReport(
+        model_bytes=accounting.model_bytes(run.model, nonzeros, layout) + extra_model_bytes,
+        optimizer_bytes=accounting.held_gradient_bytes(run.model, nonzeros)
+        + accounting.stepped_state_bytes(run.model, run.optimizer, nonzeros),
+        activation_bytes=run.activation_bytes,
+        flops_per_step=run.flops_per_step,
+        source="predicted",
+    )
