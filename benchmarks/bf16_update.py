@@ -23,7 +23,8 @@ import time
 import torch
 
 from tune_lowmem.config import TrialConfig
-from tune_lowmem.memory import predict
+from tune_lowmem.memory import MB
+from tune_lowmem.memory.predict import predict
 from tune_lowmem.train import train
 
 MODES = {
@@ -52,6 +53,7 @@ def config(mode: dict, seed: int, args) -> TrialConfig:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=2)
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds first..first+seeds-1")
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--depth", type=int, default=10)
     parser.add_argument("--width", type=int, default=1)
@@ -65,7 +67,8 @@ def main() -> int:
     started = time.perf_counter()
     print(
         f"WRN-{args.depth}-{args.width}, {args.train} CIFAR-10 images, batch {args.batch}, "
-        f"{args.epochs} epochs (lr 0.1, x0.2 at 30/60/80% of the updates), seeds 0..{args.seeds - 1}, "
+        f"{args.epochs} epochs (lr 0.1, x0.2 at 30/60/80% of the updates), "
+        f"seeds {args.first_seed}..{args.first_seed + args.seeds - 1}, "
         f"{args.val} validation images, {args.threads} thread(s); means over seeds"
     )
     print(
@@ -75,8 +78,9 @@ def main() -> int:
     )
     for name in args.modes:
         mode = MODES[name]
-        runs = [train(config(mode, seed, args)) for seed in range(args.seeds)]
-        memory = predict(config(mode, 0, args)).to_dict()
+        seeds = range(args.first_seed, args.first_seed + args.seeds)
+        runs = [train(config(mode, seed, args)) for seed in seeds]
+        memory = predict(config(mode, 0, args))
         cells = []
         for epoch in range(args.epochs):
             loss = statistics.fmean(r[epoch]["train_loss"] for r in runs)
@@ -84,7 +88,7 @@ def main() -> int:
             cells.append(f"{loss:8.4f}/{acc:6.3f}")
         last = statistics.fmean(r[-1]["train_loss"] - r[-2]["train_loss"] for r in runs)
         print(
-            f"{name:16} {memory['total_mb']:9.2f} {memory['model_mb'] + memory['optimizer_mb']:9.2f}  "
+            f"{name:16} {memory.total_mb:9.2f} {(memory.model_bytes + memory.optimizer_bytes) / MB:9.2f}  "
             + "  ".join(f"{c:>15}" for c in cells)
             + f"  {last:+16.4f}",
             flush=True,

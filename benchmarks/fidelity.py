@@ -7,7 +7,10 @@ and by the loop below, which imports nothing from the project but the data array
 seeded train / validation split) and has its own model, augmentation and schedule. Each seed
 trains both; per epoch it prints both means of train loss and validation accuracy, the mean
 project - independent difference over seeds and its 95% t-interval. The project is faithful when
-every interval holds 0 (exit status 0; 1 otherwise).
+every interval holds 0 (exit status 0; 1 otherwise). `--logs` pools the per-seed rows of earlier
+runs (their stderr) into one table. `--lockstep` takes the random draws out: the plain loop
+starts from the project's initial weights and trains on the project's minibatches, and both
+must agree exactly (the sharper guard for changes that keep the trainer's random draws).
 
     nice PYTHONPATH=$PWD .venv/bin/python benchmarks/fidelity.py --seeds 3 --epochs 4 --train 2000 \
         --jobs 3
