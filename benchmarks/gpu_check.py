@@ -46,6 +46,7 @@ MEMORY_CONFIGS = [  # (label, task base, technique fields): both tasks, every te
     ("wrn sparse 0.3", WRN, {"sparsity.density": 0.3}),
     ("wrn microbatch 32", WRN, {"microbatch.size": 32}),
     ("wrn checkpoint residual-2", WRN, {"checkpoint": "residual-2"}),
+    ("wrn fused step heavy-ball", WRN, {"fused_step": "heavy-ball", "microbatch.size": 32}),
     (
         "wrn fp16+sparse+mb+ckpt",
         WRN,
@@ -69,6 +70,7 @@ STEP_CONFIGS = [
     ("sparse 0.1", {"sparsity.density": 0.1}),
     ("microbatch 32", {"microbatch.size": 32}),
     ("checkpoint residual-2", {"checkpoint": "residual-2"}),
+    ("fused step", {"fused_step": "exact"}),
 ]
 PACKING_SPACE = """\
 name: gpu-check-packing

@@ -89,6 +89,9 @@ def _run(config, every_step: bool, steps: int):
         {},
         {"precision": "fp16", **SMALL_HALF},
         {"precision": "bf16", "precision_update": "stochastic", **SMALL_HALF},
+        {"precision": "bf16", "precision_update": "kahan", **SMALL_HALF},
+        {"fused_step": "exact"},
+        {"fused_step": "heavy-ball", "microbatch.size": 10},
     ],
     ids=str,
 )

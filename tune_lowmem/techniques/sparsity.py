@@ -30,6 +30,7 @@ both tasks, else int32) and int32 row pointers (`sparse_storage_bytes`).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -150,8 +151,9 @@ def _read_sums(masks: list[torch.Tensor]) -> list[int]:
 class DynamicSparsity:
     """Masks for a model's sparse weights and the rewiring that moves them during training.
 
-    Hooks, in training-step order: `mask_gradients()` before `optimizer.step()`, then
-    `after_step(epoch, update)`; call `attach(optimizer)` once the optimizer exists.
+    Hooks, in training-step order: `attach(optimizer)` once the optimizer exists (from then on
+    each gradient is masked as it accumulates), then `after_step(epoch, update)` after each
+    `optimizer.step()`; a loop that sets gradients itself calls `mask_gradients()` before the step.
     """
 
     def __init__(
@@ -188,8 +190,16 @@ class DynamicSparsity:
     # ---- training-step hooks ------------------------------------------------------------------
 
     def attach(self, optimizer: torch.optim.Optimizer) -> None:
-        """Mask this optimizer's state (every state tensor shaped like its weight) from now on."""
+        """Mask this optimizer's state (every state tensor shaped like its weight) from now on,
+        and each gradient as it accumulates (a post-accumulate-grad hook), so that an update
+        applied inside the backward pass (`techniques.fused_step`) sees it masked too."""
         self.optimizer = optimizer
+        for name, param in self._layers():
+            param.register_post_accumulate_grad_hook(functools.partial(self._mask_gradient, name))
+
+    @torch.no_grad()
+    def _mask_gradient(self, name: str, param: nn.Parameter) -> None:
+        param.grad.mul_(self._mask(name, param))
 
     @torch.no_grad()
     def mask_gradients(self) -> None:
@@ -379,9 +389,6 @@ class Sparsity(Technique):
 
     def attach(self, optimizer: torch.optim.Optimizer) -> None:
         self.engine.attach(optimizer)
-
-    def before_step(self) -> None:
-        self.engine.mask_gradients()
 
     def after_step(self, epoch: int, update: int) -> None:
         self.engine.after_step(epoch, update)
