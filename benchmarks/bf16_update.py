@@ -7,7 +7,7 @@ learning rate is cut. This trains the same short run in each mode (same seeds, s
 prints per epoch the train loss and validation accuracy (means over seeds), the train loss's
 change over the last epoch (a stall shows as ~0), and each mode's predicted memory.
 
-    nice PYTHONPATH=$PWD .venv/bin/python benchmarks/bf16_update.py --seeds 2 --epochs 4
+    PYTHONPATH=$PWD nice .venv/bin/python benchmarks/bf16_update.py --seeds 2 --epochs 4
 
 `--modes` trains only the named modes (the runs are deterministic: a mode's row does not depend
 on which others run).

@@ -12,7 +12,7 @@ runs (their stderr) into one table. `--lockstep` takes the random draws out: the
 starts from the project's initial weights and trains on the project's minibatches, and both
 must agree exactly (the sharper guard for changes that keep the trainer's random draws).
 
-    nice PYTHONPATH=$PWD .venv/bin/python benchmarks/fidelity.py --seeds 3 --epochs 4 --train 2000 \
+    PYTHONPATH=$PWD nice .venv/bin/python benchmarks/fidelity.py --seeds 3 --epochs 4 --train 2000 \
         --jobs 3
 """
 

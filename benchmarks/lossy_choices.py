@@ -7,7 +7,7 @@ is the reference. Each seed trains every variant on the same data (WRN on a CIFA
 a few epochs); it prints the last epoch's validation accuracy and loss per variant (means over
 seeds) and the mean per-seed difference to the reference with its 95% t-interval.
 
-    nice -n 10 PYTHONPATH=$PWD .venv/bin/python benchmarks/lossy_choices.py --seeds 3 --epochs 3
+    PYTHONPATH=$PWD nice -n 10 .venv/bin/python benchmarks/lossy_choices.py --seeds 3 --epochs 3
 """
 
 from __future__ import annotations
