@@ -45,11 +45,15 @@ def wait_until_saved(folder: Path, trial_id: str, timeout: float = SAVED_WAIT_S)
     """Wait until Tune's saved experiment in `folder` names `trial_id` (False: it did not in
     `timeout` seconds)."""
     deadline = time.monotonic() + timeout
-    while not _names(folder, trial_id):
+    while True:
+        started = time.monotonic()
+        if _names(folder, trial_id):
+            return True
         if time.monotonic() >= deadline:
             return False
-        time.sleep(POLL_S)
-    return True
+        # a read grows with the sweep's trials: waiting twice as long as it took keeps a
+        # trial's worker reading Tune's state at most a third of the time
+        time.sleep(max(POLL_S, 2 * (time.monotonic() - started)))
 
 
 def _names(folder: Path, trial_id: str) -> bool:
