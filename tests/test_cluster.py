@@ -220,6 +220,19 @@ def test_a_sweep_spreads_over_the_nodes(cluster, tmp_path):
         assert {r["node_id"] for r in tune_results(root, "spread", trial_id)} == {row["node_id"]}
 
 
+def launch_in_background(cluster, space: Path, root: Path, log_path: Path) -> subprocess.Popen:
+    """The sweep's driver as a process of its own, for the tests that kill it or a node under
+    it; its output goes to `log_path`."""
+    with open(log_path, "w") as log:
+        return subprocess.Popen(
+            sweep_command(cluster, "launch", space, root),
+            env=cluster.env,
+            cwd=PROJECT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+
 def wait_for(condition, what: str, driver: subprocess.Popen, every: float = 0.05):
     """Poll `condition` until it gives something, while the sweep's driver runs."""
     deadline = time.monotonic() + SWEEP_SECONDS
@@ -255,14 +268,7 @@ def trial_processes(node: Node, sweep: str) -> dict[tuple[int, int], str]:
 def test_a_killed_driver_resumes_from_the_storage_root(cluster, tmp_path):
     root, sweep = tmp_path / "storage", "driverloss"
     space = space_yaml(tmp_path, sweep, points=4, epochs=3, resume_checkpoint_s=0)  # every epoch
-    with open(tmp_path / "launch.log", "w") as log:
-        driver = subprocess.Popen(
-            sweep_command(cluster, "launch", space, root),
-            env=cluster.env,
-            cwd=PROJECT,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+    driver = launch_in_background(cluster, space, root, tmp_path / "launch.log")
     try:
         # Kill it with a trial stored and another one training past its first epoch (so Tune's
         # experiment state knows it), which is held where it is (SIGSTOP) so that it cannot
@@ -336,14 +342,7 @@ def test_a_lost_worker_node_has_its_trial_retried_elsewhere(cluster, tmp_path):
     root, sweep = tmp_path / "storage", "nodeloss"
     node_b = cluster.nodes["node_b"].node_id
     space = space_yaml(tmp_path, sweep, points=3, epochs=4, resume_checkpoint_s=0)  # every epoch
-    with open(tmp_path / "launch.log", "w") as log:
-        driver = subprocess.Popen(
-            sweep_command(cluster, "launch", space, root),
-            env=cluster.env,
-            cwd=PROJECT,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+    driver = launch_in_background(cluster, space, root, tmp_path / "launch.log")
     try:
         # A trial on node_b is past its first epoch's checkpoint: the machine goes away.
         def past_first_epoch_on_b() -> set[str]:
