@@ -117,7 +117,6 @@ def _adam_run(adam: type, every_step: bool) -> tuple[torch.nn.Module, DynamicSpa
     for update in range(8):
         optimizer.zero_grad()
         model(x).pow(2).mean().backward()
-        sparsity.mask_gradients()
         optimizer.step()
         sparsity.after_step(0, update)
         if every_step:

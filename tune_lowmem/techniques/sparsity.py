@@ -152,8 +152,8 @@ class DynamicSparsity:
     """Masks for a model's sparse weights and the rewiring that moves them during training.
 
     Hooks, in training-step order: `attach(optimizer)` once the optimizer exists (from then on
-    each gradient is masked as it accumulates), then `after_step(epoch, update)` after each
-    `optimizer.step()`; a loop that sets gradients itself calls `mask_gradients()` before the step.
+    each gradient is masked as it accumulates in backward), then `after_step(epoch, update)`
+    after each `optimizer.step()`.
     """
 
     def __init__(
@@ -200,13 +200,6 @@ class DynamicSparsity:
     @torch.no_grad()
     def _mask_gradient(self, name: str, param: nn.Parameter) -> None:
         param.grad.mul_(self._mask(name, param))
-
-    @torch.no_grad()
-    def mask_gradients(self) -> None:
-        """Zero the gradients of inactive positions (once per optimizer step, after accumulation)."""
-        for name, param in self._layers():
-            if param.grad is not None:
-                param.grad.mul_(self._mask(name, param))
 
     @torch.no_grad()
     def after_step(self, epoch: int, update: int) -> None:
