@@ -68,18 +68,14 @@ class FusedSGD:
         if momentum > 0:
             for p in self.params:
                 self.state[p].setdefault(KEY, torch.zeros_like(p, dtype=state_dtype or p.dtype))
-        self._handles = [p.register_post_accumulate_grad_hook(self._hook) for p in self.params]
+        for param in self.params:
+            param.register_post_accumulate_grad_hook(self._hook)
 
     def begin_step(self, microbatches: int = 1, lr: float | None = None) -> None:
         """Set the microbatches of the coming steps and the learning rate (before a backward)."""
         self.microbatches = microbatches
         self.lr = self.lr if lr is None else lr
         self._seen = dict.fromkeys(self.params, 0)
-
-    def remove(self) -> None:
-        """Detach the hooks (the model trains with an ordinary optimizer again)."""
-        for handle in self._handles:
-            handle.remove()
 
     def buffers(self) -> list[torch.Tensor]:
         return [self.state[p][KEY] for p in self.params if KEY in self.state.get(p, {})]
