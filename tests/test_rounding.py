@@ -127,6 +127,22 @@ def test_kahan_keeps_a_half_compensation_per_half_weight_counted_by_the_profiler
     assert predicted.total_bytes == pytest.approx(measured.total_bytes, rel=0.05)
 
 
+def test_stored_and_accounted_figures_count_kahans_buffers_as_predict_does():
+    """Sparse and compensated: the accounted CSR figure is `predict`'s, and the stored one holds
+    the dense compensation buffers (2 bytes per bf16 weight) beside the nearest-rounding step's."""
+    from tune_lowmem.memory.predict import predict
+    from tune_lowmem.memory.stored import accounted, stored
+
+    sparse = {"precision": "bf16", "sparsity.density": 0.3}
+    config = tiny_wrn_config(**sparse, precision_update="kahan")
+    nearest = tiny_wrn_config(**sparse)
+    assert accounted(config, "csr") == predict(config) != predict(nearest)
+    half_bytes = sum(
+        2 * p.numel() for p in Trainer(config).model.parameters() if p.dtype == torch.bfloat16
+    )
+    assert stored(config).optimizer_bytes == stored(nearest).optimizer_bytes + half_bytes
+
+
 def test_stochastic_and_kahan_need_pure_bf16():
     with pytest.raises(
         ConfigError, match=r"^precision_update: 'stochastic' is not allowed with precision amp-bf16"

@@ -61,10 +61,22 @@ def predict(config: TrialConfig, lengths: tuple[int, int] | None = None) -> Memo
     lengths = None if lengths is None else tuple(lengths)
     key = shape_key(config, lengths)
     run = dry_run(key, lengths)
-    nonzeros = planned_nonzeros(config, run.model, lengths)
+    return parts(config, run, planned_nonzeros(config, run.model, lengths))
+
+
+def parts(
+    config: TrialConfig,
+    run: DryRun,
+    nonzeros: dict[str, int],
+    layout: str = "csr",
+    extra_model_bytes: int = 0,
+) -> MemoryReport:
+    """A dry run's memory by part, with the weights in `nonzeros` counted sparse in `layout`
+    (`predict`: the planned nonzeros, CSR) and what a technique keeps beside the optimizer's
+    state (`accounted_state_bytes`) counted with it."""
     extra_state = sum(t.accounted_state_bytes(config, run.model, nonzeros) for t in TECHNIQUES)
     return MemoryReport(
-        model_bytes=accounting.model_bytes(run.model, nonzeros),
+        model_bytes=accounting.model_bytes(run.model, nonzeros, layout) + extra_model_bytes,
         optimizer_bytes=accounting.held_gradient_bytes(run.model, nonzeros)
         + accounting.stepped_state_bytes(run.model, run.optimizer, nonzeros)
         + extra_state,

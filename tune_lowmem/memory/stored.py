@@ -14,8 +14,7 @@ from __future__ import annotations
 import torch
 
 from ..config import TrialConfig
-from . import accounting
-from .predict import dry_run, planned_nonzeros, shape_key
+from .predict import dry_run, parts, planned_nonzeros, shape_key
 from .report import MemoryReport
 
 MASK_BYTES = torch.empty((), dtype=torch.bool).element_size()
@@ -28,7 +27,7 @@ def stored(config: TrialConfig, lengths: tuple[int, int] | None = None) -> Memor
         run.model.get_parameter(name).numel() * MASK_BYTES
         for name in planned_nonzeros(config, run.model, lengths)
     )
-    return _report(run, {}, "csr", extra_model_bytes=masks)
+    return parts(config, run, {}, extra_model_bytes=masks)
 
 
 def accounted(
@@ -36,15 +35,4 @@ def accounted(
 ) -> MemoryReport:
     """The predicted memory with sparse weights counted in `layout` (csr: `predict`'s figure)."""
     run = dry_run(shape_key(config, lengths), lengths)
-    return _report(run, planned_nonzeros(config, run.model, lengths), layout)
-
-
-def _report(run, nonzeros: dict[str, int], layout: str, extra_model_bytes: int = 0):
-    return MemoryReport(
-        model_bytes=accounting.model_bytes(run.model, nonzeros, layout) + extra_model_bytes,
-        optimizer_bytes=accounting.held_gradient_bytes(run.model, nonzeros)
-        + accounting.stepped_state_bytes(run.model, run.optimizer, nonzeros),
-        activation_bytes=run.activation_bytes,
-        flops_per_step=run.flops_per_step,
-        source="predicted",
-    )
+    return parts(config, run, planned_nonzeros(config, run.model, lengths), layout)
