@@ -17,6 +17,7 @@ and a last run prints every method from the one file.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import time
 from pathlib import Path
@@ -69,7 +70,7 @@ def describe(table: replay.Table) -> None:
 def settings(args: argparse.Namespace, sampler: str, scheduler: dict | None) -> dict:
     """What a sweep's figures depend on, besides its seed (the cache's key)."""
     return {
-        "table": Path(args.table).name,
+        "table": hashlib.sha256(Path(args.table).read_bytes()).hexdigest()[:16],
         "points": args.points,
         "workers": args.workers,
         "sampler": sampler,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import pickle
 
+import numpy as np
 import pandas as pd
 import pytest
 from optuna.trial import TrialState
@@ -162,6 +163,21 @@ def tiny_table() -> replay.Table:
                 }
             )
     return replay.Table.from_frame(pd.DataFrame(rows))
+
+
+def test_replay_hypervolume_counts_memory_ratios_from_the_nadir():
+    """Halving memory adds the same volume at 40 MB as at 2 MB, and the table's worst point
+    (least accuracy, most memory) adds none."""
+    reference = [0.2, 80.0]
+    assert replay.hypervolume([[0.5, 40.0], [0.3, 2.0]], reference) == pytest.approx(
+        replay.hypervolume([[0.5, 40.0], [0.3, 4.0]], reference) + (0.3 - 0.2) * np.log10(2)
+    )
+    assert replay.hypervolume([[0.5, 20.0]], reference) - replay.hypervolume(
+        [[0.5, 40.0]], reference
+    ) == pytest.approx((0.5 - 0.2) * np.log10(2))
+    table = tiny_table()
+    assert table.reference() == [pytest.approx(0.1), pytest.approx(66.0)]
+    assert replay.hypervolume([[0.1, 60.0]], table.reference()) == 0.0
 
 
 @pytest.mark.parametrize("seed", [0, 1])
