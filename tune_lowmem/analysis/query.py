@@ -83,7 +83,8 @@ def _beside(goals: dict[str, str], done: pd.DataFrame) -> list[str]:
     """Reported next to each chosen row, never used to choose: memory predicted and measured,
     each accounted total's stored figure, and the test metric of each validation objective."""
     tests = [chosen.test_of(c, done) for c in goals if c.startswith(chosen.VALIDATION)]
-    memory = [PREDICTED, MEASURED, *counted.stored_beside([*goals, PREDICTED, MEASURED])]
+    totals = [*(c for c in goals if c.startswith("memory.")), PREDICTED, MEASURED]
+    memory = [m for c in totals for m in (c, *counted.stored_beside([c]))]
     extra = [*dict.fromkeys(memory), *(t for t in tests if t)]
     return [c for c in extra if c not in goals and c in done.columns]
 

@@ -84,15 +84,14 @@ def _row(
     memory = group[f"{points.memory}.mean"]
     if base is not None:
         base_memory = base[f"{points.memory}.mean"]
+    held = f"{counted.STORED_TOTALS.get(points.memory)}.mean"
     row = {
         "configuration": label,
         "other settings": group["other_settings"],
         memory_header(points): memory,
+        **({stored_header(points): group[held]} if held in group else {}),
         "reduction (x)": base_memory / memory,
     }
-    held = f"{counted.STORED_TOTALS.get(points.memory)}.mean"
-    if held in group:
-        row[stored_header(points)] = group[held]
     for metric in (points.score, points.test):
         if metric is None:
             continue
@@ -181,7 +180,8 @@ def note(points: Points, table: pd.DataFrame) -> str:
         f"Rows: the baseline, then the configurations non-dominated on {points.score} "
         f"({points.direction}d) and {points.memory} (minimized), by memory{beside}. Memory: "
         "predicted total training memory. Scores: mean over seeds; 95% CI = 1.96 standard "
-        f"errors over seeds. Reduction and change are against the first row. {held[0].upper()}"
+        f"errors over seeds. Reduction (of the {counted.counted(points.memory) or 'stored'} "
+        f"memory) and change are against the first row. {held[0].upper()}"
         f"{held[1:]}"
     )
 
