@@ -65,19 +65,20 @@ REASON_LIMIT = 500  # characters of an error message kept as the failure reason
 def memory_metrics(
     predicted: MemoryReport | None,
     measured: MemoryReport | None,
-    held: MemoryReport | None = None,
+    predicted_stored: MemoryReport | None = None,
 ) -> dict[str, float | None]:
     """The memory a trial reports, named as the store's columns (`memory.predicted_*_mb`,
-    `memory.flops_per_step`, `memory.measured_*_mb`, and from `held`, the predicted stored
-    figure, `memory.*_stored_total_mb`)."""
+    `memory.flops_per_step`, `memory.measured_*_mb`, and from `predicted_stored`, the
+    prediction as the step stores it, `memory.*_stored_total_mb`)."""
     names = (*PREDICTED_METRICS, *MEASURED_METRICS)
     values: dict[str, float | None] = dict.fromkeys((*names, *STORED_METRICS))
     for report in (predicted, measured):
         if report is not None:
             reported = {f"memory.{k}": v for k, v in report.to_dict().items()}
             values.update({k: v for k, v in reported.items() if k in names})
-    if held is not None:
-        values.update({f"memory.{k}": v for k, v in stored_totals(held, measured).items()})
+    if predicted_stored is not None:
+        totals = stored_totals(predicted_stored, measured)
+        values.update({f"memory.{k}": v for k, v in totals.items()})
     return values
 
 
@@ -180,7 +181,7 @@ class _Run:
         self.params = params
         self.config: TrialConfig | None = None
         self.predicted: MemoryReport | None = None
-        self.held: MemoryReport | None = None  # predicted as stored: sparse weights dense
+        self.predicted_stored: MemoryReport | None = None  # sparse weights dense, with masks
         self.measured: MemoryReport | None = None
         self.started_at = datetime.now(UTC)
         self.trainer: Trainer | None = None
@@ -193,7 +194,7 @@ class _Run:
         try:
             self.config = self.space.trial_config(self.params)
             self.predicted = predict(self.config)
-            self.held = stored(self.config)
+            self.predicted_stored = stored(self.config)
             share = trial_share(self.space.resources, self.config)  # what Ray was asked for
             hold_to_share(share, resolve_device(self.config.device))  # its OOM is its own
             self.trainer = Trainer(self.config)
@@ -228,7 +229,7 @@ class _Run:
         """The prediction, the measured step and, on a GPU, the peaks the trial has reached."""
         device = self.trainer.device if self.trainer is not None else torch.device("cpu")
         peaks = {f"memory.{part}": mb for part, mb in peak_memory_mb(device).items()}
-        return {**memory_metrics(self.predicted, self.measured, self.held), **peaks}
+        return {**memory_metrics(self.predicted, self.measured, self.predicted_stored), **peaks}
 
     def _memory_reached(self) -> str:
         """What an out-of-memory trial had predicted and reached, for its failure reason."""

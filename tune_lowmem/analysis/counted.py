@@ -52,8 +52,8 @@ def stored_beside(columns: Iterable[str]) -> list[str]:
 def differing(frame: pd.DataFrame, column: str, suffix: str = "") -> np.ndarray:
     """Per row: the stored figure is known and differs from the accounted `column` (a sparse
     configuration); all False where the store has no stored figure for it."""
-    stored = f"{STORED_TOTALS.get(column, '')}{suffix}"
-    if column not in STORED_TOTALS or stored not in frame:
+    stored = f"{STORED_TOTALS.get(column)}{suffix}"
+    if stored not in frame:
         return np.zeros(len(frame), dtype=bool)
     return differ(frame[f"{column}{suffix}"], frame[stored])
 
@@ -67,21 +67,16 @@ def differ(accounted: pd.Series, stored: pd.Series) -> np.ndarray:
 
 def unknown(frame: pd.DataFrame, column: str, suffix: str = "") -> int:
     """Rows with an accounted `column` but no stored figure (written before stores kept one)."""
-    accounted = frame[f"{column}{suffix}"].to_numpy(dtype=float, na_value=np.nan)
-    stored = f"{STORED_TOTALS[column]}{suffix}"
-    held = (
-        frame[stored].to_numpy(dtype=float, na_value=np.nan)
-        if stored in frame
-        else np.full(len(frame), np.nan)
-    )
-    return int(np.sum(~np.isnan(accounted) & np.isnan(held)))
+    stored = frame.get(f"{STORED_TOTALS[column]}{suffix}", pd.Series(np.nan, index=frame.index))
+    known = ~frame[f"{column}{suffix}"].isna()
+    return int((known & stored.isna()).sum())
 
 
 def note(frame: pd.DataFrame, columns: Iterable[str], shown: bool, suffix: str = "") -> str:
     """The legend line of a table of `columns` (rows of `frame`): what the labels mean, and
     whether the stored figures are `shown` beside the accounted ones or equal to them."""
     totals = [c for c in columns if c in STORED_TOTALS and f"{c}{suffix}" in frame]
-    missing = sum(unknown(frame, c, suffix) for c in totals[:1])
+    missing = unknown(frame, totals[0], suffix) if totals else 0  # the first total's rows
     if shown:
         said = "stored is shown beside accounted; they are equal for dense configurations"
     elif missing < len(frame):

@@ -52,8 +52,11 @@ def draw(points: Points, out: Path) -> Drawn:
         held = shown[f"{counted.STORED_TOTALS['memory.predicted_total_mb']}.mean"].to_numpy(float)
         ax.plot(held[sparse], rows[sparse], "rD", markersize=6, label="predicted total (stored)")
         ends = np.fmax(ends, np.where(sparse, held, 0))
-    for row, total, end in zip(rows, left, ends):
-        ax.text(end, row, f"  {total:.3g} MB", va="center", fontsize="small", clip_on=True)
+    texts = [f"  {total:.3g} MB" for total in left]
+    for row in np.flatnonzero(sparse):
+        texts[row] += f" accounted, {held[row]:.3g} MB stored"
+    for row, text, end in zip(rows, texts, ends):
+        ax.text(end, row, text, va="center", fontsize="small", clip_on=True)
     ax.set_yticks(rows, shown["label"])
     ax.set_xlim(0, ends.max() * 1.45)  # room for the totals, inside the axes
     ax.set_xlabel("predicted training memory (MB, accounted)")

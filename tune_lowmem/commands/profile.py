@@ -56,12 +56,12 @@ def run(args: argparse.Namespace) -> int:
     ways = {"predicted": predict} | ({"measured": measure} if args.measure else {})
     reports = {name: way(config, lengths) for name, way in ways.items()}
     baselines = {name: way(baseline_config(config), lengths) for name, way in ways.items()}
-    held = stored_totals(stored(config, lengths), reports.get("measured"))
+    totals = stored_totals(stored(config, lengths), reports.get("measured"))
     if args.json:
         result = {
             name: {
                 **report.to_dict(),
-                f"{name}_stored_total_mb": held[f"{name}_stored_total_mb"],
+                f"{name}_stored_total_mb": totals[f"{name}_stored_total_mb"],
                 "ratio_to_baseline": report.ratio_to(baselines[name]),
             }
             for name, report in reports.items()
@@ -74,9 +74,9 @@ def run(args: argparse.Namespace) -> int:
         }
         print(json.dumps(result))
         return 0
-    sparse = held["predicted_stored_total_mb"] != reports["predicted"].total_mb
+    sparse = totals["predicted_stored_total_mb"] != reports["predicted"].total_mb
     print(describe(config, task))
-    print(table(reports, baselines, held, sparse))
+    print(table(reports, baselines, totals, sparse))
     print(SPARSE_NOTE if sparse else DENSE_NOTE)
     return 0
 
@@ -103,14 +103,15 @@ SPARSE_NOTE = (
 DENSE_NOTE = f"no sparse weights: {STORED} = {ACCOUNTED}"
 
 
-def table(reports: dict, baselines: dict, held: dict, sparse: bool) -> str:
-    """One column per report: its parts and totals, each labelled stored or accounted (`counted`;
-    a dense configuration's are equal, said once by `DENSE_NOTE`), FLOPs, the baseline (dense:
-    stored), the ratios and, measured, the peak of all PyTorch held."""
+def table(reports: dict, baselines: dict, totals: dict, sparse: bool) -> str:
+    """One column per report: its parts and totals (the stored ones from `totals`, as
+    `stored_totals` names them), each labelled stored or accounted (`counted`; a dense
+    configuration's are equal, said once by `DENSE_NOTE`), FLOPs, the baseline (dense: stored),
+    the ratios and, measured, the peak of all PyTorch held."""
     rows: dict[str, list[str]] = {}
     for source, report in reports.items():
         values, baseline = report.to_dict(), baselines[source]
-        stored_mb = held[f"{source}_stored_total_mb"]
+        stored_mb, peak = totals[f"{source}_stored_total_mb"], values.get(f"{source}_peak_mb")
         cells = {
             **{
                 _label(f"{part} MB", part, sparse): f"{values[f'{source}_{part}_mb']:.3f}"
@@ -125,9 +126,7 @@ def table(reports: dict, baselines: dict, held: dict, sparse: bool) -> str:
                 if sparse
                 else {}
             ),
-            "peak MB, all held": "-"
-            if values.get(f"{source}_peak_mb") is None
-            else f"{values[f'{source}_peak_mb']:.3f}",
+            "peak MB, all held": "-" if peak is None else f"{peak:.3f}",
         }
         for label, cell in cells.items():
             rows.setdefault(label, []).append(cell)
