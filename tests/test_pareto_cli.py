@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import re
 import shlex
 from datetime import UTC, datetime, timedelta
 
@@ -21,6 +22,7 @@ from tests.conftest import tiny_wrn_config
 from tune_lowmem.cli import main
 from tune_lowmem.config import TrialConfig
 from tune_lowmem.memory.predict import predict
+from tune_lowmem.memory.stored import stored
 from tune_lowmem.store import TrialRecord, write_trial
 
 START = datetime(2024, 5, 1, tzinfo=UTC)
@@ -44,13 +46,15 @@ FRONT = ["D", "C", "B", "A"]  # by memory, smallest first
 
 
 def predicted_memory(config: TrialConfig) -> dict:
-    """The memory columns of a trial of ``config``, as the profiler predicts them."""
+    """The memory columns of a trial of ``config``, as the profiler predicts them (accounted, and
+    the stored total)."""
     report = predict(config).to_dict()
     parts = {
         f"predicted_{p}_mb": report[f"predicted_{p}_mb"]
         for p in ("model", "optimizer", "activation", "total")
     }
-    return {**parts, "flops_per_step": report["flops_per_step"]}
+    held = {"predicted_stored_total_mb": stored(config).total_mb}
+    return {**parts, **held, "flops_per_step": report["flops_per_step"]}
 
 
 @pytest.fixture(scope="module")
@@ -144,8 +148,8 @@ def test_table_and_csv_show_the_same_front(store, capsys):
     code, text, _ = pareto(capsys, "--store", root, "--sweep", "wrn-tpe")
     assert code == 0
     table, runs = text.split("\nTo train a row:\n")
-    lines = table.strip().splitlines()
-    assert len(lines) == 1 + len(FRONT)
+    *lines, legend = table.strip().splitlines()
+    assert len(lines) == 1 + len(FRONT) and legend.startswith("memory: accounted = ")
     assert "0.82 ± 0.02" in lines[-1] and "  fp32  " in lines[-1]
     assert "test accuracy (not used to choose)" in lines[0] and "0.81 ± 0.02" in lines[-1]
     # each row's command line trains exactly that configuration
@@ -331,3 +335,69 @@ def test_objective_no_trial_reports_is_exit_1(store, capsys):
         code == 1
         and "no completed trial reports all of metric.val_accuracy, memory.measured_total_mb" in err
     )
+
+
+def cells_of(header: str, line: str) -> dict[str, str]:
+    """A row of `aligned`'s table by column name: columns start after two spaces or more."""
+    starts = [0] + [m.end() for m in re.finditer(r" {2,}(?=\S)", header)]
+    ends = [*starts[1:], None]
+    return {header[a:b].strip(): line[a:b].strip() for a, b in zip(starts, ends, strict=True)}
+
+
+def test_sparse_rows_show_stored_beside_accounted_with_labels(store, capsys):
+    """D (30% nonzeros) is trained densely with masks: its stored total is above the accounted
+    objective, and every memory figure says which it is; dense rows' are equal."""
+    root, _, memory = store
+    assert memory["D"]["predicted_stored_total_mb"] > memory["D"]["predicted_total_mb"]
+    _, text, _ = pareto(capsys, "--store", root, "--sweep", "wrn-tpe")
+    header, *rows = text.split("\nTo train a row:\n")[0].strip().splitlines()[:-1]
+    cells = {name: cells_of(header, row) for name, row in zip(FRONT, rows, strict=True)}
+    assert "memory.predicted_total_mb (min, accounted)" in header
+    assert "memory.predicted_stored_total_mb (stored)" in header
+    d = cells["D"]
+    assert float(d["memory.predicted_stored_total_mb (stored)"]) == pytest.approx(
+        memory["D"]["predicted_stored_total_mb"], rel=1e-3
+    )
+    assert float(d["memory.predicted_stored_total_mb (stored)"]) > float(
+        d["memory.predicted_total_mb (min, accounted)"]
+    )
+    assert "Stored is shown beside accounted; they are equal for dense configurations" in text
+    _, out, _ = pareto(capsys, "--store", root, "--sweep", "wrn-tpe", "--format", "csv")
+    frame = pd.read_csv(io.StringIO(out))
+    assert list(frame["memory.predicted_total_mb.counted"]) == ["accounted"] * 4
+    assert list(frame["memory.predicted_stored_total_mb.counted"]) == ["stored"] * 4
+    held, accounted = (
+        frame["memory.predicted_stored_total_mb.mean"],
+        frame["memory.predicted_total_mb.mean"],
+    )
+    assert held[0] > accounted[0] and list(held[1:]) == pytest.approx(list(accounted[1:]))
+    # without D the front is dense: the stored column would repeat the accounted one, said once
+    _, text, _ = pareto(capsys, "--store", root, "--sweep", "wrn-tpe", "--min-accuracy", 0.785)
+    assert "memory.predicted_stored_total_mb" not in text
+    assert "No configuration here is sparse where it is known, so stored = accounted" in text
+
+
+def test_a_store_without_stored_figures_still_answers(store, capsys, tmp_path):
+    """Rows of an earlier version have no stored column: pareto, status and report still work,
+    and say the stored figure is unknown rather than equal."""
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    root = tmp_path / "old"
+    shutil.copytree(store[0], root)
+    for path in root.glob("trials/*/*.parquet"):
+        table = pq.read_table(path)
+        pq.write_table(table.drop_columns([c for c in table.column_names if "stored" in c]), path)
+    code, text, _ = pareto(capsys, "--store", root, "--sweep", "wrn-tpe")
+    assert code == 0 and "memory.predicted_total_mb (min, accounted)" in text
+    assert "stored_total" not in text.split("To train")[0].splitlines()[0]
+    assert "4 configuration(s) were written by an earlier version without a stored figure" in text
+    _, out, _ = pareto(capsys, "--store", root, "--sweep", "wrn-tpe", "--format", "csv")
+    assert len(pd.read_csv(io.StringIO(out))) == 4
+    assert main(["status", "wrn-tpe", "--store", str(root)]) == 0
+    assert "accounted only" in capsys.readouterr().out
+    assert main(["report", "--store", str(root), "--out", str(tmp_path / "report")]) == 0
+    capsys.readouterr()
+    markdown = (tmp_path / "report" / "table3.md").read_text()
+    assert "| memory (MB, accounted) |" in markdown and "(MB, stored)" not in markdown

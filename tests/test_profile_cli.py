@@ -10,23 +10,31 @@ TINY = ["--set", "model.depth=10", "--set", "model.width=1", "--set", "schedule.
 TINY += ["--set", "device=cpu"]
 
 
+def table_rows(out: str) -> dict[str, list[str]]:
+    """The table's rows by label (the first line describes, the second names the columns, the
+    last is the note)."""
+    return {line[:28].strip(): line[28:].split() for line in out.splitlines()[2:-1]}
+
+
 def test_prints_a_table_with_the_ratio_to_the_baseline(capsys):
     assert main(["profile", *TINY, "--set", "precision=bf16", "--set", "microbatch.size=8"]) == 0
     out = capsys.readouterr().out
     assert "WRN-10-1, batch 16, bf16, checkpoint none, microbatch 8 (true)" in out
-    rows = {line[:22].strip(): line[22:].split() for line in out.splitlines()[2:]}
+    rows = table_rows(out)
     assert list(rows) == [
         "model MB",
         "optimizer MB",
         "activation MB",
-        "total MB",
+        "total MB, stored",
         "GFLOPs per step",
-        "baseline total MB",
+        "baseline total MB, stored",
         "baseline / this",
         "peak MB, all held",
     ]
+    assert out.splitlines()[-1] == "no sparse weights: stored = accounted"  # said once
     total, baseline, ratio = (
-        float(rows[k][0]) for k in ("total MB", "baseline total MB", "baseline / this")
+        float(rows[k][0])
+        for k in ("total MB, stored", "baseline total MB, stored", "baseline / this")
     )
     assert (
         ratio == pytest.approx(baseline / total, rel=1e-2) and ratio > 2.5
@@ -72,7 +80,7 @@ def test_profiles_the_transformer_on_synthetic_batches_without_its_data(capsys):
         "dct-iwslt14 DC-Transformer 1+1 layers, embed 32, 600 tokens (15 pairs of 25/40), fp32, "
         "checkpoint residual-1, microbatch 240 (true)" in out
     )
-    rows = {line[:22].strip(): line[22:].split() for line in out.splitlines()[2:]}
+    rows = table_rows(out)
     assert float(rows["baseline / this"][0]) > 1.5  # 6 of 15 pairs at a time, layers recomputed
 
 
@@ -114,8 +122,9 @@ def test_sparse_totals_are_labelled_accounted_and_stored(capsys):
     sparse = [*TINY, "--set", "sparsity.density=0.3"]
     assert main(["profile", *sparse]) == 0
     out = capsys.readouterr().out
-    rows = {line[:22].strip(): line[22:].split() for line in out.splitlines()[2:]}
-    assert "total MB" not in rows and "'accounted' counts them as CSR" in out
+    rows = table_rows(out)
+    assert "total MB" not in rows and "accounted counts them as CSR" in out
+    assert {"model MB, accounted", "optimizer MB, accounted", "baseline / this, stored"} < set(rows)
     accounted_mb, stored_mb = (
         float(rows["total MB, accounted"][0]),
         float(rows["total MB, stored"][0]),
@@ -126,7 +135,27 @@ def test_sparse_totals_are_labelled_accounted_and_stored(capsys):
     assert result["predicted_stored_total_mb"] == pytest.approx(stored_mb, abs=1e-3)
     assert main(["profile", *TINY, "--json"]) == 0
     dense = json.loads(capsys.readouterr().out)["predicted"]
-    assert "predicted_stored_total_mb" not in dense
+    assert dense["predicted_stored_total_mb"] == dense["predicted_total_mb"]
+    assert result["predicted_stored_total_mb"] > result["predicted_total_mb"]
     masks = 9 * (16 * 16 + 16 * 16 + 16 * 32 + 32 * 32 + 32 * 64 + 64 * 64)  # WRN-10-1's 3x3s
     assert stored_mb == pytest.approx(dense["predicted_total_mb"] + masks / 1e6, abs=2e-3)
     assert stored_mb > accounted_mb
+
+
+def test_measured_stored_total_is_what_the_step_held(capsys):
+    """With --measure the measured column's stored total counts the sparse weights as the real
+    step holds them (dense, with masks): above its accounted total and within the allocator's
+    peak of everything PyTorch held; the JSON labels every figure."""
+    sparse = [*TINY, "--set", "sparsity.density=0.3", "--measure", "--threads", "1"]
+    assert main(["profile", *sparse, "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    measured, counted = result["measured"], result["counted"]
+    accounted, held = measured["measured_total_mb"], measured["measured_stored_total_mb"]
+    assert accounted < held <= measured["measured_peak_mb"]
+    stored_parts = held - measured["measured_activation_mb"]  # weights, gradients, state, masks
+    predicted = result["predicted"]
+    assert stored_parts == pytest.approx(
+        predicted["predicted_stored_total_mb"] - predicted["predicted_activation_mb"]
+    )
+    assert counted["measured_total_mb"] == counted["predicted_model_mb"] == "accounted"
+    assert counted["measured_stored_total_mb"] == counted["measured_peak_mb"] == "stored"

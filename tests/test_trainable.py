@@ -77,6 +77,8 @@ def test_trainable_reports_trains_and_fails(local_ray, tmp_path):
     assert row["memory.measured_total_mb"] == pytest.approx(
         trained.metrics["memory.measured_total_mb"]
     )
+    for source in ("predicted", "measured"):  # dense: the step holds what is accounted
+        assert row[f"memory.{source}_stored_total_mb"] == row[f"memory.{source}_total_mb"]
     assert len(store.read_epochs(tmp_path, space.name, trained.metrics["trial_id"])) == 2
     with trained.checkpoint.as_directory() as folder:  # epoch 1's checkpoint resumes exactly
         state = torch.load(Path(folder, CHECKPOINT_FILE), weights_only=True)

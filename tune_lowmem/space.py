@@ -67,6 +67,8 @@ DIRECTIONS = ("maximize", "minimize")
 # starts), named as the store's columns: `memory.predicted_total_mb` is the memory objective.
 PREDICTED_METRICS = (*(f"memory.predicted_{part}_mb" for part in PARTS), "memory.flops_per_step")
 MEASURED_METRICS = tuple(f"memory.measured_{part}_mb" for part in PARTS)
+# Both totals as the masked step holds them (the ones above count sparse weights as CSR)
+STORED_METRICS = tuple(f"memory.{kind}_stored_total_mb" for kind in ("predicted", "measured"))
 CUDA_PEAK_METRICS = tuple(f"memory.{column}" for column in CUDA_PEAK_COLUMNS)  # GPU trials
 MEMORY_OBJECTIVE = "memory.predicted_total_mb"
 # Names of the first version, still read in old spaces and sweep folders.

@@ -78,6 +78,9 @@ MEMORY_COLUMNS: dict[str, pa.DataType] = {
         for kind in ("predicted", "measured")
         for part in ("model", "optimizer", "activation", "total")
     },
+    # What the masked step holds (sparse weights dense, with masks), beside the accounted totals
+    # above (sparse weights as CSR); empty in rows of stores written before them
+    **{f"{kind}_stored_total_mb": pa.float64() for kind in ("predicted", "measured")},
     "flops_per_step": pa.int64(),
     **dict.fromkeys(CUDA_PEAK_COLUMNS, pa.float64()),
 }

@@ -46,11 +46,13 @@ from .memory import MemoryReport
 from .memory.measure import measure
 from .memory.predict import predict
 from .memory.share import hold_to_share, peak_memory_mb, trial_share
+from .memory.stored import stored, stored_totals
 from .space import (
     CUDA_PEAK_METRICS,
     MEASURED_METRICS,
     MEMORY_OBJECTIVE,
     PREDICTED_METRICS,
+    STORED_METRICS,
     SearchSpace,
     store_column,
 )
@@ -61,16 +63,22 @@ REASON_LIMIT = 500  # characters of an error message kept as the failure reason
 
 
 def memory_metrics(
-    predicted: MemoryReport | None, measured: MemoryReport | None
+    predicted: MemoryReport | None,
+    measured: MemoryReport | None,
+    predicted_stored: MemoryReport | None = None,
 ) -> dict[str, float | None]:
     """The memory a trial reports, named as the store's columns (`memory.predicted_*_mb`,
-    `memory.flops_per_step`, `memory.measured_*_mb`)."""
+    `memory.flops_per_step`, `memory.measured_*_mb`, and from `predicted_stored`, the
+    prediction as the step stores it, `memory.*_stored_total_mb`)."""
     names = (*PREDICTED_METRICS, *MEASURED_METRICS)
-    values: dict[str, float | None] = dict.fromkeys(names)
+    values: dict[str, float | None] = dict.fromkeys((*names, *STORED_METRICS))
     for report in (predicted, measured):
         if report is not None:
             reported = {f"memory.{k}": v for k, v in report.to_dict().items()}
             values.update({k: v for k, v in reported.items() if k in names})
+    if predicted_stored is not None:
+        totals = stored_totals(predicted_stored, measured)
+        values.update({f"memory.{k}": v for k, v in totals.items()})
     return values
 
 
@@ -173,6 +181,7 @@ class _Run:
         self.params = params
         self.config: TrialConfig | None = None
         self.predicted: MemoryReport | None = None
+        self.predicted_stored: MemoryReport | None = None  # sparse weights dense, with masks
         self.measured: MemoryReport | None = None
         self.started_at = datetime.now(UTC)
         self.trainer: Trainer | None = None
@@ -185,6 +194,7 @@ class _Run:
         try:
             self.config = self.space.trial_config(self.params)
             self.predicted = predict(self.config)
+            self.predicted_stored = stored(self.config)
             share = trial_share(self.space.resources, self.config)  # what Ray was asked for
             hold_to_share(share, resolve_device(self.config.device))  # its OOM is its own
             self.trainer = Trainer(self.config)
@@ -219,7 +229,7 @@ class _Run:
         """The prediction, the measured step and, on a GPU, the peaks the trial has reached."""
         device = self.trainer.device if self.trainer is not None else torch.device("cpu")
         peaks = {f"memory.{part}": mb for part, mb in peak_memory_mb(device).items()}
-        return {**memory_metrics(self.predicted, self.measured), **peaks}
+        return {**memory_metrics(self.predicted, self.measured, self.predicted_stored), **peaks}
 
     def _memory_reached(self) -> str:
         """What an out-of-memory trial had predicted and reached, for its failure reason."""
@@ -335,7 +345,7 @@ def result_from_row(space: SearchSpace, row: Mapping[str, Any]) -> dict[str, Any
     metrics = {k.removeprefix("metric."): value(k) for k in row if k.startswith("metric.")}
     memory = {
         name: value(store_column(name))
-        for name in (*PREDICTED_METRICS, *MEASURED_METRICS, *CUDA_PEAK_METRICS)
+        for name in (*PREDICTED_METRICS, *MEASURED_METRICS, *STORED_METRICS, *CUDA_PEAK_METRICS)
     }
     reason = value("failure_reason")
     return final_result(

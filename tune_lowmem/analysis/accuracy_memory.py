@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from . import counted
 from .plotting import (
     ERRORBAR_NOTE,
     Drawn,
@@ -64,7 +65,7 @@ def draw(points: Points, out: Path) -> Drawn:
         zorder=3,
     )
     memory_axis(ax, frame[x])
-    ax.set_xlabel("predicted training memory (MB)")
+    ax.set_xlabel(f"training memory (MB): {counted.labelled(points.memory)}")
     ax.set_ylabel(points.score_label)
     ax.set_title(f"{points.score_name} against training memory")
     ax.grid(True, which="both", alpha=0.3)
@@ -73,6 +74,6 @@ def draw(points: Points, out: Path) -> Drawn:
         f"Each point is one configuration (mean over seeds); circled points are non-dominated "
         f"on validation data (no other is both smaller and better); the dashed line is the best score "
         f"reachable within each memory; points that would hide each other are moved sideways by "
-        f"up to 2% of the axis. {ERRORBAR_NOTE}."
+        f"up to 2% of the axis. {ERRORBAR_NOTE}. Memory {counted.LEGEND.removeprefix('memory')}."
     )
     return Drawn(NAME, TITLE, caption, path=save(figure, out, NAME))

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import counted
 from .plotting import Drawn, new_figure, outside_legend, save
 from .points import MEMORY_PARTS, Points
 
@@ -43,13 +44,22 @@ def draw(points: Points, out: Path) -> Drawn:
         left += values
     measured = shown["memory.measured_total_mb.mean"].to_numpy(float)
     if np.isfinite(measured).any():
-        ax.plot(measured, rows, "k|", markersize=16, markeredgewidth=2, label="measured total")
+        label = "measured total (accounted)"
+        ax.plot(measured, rows, "k|", markersize=16, markeredgewidth=2, label=label)
     ends = np.fmax(left, measured)  # the label starts past the measured mark
-    for row, total, end in zip(rows, left, ends):
-        ax.text(end, row, f"  {total:.3g} MB", va="center", fontsize="small", clip_on=True)
+    sparse = counted.differing(shown, "memory.predicted_total_mb", ".mean")
+    if sparse.any():  # what the masked step holds, where it is not the bars' accounting
+        held = shown[f"{counted.STORED_TOTALS['memory.predicted_total_mb']}.mean"].to_numpy(float)
+        ax.plot(held[sparse], rows[sparse], "rD", markersize=6, label="predicted total (stored)")
+        ends = np.fmax(ends, np.where(sparse, held, 0))
+    texts = [f"  {total:.3g} MB" for total in left]
+    for row in np.flatnonzero(sparse):
+        texts[row] += f" accounted, {held[row]:.3g} MB stored"
+    for row, text, end in zip(rows, texts, ends):
+        ax.text(end, row, text, va="center", fontsize="small", clip_on=True)
     ax.set_yticks(rows, shown["label"])
     ax.set_xlim(0, ends.max() * 1.45)  # room for the totals, inside the axes
-    ax.set_xlabel("predicted training memory (MB)")
+    ax.set_xlabel("predicted training memory (MB, accounted)")
     ax.set_title("Training memory by part")
     outside_legend(ax)
     ax.grid(True, axis="x", alpha=0.3)
@@ -57,7 +67,9 @@ def draw(points: Points, out: Path) -> Drawn:
         "Predicted from shapes by the profiler: model = parameters, optimizer = gradient buffer "
         "plus optimizer state, activation = the peak of stored activations and their gradients. "
         "Configurations that differ only in settings memory does not depend on (learning rate, "
-        "rewiring) share a bar, which says how many it stands for."
+        "rewiring) share a bar, which says how many it stands for. Bars, totals and the measured "
+        f"mark are accounted; a red diamond is a sparse configuration's stored total. "
+        f"Memory {counted.LEGEND.removeprefix('memory')}."
     )
     if len(shown) < len(frame):
         caption += f" {len(shown)} of {len(frame)} configurations shown, spread evenly over memory."

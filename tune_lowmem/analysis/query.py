@@ -15,6 +15,7 @@ import yaml
 
 from .. import pareto
 from ..config import ConfigError
+from . import counted
 from . import objectives as chosen
 from .points import (
     NoResult,
@@ -80,10 +81,20 @@ def answer(
 
 def _beside(goals: dict[str, str], done: pd.DataFrame) -> list[str]:
     """Reported next to each chosen row, never used to choose: memory predicted and measured,
-    and the test metric of each validation objective."""
+    each accounted total's stored figure, and the test metric of each validation objective."""
     tests = [chosen.test_of(c, done) for c in goals if c.startswith(chosen.VALIDATION)]
-    extra = [PREDICTED, MEASURED, *(t for t in tests if t)]
+    totals = [*(c for c in goals if c.startswith("memory.")), PREDICTED, MEASURED]
+    memory = [m for c in totals for m in (c, *counted.stored_beside([c]))]
+    extra = [*dict.fromkeys(memory), *(t for t in tests if t)]
     return [c for c in extra if c not in goals and c in done.columns]
+
+
+def _kept(rows: pd.DataFrame, goals: dict[str, str], beside: list[str]) -> tuple[list[str], bool]:
+    """The beside columns a table shows, and whether any row is sparse: a stored total only
+    where some row's differs from its accounted one, else the legend says once they are equal."""
+    sparse = {c for c in [*goals, *beside] if counted.differing(rows, c, ".mean").any()}
+    hidden = {held for total, held in counted.STORED_TOTALS.items() if total not in sparse}
+    return [c for c in beside if c not in hidden], bool(sparse)
 
 
 def _objective(objectives: dict[str, str], direction: str, flag: str) -> str:
@@ -117,10 +128,12 @@ def render(
     if form == "table":
         table = pd.DataFrame({"point": [_ids(p) for p in rows["points"]]})
         table["configuration"] = rows["configuration"].to_numpy()
+        kept, sparse = _kept(rows, goals, beside)
         for col in goals:
-            table[f"{col} ({goals[col][:3]})"] = [_interval(row, col) for _, row in rows.iterrows()]
+            header = counted.labelled(col, goals[col][:3])
+            table[header] = [_interval(row, col) for _, row in rows.iterrows()]
         table["seeds"] = rows["n"].to_numpy()
-        for col in beside:
+        for col in kept:
             table[_short(col)] = [_interval(row, col) for _, row in rows.iterrows()]
         if rows["other_settings"].astype(bool).any():
             table["other settings"] = rows["other_settings"].to_numpy()
@@ -129,7 +142,8 @@ def render(
             + run_line(trial_config(done, row["seed_group"]))
             for _, row in rows.iterrows()
         ]
-        return aligned(table) + "\nTo train a row:\n" + "\n".join(runs) + "\n"
+        legend = counted.note(rows, [*goals, *beside], sparse, ".mean")
+        return aligned(table) + legend + "\nTo train a row:\n" + "\n".join(runs) + "\n"
     records = [_record(row, done, goals, beside) for _, row in rows.iterrows()]
     if form == "json":
         return json.dumps(records[0] if single else records, indent=2) + "\n"
@@ -184,7 +198,13 @@ def _ids(points: list[int]) -> str:
 
 
 def _short(col: str) -> str:
-    return f"{metric_name(col)} (not used to choose)" if col.startswith(chosen.TEST) else col
+    """A beside column's header: a test metric says it was not used to choose, memory how it
+    counts."""
+    return (
+        f"{metric_name(col)} (not used to choose)"
+        if col.startswith(chosen.TEST)
+        else counted.labelled(col)
+    )
 
 
 def aligned(table: pd.DataFrame) -> str:
@@ -200,9 +220,11 @@ def aligned(table: pd.DataFrame) -> str:
 
 
 def _stats(row: pd.Series, col: str) -> dict:
+    how = counted.counted(col)
     return {
         **{stat: _number(row[f"{col}.{stat}"]) for stat in ("mean", "ci95", "std")},
         "count": int(row[f"{col}.count"]),
+        **({"counted": how} if how else {}),
     }
 
 
@@ -240,16 +262,19 @@ def _yaml(
     """The config as YAML, after comment lines that say what it is, where it comes from and how
     well it did."""
     config = trial_config(done, best["seed_group"])
+    kept, sparse = _kept(best.to_frame().T, goals, beside)
     other = f"; {best['other_settings']}" if best["other_settings"] else ""
     lines = [
         f"# The best configuration on validation data {where}:",
         f"#   {best['configuration']}{other}",
         f"#   point {_ids(best['points'])}, trials {', '.join(best['trial_ids'])}",
         *(
-            f"#   {col}: {_interval(best, col)} ({_seeds(int(best[f'{col}.count']))})"
+            f"#   {counted.labelled(col)}: {_interval(best, col)} "
+            f"({_seeds(int(best[f'{col}.count']))})"
             for col in goals
         ),
-        *(f"#   {_short(col)}: {_interval(best, col)}" for col in beside),
+        *(f"#   {_short(col)}: {_interval(best, col)}" for col in kept),
+        f"#   {counted.note(best.to_frame().T, [*goals, *beside], sparse, '.mean')}",
         "# Check it: tune-lowmem profile THIS.yaml; train it: tune-lowmem train THIS.yaml",
     ]
     return "\n".join(lines) + "\n" + yaml.safe_dump(config, sort_keys=False)

@@ -16,6 +16,7 @@ from . import (
     accuracy_density,
     accuracy_memory,
     accuracy_microbatch,
+    counted,
     hypervolume,
     memory_parts,
     paper,
@@ -73,7 +74,8 @@ def page(points: Points, drawn: list[Drawn], table: pd.DataFrame | None) -> str:
         "<h2>How configurations were chosen</h2>",
         (
             f"<p>{_e(points.rule)} Memory: <code>{_e(points.memory)}</code> (predicted by the "
-            "profiler from shapes, before training).</p>"
+            f"profiler from shapes, before training; {_e(counted.counted(points.memory))}). "
+            f"Every memory figure is labelled: {_e(counted.LEGEND.removeprefix('memory: '))}.</p>"
         ),
         "<h2>Against the paper</h2>",
         _paper_html(points),
@@ -87,7 +89,7 @@ def page(points: Points, drawn: list[Drawn], table: pd.DataFrame | None) -> str:
     else:
         parts.append(_table_html(table.drop(columns="seed_group"), table3.format_cell))
         parts.append(
-            f'<p class="note">{_e(table3.note(points))} Also as <a href="{table3.NAME}.md">'
+            f'<p class="note">{_e(table3.note(points, table))} Also as <a href="{table3.NAME}.md">'
             f'Markdown</a> and <a href="{table3.NAME}.csv">CSV</a>.</p>'
         )
     for figure in drawn:
@@ -126,7 +128,8 @@ def _paper_html(points: Points) -> str:
         return "not in this store" if pd.isna(value) else f"{value:.4g}"
 
     return _table_html(lines, cell) + (
-        f'<p class="note">Paper: {source}. This store: predicted memory; test score (mean over '
+        f'<p class="note">Paper: {source}. This store: predicted memory, accounted as the '
+        "paper counts it (sparse weights as CSR); test score (mean over "
         "seeds) of the configuration with the same fields, the best on validation data where "
         "several match; reduction and change against the store's own baseline of the same "
         "model. Difference = this store - paper.</p>"

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import baselines
+from . import baselines, counted
 from .points import (
     NO_TECHNIQUE,
     Points,
@@ -24,13 +24,15 @@ from .points import (
 )
 
 NAME = "table3"
+MEMORY = "memory (MB"  # how every memory header starts: "memory (MB, accounted)"
 TITLE = (
     "Memory and accuracy of the Pareto-optimal configurations against the baseline (paper Table 3)"
 )
 
 
 def build(points: Points) -> pd.DataFrame:
-    """Baseline first, then the front from most memory to least, in display units (%, MB)."""
+    """Baseline first, then the front from most memory to least, in display units (%, MB); the
+    stored memory beside the accounted where a row is sparse (`counted`)."""
     scored = points.scored()
     score = f"{points.score}.mean"
     trained = scored[scored["techniques"] == NO_TECHNIQUE]
@@ -42,14 +44,33 @@ def build(points: Points) -> pd.DataFrame:
         base, base_row = None, _predicted_baseline(points, scored)
     front = points.front().iloc[::-1]
     rows = [base_row] + [
-        _row(points, group["configuration"], group, base, base_row["memory (MB)"])
+        _row(points, group["configuration"], group, base, base_row[memory_header(points)])
         for _, group in front.iterrows()
         if base is None or group["seed_group"] != base["seed_group"]
     ]
     table = pd.DataFrame(rows)
     if not table["other settings"].astype(bool).any():
         table = table.drop(columns="other settings")
+    stored = stored_header(points)
+    if stored in table and not sparse(table, points):
+        table = table.drop(columns=stored)  # dense rows: equal, said once by the note
     return table
+
+
+def memory_header(points: Points) -> str:
+    return f"{MEMORY}, {counted.counted(points.memory) or 'as stored'})"
+
+
+def stored_header(points: Points) -> str:
+    return f"{MEMORY}, {counted.STORED})"
+
+
+def sparse(table: pd.DataFrame, points: Points) -> bool:
+    """Whether a row's stored memory differs from its accounted one (a sparse configuration)."""
+    stored, memory = stored_header(points), memory_header(points)
+    return (
+        stored != memory and stored in table and counted.differ(table[memory], table[stored]).any()
+    )
 
 
 def _row(
@@ -63,10 +84,12 @@ def _row(
     memory = group[f"{points.memory}.mean"]
     if base is not None:
         base_memory = base[f"{points.memory}.mean"]
+    held = f"{counted.STORED_TOTALS.get(points.memory)}.mean"
     row = {
         "configuration": label,
         "other settings": group["other_settings"],
-        "memory (MB)": memory,
+        memory_header(points): memory,
+        **({stored_header(points): group[held]} if held in group else {}),
         "reduction (x)": base_memory / memory,
     }
     for metric in (points.score, points.test):
@@ -101,7 +124,8 @@ def _predicted_baseline(points: Points, scored: pd.DataFrame) -> dict:
         **dict.fromkeys(empty, math.nan),
         "configuration": f"{label}, dense, no technique (baseline; predicted, not trained)",
         "other settings": "",  # the baseline's memory does not depend on them
-        "memory (MB)": memory,
+        memory_header(points): memory,
+        stored_header(points): memory,  # dense: stored as accounted
         "reduction (x)": 1.0,
         "seeds": 0,
         "trials": "",
@@ -143,19 +167,22 @@ def to_markdown(table: pd.DataFrame, points: Points) -> str:
     for _, row in shown.iterrows():
         cells = (format_cell(col, row[col], row) for col in shown.columns)
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
-    return "\n".join(lines) + "\n\n" + note(points) + "\n"
+    return "\n".join(lines) + "\n\n" + note(points, table) + "\n"
 
 
-def note(points: Points) -> str:
+def note(points: Points, table: pd.DataFrame) -> str:
     """What the table's columns mean, and the rule its rows were chosen by."""
     beside = (
         f"; {points.test} is shown beside them and was not used to choose" if points.test else ""
     )
+    held = counted.note(points.front(), [points.memory], sparse(table, points), ".mean")
     return (
         f"Rows: the baseline, then the configurations non-dominated on {points.score} "
         f"({points.direction}d) and {points.memory} (minimized), by memory{beside}. Memory: "
         "predicted total training memory. Scores: mean over seeds; 95% CI = 1.96 standard "
-        "errors over seeds. Reduction and change are against the first row."
+        f"errors over seeds. Reduction (of the {counted.counted(points.memory) or 'stored'} "
+        f"memory) and change are against the first row. {held[0].upper()}"
+        f"{held[1:]}"
     )
 
 
@@ -167,6 +194,8 @@ def format_cell(column: str, value, row: pd.Series) -> str:
     if isinstance(value, (float, np.floating)) and math.isnan(value):
         if row["seeds"] == 0:
             return "not trained"
+        if column.startswith(MEMORY):
+            return "not recorded"
         if column.endswith("CI (±)") and row["seeds"] == 1:
             return "n/a: 1 seed"
         if "change" in column and row["seeds"] > 0:
@@ -174,7 +203,7 @@ def format_cell(column: str, value, row: pd.Series) -> str:
         return "n/a"
     if column == "reduction (x)":
         return f"{value:.1f}×"
-    if column == "memory (MB)":
+    if column.startswith(MEMORY):
         return f"{value:.4g}"
     if column == "seeds":
         return str(int(value))

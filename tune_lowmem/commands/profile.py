@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from ..analysis.counted import ACCOUNTED, STORED, counted
 from ..memory.report import PARTS
 from . import add_config_arguments, config_from_arguments
 from .threads import add_threads_argument, apply_threads
@@ -38,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from ..memory import baseline_config
     from ..memory.measure import measure
     from ..memory.predict import predict
-    from ..memory.stored import stored
+    from ..memory.stored import stored, stored_totals
     from ..memory.synthetic import synthetic_task
     from ..preflight import cuda_present
     from ..validation import positive_int
@@ -55,21 +56,28 @@ def run(args: argparse.Namespace) -> int:
     ways = {"predicted": predict} | ({"measured": measure} if args.measure else {})
     reports = {name: way(config, lengths) for name, way in ways.items()}
     baselines = {name: way(baseline_config(config), lengths) for name, way in ways.items()}
-    held = stored(config, lengths) if config.sparsity.enabled else None
+    totals = stored_totals(stored(config, lengths), reports.get("measured"))
     if args.json:
         result = {
-            name: {**report.to_dict(), "ratio_to_baseline": report.ratio_to(baselines[name])}
+            name: {
+                **report.to_dict(),
+                f"{name}_stored_total_mb": totals[f"{name}_stored_total_mb"],
+                "ratio_to_baseline": report.ratio_to(baselines[name]),
+            }
             for name, report in reports.items()
         }
-        if held is not None:
-            result["predicted"]["predicted_stored_total_mb"] = held.total_mb
         result["baseline"] = {name: report.to_dict() for name, report in baselines.items()}
+        keys = {k for r in (*reports.values(), *baselines.values()) for k in r.to_dict()}
+        keys |= {f"{name}_stored_total_mb" for name in reports}
+        result["counted"] = {
+            k: counted(f"memory.{k}") for k in sorted(keys) if counted(f"memory.{k}")
+        }
         print(json.dumps(result))
         return 0
+    sparse = totals["predicted_stored_total_mb"] != reports["predicted"].total_mb
     print(describe(config, task))
-    print(table(reports, baselines, held))
-    if held is not None:
-        print(SPARSE_NOTE)
+    print(table(reports, baselines, totals, sparse))
+    print(SPARSE_NOTE if sparse else DENSE_NOTE)
     return 0
 
 
@@ -85,51 +93,55 @@ def describe(config, task) -> str:
     )
 
 
-ROWS = (
-    "model MB",
-    "optimizer MB",
-    "activation MB",
-    "total MB",
-    "GFLOPs per step",
-    "baseline total MB",
-    "baseline / this",
-    "peak MB, all held",
-)
-
-
-def column(report, baseline) -> list[str]:
-    """One report's cells, in the order of ROWS (the peak of all PyTorch held is measured only)."""
-    values, source = report.to_dict(), report.source
-    peak = values.get(f"{source}_peak_mb")
-    return [
-        *(f"{values[f'{source}_{part}_mb']:.3f}" for part in PARTS),
-        f"{values['flops_per_step'] / 1e9:.2f}",
-        f"{baseline.total_mb:.3f}",
-        f"{report.ratio_to(baseline):.2f}",
-        "-" if peak is None else f"{peak:.3f}",
-    ]
-
-
-STORED_ROW = "total MB, stored"
-ACCOUNTED_ROW = "total MB, accounted"
+LABEL_WIDTH = 28
 SPARSE_NOTE = (
-    "sparse weights: 'accounted' counts them as CSR (what a sparse kernel would keep; the "
-    "figure searched and stored), 'stored' as the masked step holds them (dense, with bool masks)"
+    f"sparse weights: {ACCOUNTED} counts them as CSR (what a sparse kernel would keep; the "
+    f"figure searched and stored as memory.predicted_total_mb), {STORED} as the masked step "
+    "holds them (dense, with bool masks); the measured column's stored total is its measured "
+    "activation with the weights, gradients and state the step holds"
 )
+DENSE_NOTE = f"no sparse weights: {STORED} = {ACCOUNTED}"
 
 
-def table(reports: dict, baselines: dict, held=None) -> str:
-    """The ROWS for each report; with `held` (the predicted stored figure of a sparse config),
-    the total is labelled accounted and the stored total follows it (measured: see the peak)."""
-    columns = {name: column(report, baselines[name]) for name, report in reports.items()}
-    rows = list(enumerate(ROWS))
-    if held is not None:
-        at = ROWS.index("total MB")
-        stored_cells = [f"{held.total_mb:.3f}"] + ["-"] * (len(columns) - 1)
-        rows[at] = (at, ACCOUNTED_ROW)
-        rows.insert(at + 1, (STORED_ROW, STORED_ROW))
-    lines = [f"{'':22}" + "".join(f"{name:>12}" for name in columns)]
-    for i, label in rows:
-        cells = stored_cells if i == STORED_ROW else [c[i] for c in columns.values()]
-        lines.append(f"{label:22}" + "".join(f"{cell:>12}" for cell in cells))
+def table(reports: dict, baselines: dict, totals: dict, sparse: bool) -> str:
+    """One column per report: its parts and totals (the stored ones from `totals`, as
+    `stored_totals` names them), each labelled stored or accounted (`counted`; a dense
+    configuration's are equal, said once by `DENSE_NOTE`), FLOPs, the baseline (dense: stored),
+    the ratios and, measured, the peak of all PyTorch held."""
+    rows: dict[str, list[str]] = {}
+    for source, report in reports.items():
+        values, baseline = report.to_dict(), baselines[source]
+        stored_mb, peak = totals[f"{source}_stored_total_mb"], values.get(f"{source}_peak_mb")
+        cells = {
+            **{
+                _label(f"{part} MB", part, sparse): f"{values[f'{source}_{part}_mb']:.3f}"
+                for part in PARTS
+            },
+            **({f"total MB, {STORED}": f"{stored_mb:.3f}"} if sparse else {}),
+            "GFLOPs per step": f"{values['flops_per_step'] / 1e9:.2f}",
+            f"baseline total MB, {STORED}": f"{baseline.total_mb:.3f}",
+            _label("baseline / this", "total", sparse): f"{report.ratio_to(baseline):.2f}",
+            **(
+                {f"baseline / this, {STORED}": f"{baseline.total_mb / stored_mb:.2f}"}
+                if sparse
+                else {}
+            ),
+            "peak MB, all held": "-" if peak is None else f"{peak:.3f}",
+        }
+        for label, cell in cells.items():
+            rows.setdefault(label, []).append(cell)
+    lines = [f"{'':{LABEL_WIDTH}}" + "".join(f"{name:>12}" for name in reports)]
+    lines += [
+        f"{label:{LABEL_WIDTH}}" + "".join(f"{cell:>12}" for cell in cells)
+        for label, cells in rows.items()
+    ]
     return "\n".join(lines)
+
+
+def _label(row: str, part: str, sparse: bool) -> str:
+    """A row's label: how its figure (of `part`) counts where a sparse weight makes a difference;
+    the totals always say it (a dense configuration's total is stored, and equal accounted)."""
+    how = counted(f"memory.predicted_{part}_mb")
+    if row.startswith("total"):
+        return f"{row}, {how if sparse else STORED}"
+    return f"{row}, {how}" if sparse and how == ACCOUNTED else row

@@ -1,0 +1,82 @@
+"""Stored against accounted figures: what a real step holds, and what a trial's row records."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.conftest import tiny_wrn_config
+from tune_lowmem import store
+from tune_lowmem.memory import MemoryReport
+from tune_lowmem.memory.accounting import state_tensors
+from tune_lowmem.memory.predict import predict
+from tune_lowmem.memory.stored import held, stored
+from tune_lowmem.memory.synthetic import synthetic_task
+from tune_lowmem.space import SearchSpace
+from tune_lowmem.train import Trainer
+from tune_lowmem.trainable import memory_metrics, store_record
+
+SPARSE = {"sparsity.density": 0.3}
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [SPARSE, {**SPARSE, "precision": "bf16", "fused_step": "exact"}],
+    ids=["sparse", "sparse-bf16-fused"],
+)
+def test_a_real_step_holds_what_stored_counts(changes):
+    """After a real step, the distinct storages of the parameters, gradients, optimizer state and
+    masks are the stored figure's model and optimizer parts, byte for byte; the accounted
+    figure (CSR) is smaller."""
+    config = tiny_wrn_config(**changes)
+    trainer = Trainer(config, task=synthetic_task(config, torch.device("cpu")))
+    batches = trainer.task.train_batches(0)
+    for _ in range(2):  # the second step as every later one: the optimizer state exists
+        trainer.train_step(next(iter(batches)))
+    model = trainer.model
+    tensors = [*model.parameters(), *(p.grad for p in model.parameters() if p.grad is not None)]
+    tensors += state_tensors(trainer.optimizer)
+    for technique in trainer.techniques:
+        tensors += technique.held_tensors()
+    storages = {id(t.untyped_storage()): t.untyped_storage().nbytes() for t in tensors}
+    expected = stored(config)
+    assert sum(storages.values()) == expected.model_bytes + expected.optimizer_bytes
+    accounted = predict(config)
+    assert accounted.model_bytes + accounted.optimizer_bytes < sum(storages.values())
+
+
+def test_a_trial_row_records_stored_beside_accounted(tmp_path):
+    """The row a trial writes: the stored totals beside the accounted ones, predicted and
+    measured (measured activation, with the weights and state as held); equal when dense."""
+    space = SearchSpace.from_dict(
+        {
+            "name": "labels",
+            "base": {"device": "cpu", "model": {"depth": 10, "width": 1}},
+            "params": {"precision": {"type": "choice", "values": ["fp32", "fp16"]}},
+            "objectives": {"val_accuracy": "maximize", "memory.predicted_total_mb": "minimize"},
+            "num_samples": 1,
+        }
+    )
+    steps = {}
+    for trial_id, changes in (("sparse", SPARSE), ("dense", {})):
+        config = tiny_wrn_config(**changes)
+        predicted = predict(config)
+        measured = MemoryReport(  # a measurement: accounted parts, its own activation and peak
+            predicted.model_bytes, predicted.optimizer_bytes, 10**7, 1, "measured", 2 * 10**7
+        )
+        steps[trial_id] = held(measured, stored(config)).total_mb
+        memory = memory_metrics(predicted, measured, stored(config))
+        record = store_record(space, "labels", trial_id, "completed", config.to_flat(), {}, memory)
+        store.write_trial(tmp_path, record)
+    rows = store.read_trials(tmp_path, "labels").set_index("trial_id")
+    sparse, dense = rows.loc["sparse"], rows.loc["dense"]
+    assert sparse["memory.predicted_stored_total_mb"] > sparse["memory.predicted_total_mb"]
+    assert sparse["memory.predicted_stored_total_mb"] == pytest.approx(
+        stored(tiny_wrn_config(**SPARSE)).total_mb
+    )
+    assert sparse["memory.measured_stored_total_mb"] > sparse["memory.measured_total_mb"]
+    assert sparse["memory.measured_stored_total_mb"] == pytest.approx(steps["sparse"])
+    assert dense["memory.predicted_stored_total_mb"] == dense["memory.predicted_total_mb"]
+    assert dense["memory.measured_stored_total_mb"] == dense["memory.measured_total_mb"]
+    memory = memory_metrics(predict(tiny_wrn_config()), None, stored(tiny_wrn_config()))
+    assert memory["memory.measured_stored_total_mb"] is None  # not measured: not invented

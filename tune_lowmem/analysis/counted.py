@@ -1,0 +1,91 @@
+"""Stored or accounted: how a memory figure counts a sparse weight, for every command's labels.
+
+Sparse layers are trained densely with masks. A figure is *accounted* when it counts a sparse
+weight as CSR (what a sparse kernel would keep: the paper's accounting, and the searched
+objective `memory.predicted_total_mb`), and *stored* when it counts what the step really holds
+(dense weights, gradients and state, plus a bool mask per sparse weight). Activations, and the
+allocator's own peaks, are held as counted. Without sparse weights the two are equal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+import pandas as pd
+
+ACCOUNTED, STORED = "accounted", "stored"
+# each accounted total -> the column holding the same figure as the step stores it
+STORED_TOTALS = {
+    f"memory.{source}_total_mb": f"memory.{source}_stored_total_mb"
+    for source in ("predicted", "measured")
+}
+_ACCOUNTED_PARTS = {f"{part}_mb" for part in ("model", "optimizer", "total")}
+LEGEND = (
+    "memory: accounted = sparse weights counted as CSR, what a sparse kernel would keep (the "
+    "paper's accounting and the searched objective); stored = what the masked step holds (dense "
+    "weights, gradients and state, plus a bool mask per sparse weight)"
+)
+
+
+def counted(column: str) -> str | None:
+    """`ACCOUNTED` or `STORED` for a memory column in MB; None for anything else (FLOPs, a
+    metric)."""
+    if not (column.startswith("memory.") and column.endswith("_mb")):
+        return None
+    source, _, part = column.removeprefix("memory.").partition("_")
+    accounted = source in ("predicted", "measured") and part in _ACCOUNTED_PARTS
+    return ACCOUNTED if accounted else STORED
+
+
+def labelled(column: str, *words: str) -> str:
+    """A header: the column, then ``words`` and how it counts, in parentheses when any."""
+    said = [*words, *([counted(column)] if counted(column) else [])]
+    return f"{column} ({', '.join(said)})" if said else column
+
+
+def stored_beside(columns: Iterable[str]) -> list[str]:
+    """The stored counterparts of the accounted totals among `columns`, in their order."""
+    return [STORED_TOTALS[c] for c in columns if c in STORED_TOTALS]
+
+
+def differing(frame: pd.DataFrame, column: str, suffix: str = "") -> np.ndarray:
+    """Per row: the stored figure is known and differs from the accounted `column` (a sparse
+    configuration); all False where the store has no stored figure for it."""
+    stored = f"{STORED_TOTALS.get(column)}{suffix}"
+    if stored not in frame:
+        return np.zeros(len(frame), dtype=bool)
+    return differ(frame[f"{column}{suffix}"], frame[stored])
+
+
+def differ(accounted: pd.Series, stored: pd.Series) -> np.ndarray:
+    """Per row: the stored figure is known and is not the accounted one."""
+    held = stored.to_numpy(dtype=float, na_value=np.nan)
+    same = np.isclose(held, accounted.to_numpy(dtype=float, na_value=np.nan), rtol=1e-9, atol=0)
+    return ~np.isnan(held) & ~same
+
+
+def unknown(frame: pd.DataFrame, column: str, suffix: str = "") -> int:
+    """Rows with an accounted `column` but no stored figure (written before stores kept one)."""
+    stored = frame.get(f"{STORED_TOTALS[column]}{suffix}", pd.Series(np.nan, index=frame.index))
+    known = ~frame[f"{column}{suffix}"].isna()
+    return int((known & stored.isna()).sum())
+
+
+def note(frame: pd.DataFrame, columns: Iterable[str], shown: bool, suffix: str = "") -> str:
+    """The legend line of a table of `columns` (rows of `frame`): what the labels mean, and
+    whether the stored figures are `shown` beside the accounted ones or equal to them."""
+    totals = [c for c in columns if c in STORED_TOTALS and f"{c}{suffix}" in frame]
+    missing = unknown(frame, totals[0], suffix) if totals else 0  # the first total's rows
+    if shown:
+        said = "stored is shown beside accounted; they are equal for dense configurations"
+    elif missing < len(frame):
+        said = "no configuration here is sparse where it is known, so stored = accounted"
+    else:
+        said = "stored figures are not in this store"
+    if missing:
+        said += (
+            f"; {missing} configuration(s) were written by an earlier version without a stored "
+            "figure: accounted only"
+        )
+    return f"{LEGEND}. {said[0].upper()}{said[1:]}."
