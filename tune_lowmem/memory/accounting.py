@@ -15,6 +15,7 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
+from ..techniques.blockwise import SCALES, blocks
 from ..techniques.sparsity import sparse_storage_bytes
 
 
@@ -76,13 +77,19 @@ def state_bytes(
     model: nn.Module, optimizer: torch.optim.Optimizer, nonzeros: Mapping[str, int]
 ) -> int:
     """The optimizer state a real optimizer holds now: buffers shaped like their parameter count
-    as value buffers (nonzeros only for a sparse weight), anything else (Adam's step) as stored."""
+    as value buffers (nonzeros only for a sparse weight), the per-block scales of 8-bit state
+    (`techniques.blockwise`) as the blocks of its nonzeros, anything else (Adam's step) as
+    stored."""
     total = 0
     for name, param in model.named_parameters():
-        for tensor in optimizer.state.get(param, {}).values():
-            if torch.is_tensor(tensor):
-                shaped = tensor.shape == param.shape
-                total += (
-                    value_bytes(tensor, nonzeros.get(name)) if shaped else value_bytes(tensor, None)
-                )
+        count = nonzeros.get(name)
+        for key, tensor in optimizer.state.get(param, {}).items():
+            if not torch.is_tensor(tensor):
+                continue
+            if tensor.shape == param.shape:
+                total += value_bytes(tensor, count)
+            elif count is not None and key.endswith(SCALES):
+                total += blocks(count) * tensor.element_size()
+            else:
+                total += value_bytes(tensor, None)
     return total
