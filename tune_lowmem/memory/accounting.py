@@ -3,7 +3,8 @@
 A dense parameter takes numel x element size. A sparse weight takes its nonzero values plus CSR
 index storage (`techniques.sparsity.sparse_storage_bytes`: column indices in uint16 for rows of
 up to 65,536 columns, else int32, and int32 row pointers); its gradient and each optimizer-state
-buffer share the weight's pattern and take the nonzero values only. Everything is counted in
+buffer share the weight's pattern and take the nonzero values only (8-bit state: a byte per
+nonzero and a scale per block of the nonzeros). Everything is counted in
 the dtype it is stored in: half for the pure fp16 and bf16 modes (norm layers fp32), fp32 for
 fp32 and the amp modes.
 """

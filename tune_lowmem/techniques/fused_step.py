@@ -174,10 +174,10 @@ class FusedStep(Technique):
         if fused == "none":
             return
         refusal = f"{fused!r} is not allowed"
-        optimizer = getattr(task, "OPTIMIZER", None) or type(None)
-        adam = issubclass(optimizer, FairseqAdam)
+        optimizer = getattr(task, "OPTIMIZER", None)
+        adam = optimizer is not None and issubclass(optimizer, FairseqAdam)
         require(
-            adam or issubclass(optimizer, torch.optim.SGD),
+            adam or (optimizer is not None and issubclass(optimizer, torch.optim.SGD)),
             "fused_step",
             f"{refusal} for task {config.task} (its optimizer is "
             f"{getattr(optimizer, '__name__', 'not declared')}, the fused step is SGD's and "
