@@ -10,6 +10,7 @@ from torch import nn
 
 from tests.test_memory import tiny_dct
 from tests.test_translation_task import tiny_dct as tiny_dct_on_data
+from tune_lowmem.cli import main
 from tune_lowmem.config import ConfigError, TrialConfig
 from tune_lowmem.memory import accounting
 from tune_lowmem.memory.measure import measure
@@ -211,3 +212,11 @@ DCT = {"task": "dct-iwslt14", "device": "cpu"}
 def test_refused_where_it_does_not_fit(flat, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         TrialConfig.from_dict(flat)
+
+
+def test_profile_refuses_in_one_line_with_exit_status_2(capsys):
+    argv = ["profile", "--set", "task=dct-iwslt14", "--set", "adam_state=fp8"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("adam_state: 'fp8' is not allowed; allowed: param, bf16, int8")
+    assert len(err.splitlines()) == 1
