@@ -33,8 +33,8 @@ from .precision import storage_dtype
 ADAM_STATES = ("param", "bf16", "int8")
 MIN_QUANTIZED = 4096  # bitsandbytes' min_8bit_size: smaller tensors keep their moments unquantized
 CHUNK = 256 * blockwise.BLOCK  # elements dequantized at once (a whole number of blocks)
-# the 8-bit moments: (state key, its code, whether it stores the square root)
-QUANTIZED = (("exp_avg", blockwise.SIGNED, False), ("exp_avg_sq_root", blockwise.UNSIGNED, True))
+# the 8-bit moments, (state key, its code): the first, and the second's square root
+QUANTIZED = (("exp_avg", blockwise.SIGNED), ("exp_avg_sq_root", blockwise.UNSIGNED))
 
 
 class Bf16Moments(Moments):
@@ -58,7 +58,7 @@ class Int8Moments(Moments):
             return super().create(param)
         scales = torch.zeros(blockwise.blocks(param.numel()), device=param.device)
         state = {}
-        for key, _, _ in QUANTIZED:
+        for key, _ in QUANTIZED:
             state[key] = torch.zeros_like(param, dtype=torch.uint8)
             state[key + blockwise.SCALES] = scales.clone()
         return state
@@ -70,16 +70,11 @@ class Int8Moments(Moments):
         flat_param, flat_grad = param.view(-1), grad.reshape(-1)
         for start in range(0, param.numel(), CHUNK):
             end = min(start + CHUNK, param.numel())
-            pieces = [self._piece(state, key, start, end) for key, _, _ in QUANTIZED]
-            exp_avg, exp_avg_sq = (
-                code.dequantize(codes, scales)
-                for (_, code, _), (codes, scales) in zip(QUANTIZED, pieces)
-            )
-            exp_avg_sq.square_()
+            pieces = [(code, *self._piece(state, key, start, end)) for key, code in QUANTIZED]
+            exp_avg, root = (code.dequantize(codes, scales) for code, codes, scales in pieces)
+            exp_avg_sq = root.square_()
             rule(flat_param[start:end], flat_grad[start:end], exp_avg, exp_avg_sq)
-            for (_, code, _), (codes, scales), values in zip(
-                QUANTIZED, pieces, (exp_avg, exp_avg_sq.sqrt_())
-            ):
+            for (code, codes, scales), values in zip(pieces, (exp_avg, exp_avg_sq.sqrt_())):
                 code.quantize_(values, codes, scales)
 
     @staticmethod
