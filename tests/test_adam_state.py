@@ -19,6 +19,7 @@ from tune_lowmem.optim import FairseqAdam
 from tune_lowmem.techniques import blockwise
 from tune_lowmem.techniques.adam_state import FORMATS, MIN_QUANTIZED
 from tune_lowmem.techniques.fused_adam import FusedAdam
+from tune_lowmem.techniques.sparsity import Sparsity
 from tune_lowmem.train import Trainer
 
 SETTINGS = {"lr": 1e-2, "betas": (0.9, 0.98), "eps": 1e-8, "weight_decay": 1e-4}
@@ -126,6 +127,10 @@ def test_fused_step_of_the_dct_in_the_trainer_and_its_checkpoint():
     trainer = trained(**flat)
     for ours, theirs in zip(trainer.model.parameters(), expected.model.parameters(), strict=True):
         assert torch.equal(ours, theirs)
+    for name, mask in trainer.technique(Sparsity).engine.masks.items():
+        weight = trainer.model.get_parameter(name)
+        assert not weight[~mask].any()  # 8-bit state of masked positions stays at byte 0
+        assert not trainer.optimizer.state[weight]["exp_avg"][~mask].any()
     state = trainer.state_dict()
     batch = next(iter(trainer.task.train_batches(1)))
     trainer.train_step(batch)
