@@ -62,8 +62,10 @@ MEMORY_CONFIGS = [  # (label, task base, technique fields): both tasks, every te
     ("dct sparse 0.25", DCT, {"sparsity.density": 0.25}),
     ("dct microbatch 1000", DCT, {"microbatch.size": 1000}),
     ("dct checkpoint residual-1", DCT, {"checkpoint": "residual-1"}),
+    ("dct int8 Adam state", DCT, {"adam_state": "int8"}),
+    ("dct fused Adam step", DCT, {"fused_step": "exact"}),
 ]
-STEP_CONFIGS = [
+STEP_CONFIGS = [  # WRN's SGD: every technique but Adam's state
     ("off", {}),
     ("fp16", {"precision": "fp16"}),
     ("amp-bf16", {"precision": "amp-bf16"}),

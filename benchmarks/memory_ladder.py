@@ -74,6 +74,26 @@ DCT = [
     ("+ 40% nonzeros", {"sparsity.density": 0.4}),
     ("+ 10% nonzeros", {"sparsity.density": 0.1}),
 ]
+INT8 = {"adam_state": "int8"}
+# the Adam means, one at a time: on the paper's combination (rung 3) and on its 40% rung (4);
+# the fused step (no fp16: loss scaling) without microbatches, where it saves the gradients;
+# bf16 moments where the weights are fp32
+DCT_BEYOND = [
+    ("paper's + int8 Adam moments (lossy)", 3, {**INT8}),
+    ("40% nonzeros + int8 Adam moments (lossy)", 4, {**INT8}),
+    ("10% nonzeros + int8 Adam moments (lossy)", 5, {**INT8}),
+]
+DCT_FUSED = [
+    ("bf16 + residual-1, no microbatch", {"precision": "bf16", "checkpoint": "residual-1"}),
+    ("+ fused Adam step, exact", {"fused_step": "exact"}),
+    ("+ int8 Adam moments (lossy)", {**INT8}),
+    ("+ 40% nonzeros", {"sparsity.density": 0.4}),
+]
+DCT_FP32_STATE = [
+    ("fp32 + residual-1 + microbatch 250", {"checkpoint": "residual-1", "microbatch.size": 250}),
+    ("+ bf16 Adam moments (lossy)", {"adam_state": "bf16"}),
+    ("int8 in place of bf16 moments (lossy)", {**INT8}),
+]
 
 
 def chain(steps: list[tuple[str, dict]], start: dict | None = None) -> list[tuple[str, dict]]:
@@ -101,6 +121,12 @@ def wrn_rungs() -> list[tuple[str, dict]]:
     return [*ladder, *fused, *chain(BEYOND, fused[-1][1]), *chain(FP32_STATE)]
 
 
+def dct_rungs() -> list[tuple[str, dict]]:
+    paper = chain(DCT)
+    beyond = [(label, {**paper[base][1], **step}) for label, base, step in DCT_BEYOND]
+    return [*paper, *beyond, *chain(DCT_FUSED), *chain(DCT_FP32_STATE)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--task", choices=("wrn", "dct"), default="wrn")
@@ -113,7 +139,7 @@ def main() -> None:
         title, ladder = f"WRN-28-2, batch {args.batch}", wrn_rungs()
     else:
         base = {"task": "dct-iwslt14", "schedule.max_tokens": 4000}
-        title, ladder = "DC-Transformer, 4000 tokens (30-token pairs)", chain(DCT)
+        title, ladder = "DC-Transformer, 4000 tokens (30-token pairs)", dct_rungs()
     print(f"{title}; MB = 10**6 bytes; ratios to the fp32 baseline's total")
     print(
         f"{'#':>2} {'rung':42} {'act':>7} {'stored':>7} {'acc csr':>7} {'acc best':>8} "

@@ -210,13 +210,13 @@ def test_refused_where_it_does_not_fit(flat, message):
         tiny_wrn_config(**flat)
 
 
-def test_refused_for_a_task_whose_optimizer_is_not_sgd(capsys):
-    argv = ["profile", "--set", "task=dct-iwslt14", "--set", "fused_step=exact"]
+def test_heavy_ball_refused_for_a_task_whose_optimizer_is_adam(capsys):
+    argv = ["profile", "--set", "task=dct-iwslt14", "--set", "fused_step=heavy-ball"]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert (
-        "fused_step: 'exact' is not allowed for task dct-iwslt14 (its optimizer is FairseqAdam"
-        in err
+        "fused_step: 'heavy-ball' is not allowed for task dct-iwslt14 (its optimizer is Adam); "
+        "allowed: none, exact" in err
     )
     assert len(err.splitlines()) == 1
 

@@ -300,6 +300,9 @@ class TrialConfig:
     # into the momentum buffer and no gradient buffer exists)
     fused_step: str = "none"
     momentum_dtype: str = "param"  # param: the parameter's dtype; bf16 (lossy; fused step, fp32)
+    # techniques/adam_state.py, Adam tasks: param (the parameter's dtype); bf16 (lossy, fp32
+    # weights only); int8 (lossy: 8-bit blockwise-quantized moments, after bitsandbytes)
+    adam_state: str = "param"
 
     def __post_init__(self) -> None:
         task = self.task_type()

@@ -6,19 +6,41 @@ sqrt(v / (1 - b2^t)) + eps. For gradients near eps (rare words' embedding rows, 
 when 1 - b2^t is small) the two steps differ by up to half the learning rate, so the project uses
 fairseq's rule (tests/test_fairseq_parity.py checks it against fairseq's own optimizer).
 Weight decay is decoupled (p -= lr * wd * p) as in both. The moment buffers have the
-parameter's dtype, as torch's AdamW keeps them (fp16 trials keep every buffer in half).
+parameter's dtype, as torch's AdamW keeps them (fp16 trials keep every buffer in half), unless
+`moments` says otherwise (`techniques.adam_state`: bf16 or 8-bit moments, lossy).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Callable
 
 import torch
+
+# (parameter, gradient, first moment, second moment) -> None: the update, in place
+Rule = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], None]
+
+
+class Moments:
+    """How Adam keeps its two moments: here in the parameter's dtype, as torch does (exact).
+    A subclass keeps them in another form and hands `apply` the fp32 values to update."""
+
+    def create(self, param: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {
+            "exp_avg": torch.zeros_like(param, memory_format=torch.preserve_format),
+            "exp_avg_sq": torch.zeros_like(param, memory_format=torch.preserve_format),
+        }
+
+    def apply(self, param: torch.Tensor, grad: torch.Tensor, state: dict, rule: Rule) -> None:
+        """Run `rule` on the parameter, its gradient and its moments, and keep the result."""
+        rule(param, grad, state["exp_avg"], state["exp_avg_sq"])
 
 
 class FairseqAdam(torch.optim.AdamW):
     """torch.optim.AdamW's interface, state names (step, exp_avg, exp_avg_sq) and defaults, with
-    fairseq's update (amsgrad, maximize and the fused/foreach kernels are not offered)."""
+    fairseq's update (amsgrad, maximize and the fused/foreach kernels are not offered).
+    `moments`: how the two moments are stored (`Moments`)."""
 
     def __init__(
         self,
@@ -27,8 +49,14 @@ class FairseqAdam(torch.optim.AdamW):
         betas=(0.9, 0.999),
         eps: float = 1e-8,
         weight_decay: float = 0.0,
+        moments: Moments | None = None,
     ):
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+        self.moments = moments or Moments()
+
+    def init_state(self, param: torch.Tensor) -> None:
+        """The state of a parameter that has not stepped yet."""
+        self.state[param].update(step=torch.tensor(0.0), **self.moments.create(param))
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -37,25 +65,45 @@ class FairseqAdam(torch.optim.AdamW):
             with torch.enable_grad():
                 loss = closure()
         for group in self.param_groups:
-            beta1, beta2 = group["betas"]
-            lr, eps, decay = group["lr"], group["eps"], group["weight_decay"]
             for param in group["params"]:
-                if param.grad is None:
-                    continue
-                state = self.state[param]
-                if not state:
-                    state["step"] = torch.tensor(0.0)
-                    state["exp_avg"] = torch.zeros_like(param, memory_format=torch.preserve_format)
-                    state["exp_avg_sq"] = torch.zeros_like(
-                        param, memory_format=torch.preserve_format
-                    )
-                state["step"] += 1
-                step = float(state["step"])
-                exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
-                exp_avg.mul_(beta1).add_(param.grad, alpha=1 - beta1)
-                exp_avg_sq.mul_(beta2).addcmul_(param.grad, param.grad, value=1 - beta2)
-                step_size = lr * math.sqrt(1 - beta2**step) / (1 - beta1**step)
-                if decay:
-                    param.add_(param, alpha=-decay * lr)
-                param.addcdiv_(exp_avg, exp_avg_sq.sqrt().add_(eps), value=-step_size)
+                if param.grad is not None:
+                    self.update(param, param.grad, group)
         return loss
+
+    @torch.no_grad()
+    def update(
+        self, param: torch.Tensor, grad: torch.Tensor, group: dict, step: int | None = None
+    ) -> None:
+        """One parameter's step with `grad`. `step`: its count after this step, when the caller
+        keeps it on the host (reading the state's tensor waits for the device, and is not
+        possible on the profiler's fake tensors)."""
+        beta1, beta2 = group["betas"]
+        lr, eps, decay = group["lr"], group["eps"], group["weight_decay"]
+        state = self.state[param]
+        if not state:
+            self.init_state(param)
+        state["step"] += 1
+        step = float(state["step"]) if step is None else step
+        step_size = lr * math.sqrt(1 - beta2**step) / (1 - beta1**step)
+
+        def rule(param, grad, exp_avg, exp_avg_sq) -> None:
+            exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
+            exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+            if decay:
+                param.add_(param, alpha=-decay * lr)
+            param.addcdiv_(exp_avg, exp_avg_sq.sqrt().add_(eps), value=-step_size)
+
+        self.moments.apply(param, grad, state, rule)
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """torch's loading casts every state tensor to its parameter's dtype; moments kept in
+        another form (bf16, 8-bit codes and their fp32 scales) get back the dtype they were
+        saved in."""
+        super().load_state_dict(state_dict)
+        saved = itertools.chain.from_iterable(g["params"] for g in state_dict["param_groups"])
+        params = itertools.chain.from_iterable(g["params"] for g in self.param_groups)
+        for index, param in zip(saved, params):
+            for key, value in state_dict["state"].get(index, {}).items():
+                loaded = self.state[param].get(key)
+                if torch.is_tensor(value) and key != "step" and loaded.dtype != value.dtype:
+                    self.state[param][key] = value.to(param.device, copy=True)

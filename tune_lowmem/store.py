@@ -100,6 +100,7 @@ LATER_FIELDS = {
     "precision_update": "nearest",
     "fused_step": "none",
     "momentum_dtype": "param",
+    "adam_state": "param",
 }
 # Config fields removed since, with the value every row that had them held.
 REMOVED_FIELDS = {"data.num_workers": 0}

@@ -3,7 +3,8 @@
 A dense parameter takes numel x element size. A sparse weight takes its nonzero values plus CSR
 index storage (`techniques.sparsity.sparse_storage_bytes`: column indices in uint16 for rows of
 up to 65,536 columns, else int32, and int32 row pointers); its gradient and each optimizer-state
-buffer share the weight's pattern and take the nonzero values only. Everything is counted in
+buffer share the weight's pattern and take the nonzero values only (8-bit state: a byte per
+nonzero and a scale per block of the nonzeros). Everything is counted in
 the dtype it is stored in: half for the pure fp16 and bf16 modes (norm layers fp32), fp32 for
 fp32 and the amp modes.
 """
@@ -15,6 +16,7 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
+from ..techniques.blockwise import SCALES, blocks
 from ..techniques.sparsity import sparse_storage_bytes
 
 
@@ -76,13 +78,19 @@ def state_bytes(
     model: nn.Module, optimizer: torch.optim.Optimizer, nonzeros: Mapping[str, int]
 ) -> int:
     """The optimizer state a real optimizer holds now: buffers shaped like their parameter count
-    as value buffers (nonzeros only for a sparse weight), anything else (Adam's step) as stored."""
+    as value buffers (nonzeros only for a sparse weight), the per-block scales of 8-bit state
+    (`techniques.blockwise`) as the blocks of its nonzeros, anything else (Adam's step) as
+    stored."""
     total = 0
     for name, param in model.named_parameters():
-        for tensor in optimizer.state.get(param, {}).values():
-            if torch.is_tensor(tensor):
-                shaped = tensor.shape == param.shape
-                total += (
-                    value_bytes(tensor, nonzeros.get(name)) if shaped else value_bytes(tensor, None)
-                )
+        count = nonzeros.get(name)
+        for key, tensor in optimizer.state.get(param, {}).items():
+            if not torch.is_tensor(tensor):
+                continue
+            if tensor.shape == param.shape:
+                total += value_bytes(tensor, count)
+            elif count is not None and key.endswith(SCALES):
+                total += blocks(count) * tensor.element_size()
+            else:
+                total += value_bytes(tensor, None)
     return total

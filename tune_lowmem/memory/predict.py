@@ -13,8 +13,8 @@ gradient that a fused step (`techniques.fused_step`) applies and drops in the ba
 gradients the pass leaves behind are left to the optimizer part. The input minibatch is the data
 pipeline's and is not counted (a copy the model makes, such as the cast to half, is). Model and
 optimizer parts follow `accounting`; the optimizer state is the paper's rule
-(`accounting.state_copies`), or the buffers a fused step holds from the start, plus what a
-technique keeps beside it (`accounted_state_bytes`: Kahan's compensation buffers).
+(`accounting.state_copies`), or the buffers a fused step or low-precision Adam state
+(`techniques.adam_state`) holds from the start, plus what a technique keeps beside it (`accounted_state_bytes`: Kahan's compensation buffers).
 
 A dry run is cached per shape key (task, model, precision, checkpointing, batch or token budget
 and microbatch, device type, and the synthetic sentence lengths), so a search that varies

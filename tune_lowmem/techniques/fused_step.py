@@ -25,7 +25,8 @@ fp32 and rounded back each step: explicitly lossy. The model must not be stepped
 and dynamic loss scaling (fp16) does not fit: it must see every gradient before any update.
 
 `FusedStep` is the technique (`TrialConfig.fused_step`, `TrialConfig.momentum_dtype`) that trains a
-trial this way in place of the task's torch.optim.SGD.
+trial this way in place of the task's torch.optim.SGD, or, for a task whose optimizer is
+fairseq's Adam, fuses that optimizer's own update (`fused_adam.FusedAdam`, ``exact`` only).
 """
 
 from __future__ import annotations
@@ -37,8 +38,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..optim import FairseqAdam
 from ..validation import choice, require
 from .base import Technique
+from .fused_adam import FusedAdam
 from .precision import storage_dtype, uses_loss_scaling
 
 KEY = "momentum_buffer"  # torch.optim.SGD's name for it
@@ -126,11 +129,12 @@ MOMENTUM_DTYPES = {"param": None, "bf16": torch.bfloat16}
 
 
 class FusedStep(Technique):
-    """The `fused_step` and `momentum_dtype` fields: the task's SGD run as `FusedSGD`.
+    """The `fused_step` and `momentum_dtype` fields: the task's SGD run as `FusedSGD`, or its
+    fairseq Adam as `FusedAdam`.
 
     - ``exact``: the task's own update (Nesterov kept); with Nesterov and several
       microbatches the gradients still accumulate (see `FusedSGD`), so it saves memory only
-      without microbatching.
+      without microbatching; the same for Adam always (see `FusedAdam`).
     - ``heavy-ball``: LOSSY, the task's momentum without Nesterov (not the paper's recipe), so
       that microbatch gradients go straight into the momentum buffer: no gradient buffer at all.
     - ``momentum_dtype: bf16``: LOSSY, momentum kept in bf16 (only where the parameters are fp32).
@@ -171,12 +175,24 @@ class FusedStep(Technique):
             return
         refusal = f"{fused!r} is not allowed"
         optimizer = getattr(task, "OPTIMIZER", None)
+        adam = optimizer is not None and issubclass(optimizer, FairseqAdam)
         require(
-            optimizer is not None and issubclass(optimizer, torch.optim.SGD),
+            adam or (optimizer is not None and issubclass(optimizer, torch.optim.SGD)),
             "fused_step",
             f"{refusal} for task {config.task} (its optimizer is "
-            f"{getattr(optimizer, '__name__', 'not declared')}, the fused step is SGD's); "
-            "allowed: none",
+            f"{getattr(optimizer, '__name__', 'not declared')}, the fused step is SGD's and "
+            "fairseq Adam's); allowed: none",
+        )
+        require(
+            not adam or fused == "exact",
+            "fused_step",
+            f"{refusal} for task {config.task} (its optimizer is Adam); allowed: none, exact",
+        )
+        require(
+            not adam or dtype == "param",
+            "momentum_dtype",
+            f"{dtype!r} is not allowed for task {config.task} (its optimizer is Adam: see "
+            "adam_state); allowed: param",
         )
         require(
             not uses_loss_scaling(config.precision),
@@ -197,6 +213,9 @@ class FusedStep(Technique):
     def attach(self, optimizer: torch.optim.Optimizer) -> None:
         """Take over the optimizer's updates: its state holds the momentum, its step finds no
         gradient left to apply."""
+        if isinstance(optimizer, FairseqAdam):
+            self.optimizer, self.fused = optimizer, FusedAdam(optimizer)
+            return
         require(
             isinstance(optimizer, torch.optim.SGD) and len(optimizer.param_groups) == 1,
             "fused_step",
@@ -216,11 +235,17 @@ class FusedStep(Technique):
         )
 
     def begin_step(self, microbatches: int) -> None:
+        if isinstance(self.fused, FusedAdam):  # reads its groups' learning rates itself
+            self.fused.begin_step(microbatches)
+            return
         self.fused.begin_step(microbatches, self.optimizer.param_groups[0]["lr"])
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """After the optimizer's own: its loading casts the buffers to the parameters' dtype and
         replaces its state object."""
+        if isinstance(self.fused, FusedAdam):
+            self.fused.reload()
+            return
         self.fused.state = self.optimizer.state
         dtype = MOMENTUM_DTYPES[self.config.momentum_dtype]
         for param in self.fused.params if self.fused.momentum > 0 else ():
