@@ -339,7 +339,7 @@ def test_sparse_rows_show_stored_memory_beside_the_accounted(report):
     markdown = (out / "table3.md").read_text()
     assert "| memory (MB, accounted) | memory (MB, stored) |" in markdown
     page = (out / "index.html").read_text()
-    legend = "accounted = sparse weights counted as CSR, what a sparse kernel would keep"
+    legend = "accounted = sparse weights counted compressed (sparsity.storage: CSR unless set)"
     assert legend in page and "equal for dense configurations" in page
     assert "<th>memory (MB, accounted)</th><th>memory (MB, stored)</th>" in page
     assert "a red diamond is a sparse configuration&#x27;s stored total" in page

@@ -41,6 +41,8 @@ FUSED_NORM_MODES = ("none", "unit", "block")
 REWIRING_MODES = ("dynamic", "static")
 PERIOD_SCHEDULES = ("paper", "constant")
 SCHEDULE_UNITS = ("relative", "absolute")
+# how the accounted memory counts a sparse weight (techniques.sparsity.sparse_storage_bytes)
+STORAGE_LAYOUTS = ("csr", "bitmap", "best")
 # How pure bf16 rounds each update into its weights (costs: techniques/rounding.py).
 SPLITS = ("search", "final")
 DEVICES = ("auto", "cpu", "cuda")
@@ -252,6 +254,9 @@ class SparsityConfig:
     # paper's at 200 epochs x 450 updates); absolute: periods in updates, boundaries in scaled
     # epochs, so short runs rewire rarely or never. See techniques/rewiring.py.
     schedule_units: str = "relative"
+    # what the accounted memory (the objective) counts a sparse weight as: csr (the paper's),
+    # bitmap (values and one bit per position), or best (the smaller, per weight)
+    storage: str = "csr"
 
     def validate(self, prefix: str) -> None:
         fraction(self.density, f"{prefix}.density")
@@ -265,6 +270,7 @@ class SparsityConfig:
         positive_float(self.initial_threshold, f"{prefix}.initial_threshold")
         fraction(self.stop_epoch, f"{prefix}.stop_epoch", open_low=False)
         choice(self.schedule_units, SCHEDULE_UNITS, f"{prefix}.schedule_units")
+        choice(self.storage, STORAGE_LAYOUTS, f"{prefix}.storage")
 
     @property
     def enabled(self) -> bool:

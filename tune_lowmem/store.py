@@ -101,6 +101,7 @@ LATER_FIELDS = {
     "fused_step": "none",
     "momentum_dtype": "param",
     "adam_state": "param",
+    "sparsity.storage": "csr",
 }
 # Config fields removed since, with the value every row that had them held.
 REMOVED_FIELDS = {"data.num_workers": 0}

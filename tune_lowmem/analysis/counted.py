@@ -1,8 +1,9 @@
 """Stored or accounted: how a memory figure counts a sparse weight, for every command's labels.
 
 Sparse layers are trained densely with masks. A figure is *accounted* when it counts a sparse
-weight as CSR (what a sparse kernel would keep: the paper's accounting, and the searched
-objective `memory.predicted_total_mb`), and *stored* when it counts what the step really holds
+weight compressed (CSR, the paper's accounting, unless the config's `sparsity.storage` says
+bitmap or best: what a sparse kernel would keep; the searched objective
+`memory.predicted_total_mb`), and *stored* when it counts what the step really holds
 (dense weights, gradients and state, plus a bool mask per sparse weight). Activations, and the
 allocator's own peaks, are held as counted. Without sparse weights the two are equal.
 """
@@ -22,7 +23,8 @@ STORED_TOTALS = {
 }
 _ACCOUNTED_PARTS = {f"{part}_mb" for part in ("model", "optimizer", "total")}
 LEGEND = (
-    "memory: accounted = sparse weights counted as CSR, what a sparse kernel would keep (the "
+    "memory: accounted = sparse weights counted compressed (sparsity.storage: CSR unless set), "
+    "what a sparse kernel would keep (the "
     "paper's accounting and the searched objective); stored = what the masked step holds (dense "
     "weights, gradients and state, plus a bool mask per sparse weight)"
 )

@@ -69,7 +69,7 @@ def measure(config: TrialConfig, lengths: tuple[int, int] | None = None) -> Memo
     for technique in trainer.techniques:
         nonzeros.update(technique.stored_nonzeros())
     return MemoryReport(
-        model_bytes=accounting.model_bytes(model, nonzeros),
+        model_bytes=accounting.model_bytes(model, nonzeros, trainer.config.sparsity.storage),
         optimizer_bytes=accounting.held_gradient_bytes(model, nonzeros)
         + accounting.state_bytes(model, optimizer, nonzeros),
         activation_bytes=activation,

@@ -61,7 +61,7 @@ def predict(config: TrialConfig, lengths: tuple[int, int] | None = None) -> Memo
     lengths = None if lengths is None else tuple(lengths)
     key = shape_key(config, lengths)
     run = dry_run(key, lengths)
-    return parts(config, run, planned_nonzeros(config, run.model, lengths))
+    return parts(config, run, planned_nonzeros(config, run.model, lengths), config.sparsity.storage)
 
 
 def parts(
@@ -72,7 +72,7 @@ def parts(
     extra_model_bytes: int = 0,
 ) -> MemoryReport:
     """A dry run's memory by part, with the weights in `nonzeros` counted sparse in `layout`
-    (`predict`: the planned nonzeros, CSR) and what a technique keeps beside the optimizer's
+    (`predict`: the planned nonzeros, in the config's `sparsity.storage`) and what a technique keeps beside the optimizer's
     state (`accounted_state_bytes`) counted with it."""
     extra_state = sum(t.accounted_state_bytes(config, run.model, nonzeros) for t in TECHNIQUES)
     return MemoryReport(

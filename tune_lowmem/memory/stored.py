@@ -1,7 +1,7 @@
 """Stored against accounted: what a training step really holds, beside the paper's accounting.
 
 Sparse layers are trained densely with masks, so a sparse weight's compressed size (CSR, or a
-bitmap: `techniques.sparsity.STORAGE_LAYOUTS`) is an accounting of what a sparse kernel would
+bitmap: `config.STORAGE_LAYOUTS`) is an accounting of what a sparse kernel would
 keep, not what the step holds. `predict` (the store's `memory.predicted_total_mb`) counts the
 paper's way, CSR; `stored` counts what the masked step holds, from the same dry run: dense
 weights, their gradients where the step keeps them and dense optimizer state, plus the bool

@@ -39,7 +39,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..config import SparsityConfig
+from ..config import STORAGE_LAYOUTS, SparsityConfig
 from .base import Technique
 from .rewiring import RunLength, rewires_after, rewiring_period
 
@@ -54,7 +54,6 @@ MASK_SEED_OFFSET = 1_000_003
 # or a bitmap (`sparse_storage_bytes` layouts).
 UINT16_COLUMNS = 2**16  # the most columns whose indices 0 .. columns - 1 fit in a uint16
 ROW_POINTER_BYTES = 4  # int32
-STORAGE_LAYOUTS = ("csr", "bitmap", "best")
 
 
 def column_index_bytes(columns: int) -> int:
