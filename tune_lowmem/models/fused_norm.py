@@ -259,7 +259,9 @@ def _unit_backward(x, norm, convs, chunks, into=None, residual=None):
     weight, bias, mean, invstd = norm
     keep = into is None
     grad_x = torch.empty_like(x) if keep else into
-    grad_convs = [torch.zeros_like(_wide(w)) for w, _, _ in convs]
+    grad_convs = [  # not zeros_like(_wide(w)): that makes a whole fp32 copy of w first
+        w.new_zeros(w.shape, dtype=torch.promote_types(w.dtype, torch.float32)) for w, _, _ in convs
+    ]
     sum_g, sum_gx = torch.zeros_like(mean), torch.zeros_like(mean)
     for start, stop, part in _chunks(x, chunks):
         y, xhat = _activation(part, norm)
