@@ -14,7 +14,7 @@ from torch import nn
 
 from ..config import FUSED_NORM_MODES, WideResNetConfig
 from .chain import StageCost, least_memory, run_plan
-from .fused_norm import batch_statistics, bn_relu_conv, fused_block
+from .fused_norm import DEFAULT_CHUNKS, batch_statistics, bn_relu_conv, fused_block
 from .segments import run_checkpointed
 
 NESTED = "-nested"
@@ -186,9 +186,12 @@ class WideResNet(nn.Module):
             flops += sum(convolve(c, out_size if c is block.conv2 else size)[1] for c in convs[1:])
             out_bytes = batch * block.conv2.out_channels * out_size[0] * out_size[1] * itemsize
             weights = 2 * wide * max(c.weight.numel() for c in convs)
+            # the fused units' fp32 temporaries: about 4 batch chunks of the wider activation
+            chunk = -(-batch // DEFAULT_CHUNKS) * max(in_bytes, out_bytes) // batch
+            chunked = 4 * chunk * wide // itemsize
             saved, working = {  # beyond the block's input; see fused_norm
-                "block": (0, out_bytes + (in_bytes if block.shortcut else 0)),
-                "unit": (out_bytes, in_bytes + out_bytes),
+                "block": (0, out_bytes + (in_bytes if block.shortcut else 0) + chunked),
+                "unit": (out_bytes, in_bytes + out_bytes + chunked),
                 "none": (in_bytes + 2 * out_bytes, in_bytes + 2 * out_bytes),
             }[block.fused_norm]
             costs.append(StageCost(in_bytes, saved, working + weights, flops))
