@@ -90,14 +90,14 @@ def frontier(costs: tuple[StageCost, ...], output_bytes: int) -> list[Option]:
 
 def _pareto(options: list[Option]) -> tuple[Option, ...]:
     best: list[Option] = []
-    for option in sorted(options, key=lambda o: (o.peak, o.recompute, _depth(o.plan))):
+    for option in sorted(options, key=lambda o: (o.peak, o.recompute, depth(o.plan))):
         if not best or option.recompute < best[-1].recompute:
             best.append(option)
     return tuple(best)
 
 
-def _depth(plan: Plan) -> int:
-    return max((1 + _depth(c) for c in plan if isinstance(c, tuple)), default=0)
+def depth(plan: Plan) -> int:
+    return max((1 + depth(c) for c in plan if isinstance(c, tuple)), default=0)
 
 
 @functools.lru_cache(maxsize=64)
