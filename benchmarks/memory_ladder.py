@@ -34,6 +34,9 @@ PAPER = {  # the paper's ratios to its baseline (Sohoni et al. 2019, Table 3 and
     "fp16 + residual-2*": "9.5x",
     "+ microbatch 10": "33.2x",
     "+ 30% nonzeros": "60.7x",
+    "fp16 + chain-min + fused block": "9.5x",
+    "+ microbatch 10 (chain-min)": "33.2x",
+    "+ 30% nonzeros (chain-min)": "60.7x",
     "+ microbatch 250 tokens": "8.7x",
 }
 FP16_CHAIN = [
@@ -65,6 +68,13 @@ FP32_STATE = [  # bf16 momentum only applies where the weights are fp32
         },
     ),
     ("+ bf16 momentum (lossy)", {"momentum_dtype": "bf16"}),
+]
+# the paper's chain with the DP-placed nested checkpoints in place of residual-2*
+CHAIN_MIN = [
+    ("fp32 chain-min + fused block", {"checkpoint": "chain-min", **BLOCK}),
+    ("fp16 + chain-min + fused block", {"precision": "fp16"}),
+    ("+ microbatch 10 (chain-min)", {"microbatch.size": 10}),
+    ("+ 30% nonzeros (chain-min)", {"sparsity.density": 0.3}),
 ]
 DCT = [
     ("baseline fp32", {}),
@@ -118,7 +128,13 @@ def wrn_rungs() -> list[tuple[str, dict]]:
         *chain(FP16_CHAIN),
     ]
     fused = chain([(f"{label} + fused block", {**step, **BLOCK}) for label, step in FP16_CHAIN])
-    return [*ladder, *fused, *chain(BEYOND, fused[-1][1]), *chain(FP32_STATE)]
+    return [
+        *ladder,
+        *fused,
+        *chain(BEYOND, fused[-1][1]),
+        *chain(FP32_STATE),
+        *chain(CHAIN_MIN),
+    ]
 
 
 def dct_rungs() -> list[tuple[str, dict]]:

@@ -11,6 +11,8 @@ from torch.utils.flop_counter import FlopCounterMode
 from tests.conftest import tiny_wrn_config
 from tune_lowmem.config import ConfigError
 from tune_lowmem.memory.predict import predict
+from tune_lowmem.memory.tracker import StorageTracker
+from tune_lowmem.models.fused_norm import batch_statistics, bn_relu_conv
 from tune_lowmem.models.wideresnet import WideResNet
 
 MODES = ("unit", "block")
@@ -134,3 +136,17 @@ def test_config_refuses_unknown_modes_and_autocast():
     simulated = {"microbatch.size": 10, "microbatch.mode": "simulated"}
     with pytest.raises(ConfigError, match="model.fused_norm: 'unit' is not allowed with simulated"):
         tiny_wrn_config(**{"model.fused_norm": "unit", **simulated})
+
+
+def test_unit_backward_holds_no_fp32_copy_of_a_half_weight():
+    """A half unit's backward accumulates its weight gradient in fp32 (4 bytes a weight) beside
+    a half chunk result and the half gradient (2 + 2 at most, less in practice); a whole fp32
+    copy of the weight besides (4 more) would break the bound. The activations are tiny here."""
+    bn = torch.nn.BatchNorm2d(64).bfloat16()
+    conv = torch.nn.Conv2d(64, 64, 3, padding=1, bias=False).bfloat16()
+    x = torch.randn(2, 64, 4, 4, dtype=torch.bfloat16, requires_grad=True)
+    out = bn_relu_conv(x, bn, conv, batch_statistics(x, bn))
+    grad = torch.ones_like(out)
+    with StorageTracker([x, out, grad]) as tracker:
+        out.backward(grad)
+    assert tracker.peak() < 7 * conv.weight.numel()

@@ -215,18 +215,26 @@ def _normalised(part, mean, invstd):
     return (_wide(part) - mean[:, None, None]).mul_(invstd[:, None, None])
 
 
-def _activation(part, norm):
-    """relu(bn(part)) in part's dtype (computed in fp32), and part normalised."""
+def _activation(part, norm, keep_normalised=True):
+    """relu(bn(part)) in part's dtype (computed in fp32), and part normalised (or None: then the
+    fp32 work happens in that one chunk-sized buffer)."""
     weight, bias, mean, invstd = norm
     xhat = _normalised(part, mean, invstd)
-    y = torch.addcmul(_wide(bias)[:, None, None], xhat, _wide(weight)[:, None, None])
-    return y.relu_().to(part.dtype), xhat
+    y = (
+        xhat.mul(_wide(weight)[:, None, None])
+        if keep_normalised
+        else xhat.mul_(_wide(weight)[:, None, None])
+    )
+    y = y.add_(_wide(bias)[:, None, None]).relu_().to(part.dtype)
+    return y, xhat if keep_normalised else None
 
 
 def _unit_chunks(parts, norm, conv_weight, shape):
     """(start, stop, conv(relu(bn(part)))) of each (start, stop, part) of `parts`."""
     for start, stop, part in parts:
-        yield start, stop, F.conv2d(_activation(part, norm)[0], conv_weight, None, *shape)
+        y = _activation(part, norm, keep_normalised=False)[0]
+        yield start, stop, F.conv2d(y, conv_weight, None, *shape)
+        del y  # not held while the next chunk is computed
 
 
 def _gather(results, batch: int, out=None):
@@ -259,7 +267,9 @@ def _unit_backward(x, norm, convs, chunks, into=None, residual=None):
     weight, bias, mean, invstd = norm
     keep = into is None
     grad_x = torch.empty_like(x) if keep else into
-    grad_convs = [torch.zeros_like(_wide(w)) for w, _, _ in convs]
+    grad_convs = [  # not zeros_like(_wide(w)): that makes a whole fp32 copy of w first
+        w.new_zeros(w.shape, dtype=torch.promote_types(w.dtype, torch.float32)) for w, _, _ in convs
+    ]
     sum_g, sum_gx = torch.zeros_like(mean), torch.zeros_like(mean)
     for start, stop, part in _chunks(x, chunks):
         y, xhat = _activation(part, norm)
@@ -268,6 +278,7 @@ def _unit_backward(x, norm, convs, chunks, into=None, residual=None):
         sum_gx += xhat.mul_(grad).sum(CHANNELS)
         if keep:
             grad_x[start:stop] = grad
+    del y, xhat, grad  # the last chunk's: not held through the second pass
     count = x.numel() // x.shape[1]
     scale = (_wide(weight) * invstd)[:, None, None]
     mean_g, mean_gx = (sum_g / count)[:, None, None], (sum_gx / count)[:, None, None]
@@ -275,13 +286,14 @@ def _unit_backward(x, norm, convs, chunks, into=None, residual=None):
         grad = (
             grad_x[start:stop]
             if keep
-            else _masked_grad(_activation(part, norm)[0], convs, start, stop)
+            else _masked_grad(_activation(part, norm, False)[0], convs, start, stop)
         )
         result = _normalised(part, mean, invstd).mul_(mean_gx)
         result = _wide(grad).sub_(mean_g).sub_(result).mul_(scale)
         if residual is not None:
             result += residual[start:stop]
         grad_x[start:stop] = result
+    del grad, result
     dtypes = [w.dtype for w, _, _ in convs]
     return (
         grad_x,

@@ -13,10 +13,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import FUSED_NORM_MODES, WideResNetConfig
-from .fused_norm import batch_statistics, bn_relu_conv, fused_block
+from .chain import StageCost, least_memory, run_plan
+from .fused_norm import DEFAULT_CHUNKS, batch_statistics, bn_relu_conv, fused_block
 from .segments import run_checkpointed
 
 NESTED = "-nested"
+CHAIN_MIN = "chain-min"
 
 
 class BasicBlock(nn.Module):
@@ -69,6 +71,8 @@ class WideResNet(nn.Module):
         # not the paper's: its segments with every block checkpointed again inside
         "residual-2-nested",
         "residual-2*-nested",
+        # not the paper's: nested checkpoints over stem, blocks and head placed by `chain`
+        CHAIN_MIN,
     )
 
     def __init__(self, depth: int = 28, width: int = 2, num_classes: int = 10):
@@ -103,7 +107,10 @@ class WideResNet(nn.Module):
         return model
 
     def set_grad_checkpointing(self, strategy: str = "residual-1") -> None:
-        """none | residual-1 | residual-2 | residual-2*; see `segments` for what each stores."""
+        """none | residual-1 | residual-2 | residual-2* (see `segments` for what each stores),
+        their -nested forms, or chain-min: the chain stem, blocks, head under the nested
+        checkpoints that `chain.least_memory` places for the input's shape (least estimated
+        peak, then least recomputation)."""
         if strategy not in self.CHECKPOINT_STRATEGIES:
             allowed = ", ".join(self.CHECKPOINT_STRATEGIES)
             raise ValueError(f"checkpoint: {strategy!r} is not allowed; allowed: {allowed}")
@@ -137,7 +144,7 @@ class WideResNet(nn.Module):
         blocks = list(self.blocks)
         stem, head = [self.stem], [_Head(self.bn, self.fc)]
         strategy = self.grad_checkpointing.removesuffix(NESTED)
-        if strategy in ("none", "residual-1"):
+        if strategy in ("none", "residual-1", CHAIN_MIN):  # chain-min: the stages of `chain`
             return [stem] + [[b] for b in blocks] + [head]
         pairs = [blocks[i : i + 2] for i in range(0, len(blocks), 2)]
         if strategy == "residual-2":
@@ -154,12 +161,55 @@ class WideResNet(nn.Module):
             return True
         return all(isinstance(m, BasicBlock) for m in segments[index])
 
+    def chain_costs(self, shape: tuple[int, ...]) -> tuple[tuple[StageCost, ...], int]:
+        """Estimated costs of the stages stem, blocks, head for input images of `shape` (see
+        `chain.StageCost`), and the bytes of the logits: placement estimates, not predictions."""
+        itemsize = self.stem.weight.dtype.itemsize
+        wide = max(itemsize, 4)  # the fused units accumulate weight gradients in fp32
+        batch, channels, height, width = shape
+
+        def convolve(conv: nn.Conv2d, size: tuple[int, int]) -> tuple[tuple[int, int], int]:
+            out = tuple(
+                (n + 2 * conv.padding[i] - conv.dilation[i] * (conv.kernel_size[i] - 1) - 1)
+                // conv.stride[i]
+                + 1
+                for i, n in enumerate(size)
+            )
+            return out, 2 * batch * out[0] * out[1] * conv.weight.numel()
+
+        size, flops = convolve(self.stem, (height, width))
+        costs = [StageCost(batch * channels * height * width * itemsize, 0, 0, flops)]
+        for block in self.blocks:
+            convs = [block.conv1, block.conv2] + ([block.shortcut] if block.shortcut else [])
+            in_bytes = batch * block.conv1.in_channels * size[0] * size[1] * itemsize
+            out_size, flops = convolve(block.conv1, size)
+            flops += sum(convolve(c, out_size if c is block.conv2 else size)[1] for c in convs[1:])
+            out_bytes = batch * block.conv2.out_channels * out_size[0] * out_size[1] * itemsize
+            weights = 2 * wide * max(c.weight.numel() for c in convs)
+            # the fused units' fp32 temporaries: about 4 batch chunks of the wider activation
+            chunk = -(-batch // DEFAULT_CHUNKS) * max(in_bytes, out_bytes) // batch
+            chunked = 4 * chunk * wide // itemsize
+            saved, working = {  # beyond the block's input; see fused_norm
+                "block": (0, out_bytes + (in_bytes if block.shortcut else 0) + chunked),
+                "unit": (out_bytes, in_bytes + out_bytes + chunked),
+                "none": (in_bytes + 2 * out_bytes, in_bytes + 2 * out_bytes),
+            }[block.fused_norm]
+            costs.append(StageCost(in_bytes, saved, working + weights, flops))
+            size = out_size
+        head_bytes = batch * self.bn.num_features * size[0] * size[1] * itemsize
+        costs.append(StageCost(head_bytes, head_bytes, 2 * head_bytes, 0))
+        return tuple(costs), batch * self.fc.out_features * self.fc.weight.dtype.itemsize
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x.to(self.stem.weight.dtype)  # images enter a half model in half
+        training = self.training and torch.is_grad_enabled()
+        if self.grad_checkpointing == CHAIN_MIN and training:
+            stages = [self.stem, *self.blocks, _Head(self.bn, self.fc)]
+            return run_plan(least_memory(*self.chain_costs(tuple(x.shape))), stages, x)
         segments = self.segments()
         nested = self.grad_checkpointing.endswith(NESTED)
         for index, segment in enumerate(segments):
-            if self.training and torch.is_grad_enabled() and self.checkpointed(index, segments):
+            if training and self.checkpointed(index, segments):
                 run = _run_nested if nested else _run_segment
                 x = run_checkpointed(functools.partial(run, segment), segment, x)
             else:
