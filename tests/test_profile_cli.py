@@ -20,6 +20,7 @@ def test_prints_a_table_with_the_ratio_to_the_baseline(capsys):
         "optimizer MB",
         "activation MB",
         "total MB",
+        "tensor storage MB",
         "GFLOPs per step",
         "baseline total MB",
         "baseline / this",

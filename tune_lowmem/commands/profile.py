@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..memory.report import PARTS
+from ..memory.report import MB, PARTS
 from . import add_config_arguments, config_from_arguments
 from .threads import add_threads_argument, apply_threads
 
@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ..memory import baseline_config
     from ..memory.measure import measure
-    from ..memory.predict import predict
+    from ..memory.predict import heap_object_bytes, predict
     from ..memory.stored import stored
     from ..memory.synthetic import synthetic_task
     from ..preflight import cuda_present
@@ -56,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
     reports = {name: way(config, lengths) for name, way in ways.items()}
     baselines = {name: way(baseline_config(config), lengths) for name, way in ways.items()}
     held = stored(config, lengths) if config.sparsity.enabled else None
+    objects = heap_object_bytes(config, lengths)
     if args.json:
         result = {
             name: {**report.to_dict(), "ratio_to_baseline": report.ratio_to(baselines[name])}
@@ -63,13 +64,16 @@ def run(args: argparse.Namespace) -> int:
         }
         if held is not None:
             result["predicted"]["predicted_stored_total_mb"] = held.total_mb
+        result["predicted"]["predicted_heap_objects_mb"] = objects / MB
         result["baseline"] = {name: report.to_dict() for name, report in baselines.items()}
         print(json.dumps(result))
         return 0
     print(describe(config, task))
-    print(table(reports, baselines, held))
+    print(table(reports, baselines, held, objects))
     if held is not None:
         print(SPARSE_NOTE)
+    if args.measure:
+        print(peak_note(config, held or reports["predicted"], reports["measured"], task, objects))
     return 0
 
 
@@ -90,6 +94,7 @@ ROWS = (
     "optimizer MB",
     "activation MB",
     "total MB",
+    "tensor storage MB",
     "GFLOPs per step",
     "baseline total MB",
     "baseline / this",
@@ -97,12 +102,15 @@ ROWS = (
 )
 
 
-def column(report, baseline) -> list[str]:
-    """One report's cells, in the order of ROWS (the peak of all PyTorch held is measured only)."""
+def column(report, baseline, objects: int) -> list[str]:
+    """One report's cells, in the order of ROWS (the peak of all PyTorch held is measured only;
+    the tensor storage, the total less the heap's `objects`, predicted only)."""
     values, source = report.to_dict(), report.source
     peak = values.get(f"{source}_peak_mb")
+    storage = (report.total_bytes - objects) / MB if source == "predicted" else None
     return [
         *(f"{values[f'{source}_{part}_mb']:.3f}" for part in PARTS),
+        "-" if storage is None else f"{storage:.3f}",
         f"{values['flops_per_step'] / 1e9:.2f}",
         f"{baseline.total_mb:.3f}",
         f"{report.ratio_to(baseline):.2f}",
@@ -118,10 +126,11 @@ SPARSE_NOTE = (
 )
 
 
-def table(reports: dict, baselines: dict, held=None) -> str:
+def table(reports: dict, baselines: dict, held=None, objects: int = 0) -> str:
     """The ROWS for each report; with `held` (the predicted stored figure of a sparse config),
-    the total is labelled accounted and the stored total follows it (measured: see the peak)."""
-    columns = {name: column(report, baselines[name]) for name, report in reports.items()}
+    the total is labelled accounted and the stored total follows it (measured: see the peak).
+    `objects`: the predicted heap objects in the predicted total (`predict.heap_object_bytes`)."""
+    columns = {name: column(report, baselines[name], objects) for name, report in reports.items()}
     rows = list(enumerate(ROWS))
     if held is not None:
         at = ROWS.index("total MB")
@@ -133,3 +142,23 @@ def table(reports: dict, baselines: dict, held=None) -> str:
         cells = stored_cells if i == STORED_ROW else [c[i] for c in columns.values()]
         lines.append(f"{label:22}" + "".join(f"{cell:>12}" for cell in cells))
     return "\n".join(lines)
+
+
+def peak_note(config, predicted, measured, task, objects: int) -> str:
+    """What the measured peak holds beyond the predicted (stored) total: the input minibatch,
+    which neither part counts, and the rest, said by device."""
+    from ..tasks.base import batch_tensors
+
+    batch = sum(t.nbytes for t in batch_tensors(next(iter(task.train_batches(0)))))
+    rest = measured.peak_bytes - predicted.total_bytes - batch
+    where = (
+        "CUDA: cuDNN/cuBLAS workspaces and the allocator's 512-byte rounding"
+        if config.device != "cpu"
+        else f"CPU heap beyond the predicted tensors and their objects ({objects / MB:.3f} MB "
+        "predicted); kernels' workspace is freed within each operator and not seen"
+    )
+    return (
+        f"measured peak {measured.peak_bytes / MB:.3f} MB = predicted stored total "
+        f"{predicted.total_bytes / MB:.3f} + input minibatch {batch / MB:.3f} "
+        f"{'+' if rest >= 0 else '-'} {abs(rest) / MB:.3f} MB ({where})"
+    )

@@ -1,7 +1,9 @@
 """Measured training memory: one real `Trainer.train_step` on a random minibatch of real shape.
 
 The trial's trainer is built as a real trial builds it, takes a warm-up step (so the optimizer
-state exists, as at every step but the first), and then one measured step, with the allocator's
+state exists, as at every step but the first; under a `StorageTracker`, because the first
+operator a process dispatches through a Python mode allocates about 25 MB of torch's own, once),
+and then one measured step, with the allocator's
 count of bytes in use sampled after every operator by a `StorageTracker`:
 - on a GPU, `torch.cuda.memory_allocated()`; `peak_bytes` is `torch.cuda.max_memory_allocated()`;
 - on the CPU, the bytes glibc's malloc has handed out (`mallinfo2`), which is where PyTorch's CPU
@@ -42,7 +44,8 @@ def measure(config: TrialConfig, lengths: tuple[int, int] | None = None) -> Memo
     device = resolve_device(config.device)
     trainer = Trainer(config, task=synthetic_task(config, device, lengths))
     batches = itertools.chain.from_iterable(map(trainer.task.train_batches, itertools.count()))
-    _warm_up(trainer, batches)
+    with StorageTracker():  # loads what a first dispatch through a Python mode allocates
+        _warm_up(trainer, batches)
     batch = next(batches)
     trainer.optimizer.zero_grad(set_to_none=True)  # the step allocates its gradients itself
     existing = [*_held(trainer), *batch_tensors(batch)]
