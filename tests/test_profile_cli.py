@@ -1,6 +1,7 @@
 """`tune-lowmem profile`: the table, the JSON, the measured column, and bad input."""
 
 import json
+import re
 
 import pytest
 
@@ -131,3 +132,23 @@ def test_sparse_totals_are_labelled_accounted_and_stored(capsys):
     masks = 9 * (16 * 16 + 16 * 16 + 16 * 32 + 32 * 32 + 32 * 64 + 64 * 64)  # WRN-10-1's 3x3s
     assert stored_mb == pytest.approx(dense["predicted_total_mb"] + masks / 1e6, abs=2e-3)
     assert stored_mb > accounted_mb
+
+
+def test_measure_says_what_the_peak_holds_beyond_the_prediction(capsys):
+    argv = [*TINY, "--set", "precision=bf16", "--set", "model.fused_norm=unit"]
+    assert main(["profile", *argv, "--set", "microbatch.size=4", "--measure"]) == 0
+    out = capsys.readouterr().out
+    rows = {line[:22].strip(): line[22:].split() for line in out.splitlines()[2:12]}
+    total, storage = float(rows["total MB"][0]), float(rows["tensor storage MB"][0])
+    note = re.search(
+        r"measured peak ([\d.]+) MB = predicted stored total ([\d.]+) MB \(of which ([\d.]+) MB "
+        r"the CPU heap's tensor and autograd objects\) \+ the input minibatch ([\d.]+) MB "
+        r"([+-]) ([\d.]+) MB: the rest of the CPU heap",
+        out,
+    )
+    peak, stored, objects, batch, sign, rest = note.groups()
+    assert float(stored) == total and float(objects) > 0
+    assert storage == pytest.approx(total - float(objects), abs=0.002)
+    rest = float(rest) * (1 if sign == "+" else -1)
+    assert float(peak) == pytest.approx(total + float(batch) + rest, abs=0.002)
+    assert abs(rest) < 0.03 * float(peak)  # the prediction and the batch explain the peak

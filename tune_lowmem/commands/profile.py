@@ -102,15 +102,14 @@ ROWS = (
 )
 
 
-def column(report, baseline, objects: int) -> list[str]:
+def column(report, baseline, storage: int | None) -> list[str]:
     """One report's cells, in the order of ROWS (the peak of all PyTorch held is measured only;
-    the tensor storage, the total less the heap's `objects`, predicted only)."""
+    `storage`, the tensor storage of the stored total, predicted only)."""
     values, source = report.to_dict(), report.source
     peak = values.get(f"{source}_peak_mb")
-    storage = (report.total_bytes - objects) / MB if source == "predicted" else None
     return [
         *(f"{values[f'{source}_{part}_mb']:.3f}" for part in PARTS),
-        "-" if storage is None else f"{storage:.3f}",
+        "-" if storage is None else f"{storage / MB:.3f}",
         f"{values['flops_per_step'] / 1e9:.2f}",
         f"{baseline.total_mb:.3f}",
         f"{report.ratio_to(baseline):.2f}",
@@ -129,8 +128,12 @@ SPARSE_NOTE = (
 def table(reports: dict, baselines: dict, held=None, objects: int = 0) -> str:
     """The ROWS for each report; with `held` (the predicted stored figure of a sparse config),
     the total is labelled accounted and the stored total follows it (measured: see the peak).
-    `objects`: the predicted heap objects in the predicted total (`predict.heap_object_bytes`)."""
-    columns = {name: column(report, baselines[name], objects) for name, report in reports.items()}
+    `objects`: the predicted heap objects in the predicted total (`predict.heap_object_bytes`):
+    the tensor storage row is the stored total without them."""
+    storage = {"predicted": (held or reports["predicted"]).total_bytes - objects}
+    columns = {
+        name: column(report, baselines[name], storage.get(name)) for name, report in reports.items()
+    }
     rows = list(enumerate(ROWS))
     if held is not None:
         at = ROWS.index("total MB")
@@ -152,13 +155,14 @@ def peak_note(config, predicted, measured, task, objects: int) -> str:
     batch = sum(t.nbytes for t in batch_tensors(next(iter(task.train_batches(0)))))
     rest = measured.peak_bytes - predicted.total_bytes - batch
     where = (
-        "CUDA: cuDNN/cuBLAS workspaces and the allocator's 512-byte rounding"
+        "cuDNN/cuBLAS workspaces and the allocator's 512-byte rounding, not predicted"
         if config.device != "cpu"
-        else f"CPU heap beyond the predicted tensors and their objects ({objects / MB:.3f} MB "
-        "predicted); kernels' workspace is freed within each operator and not seen"
+        else "the rest of the CPU heap; kernels' workspace is freed inside each operator and "
+        "never sampled"
     )
     return (
         f"measured peak {measured.peak_bytes / MB:.3f} MB = predicted stored total "
-        f"{predicted.total_bytes / MB:.3f} + input minibatch {batch / MB:.3f} "
-        f"{'+' if rest >= 0 else '-'} {abs(rest) / MB:.3f} MB ({where})"
+        f"{predicted.total_bytes / MB:.3f} MB (of which {objects / MB:.3f} MB the CPU heap's "
+        f"tensor and autograd objects) + the input minibatch {batch / MB:.3f} MB "
+        f"{'+' if rest >= 0 else '-'} {abs(rest) / MB:.3f} MB: {where}"
     )
