@@ -58,9 +58,7 @@ class StorageTracker(TorchDispatchMode):
     in `samples`, one per event."""
 
     def __init__(
-        self,
-        existing: Iterable[torch.Tensor] = (),
-        probe: Callable[[], int] | None = None,
+        self, existing: Iterable[torch.Tensor] = (), probe: Callable[[], int] | None = None
     ) -> None:
         super().__init__()
         self.clock = 0
@@ -110,8 +108,15 @@ class StorageTracker(TorchDispatchMode):
         self.lives.append(life)
 
     def _watch(self, storage: torch.UntypedStorage) -> weakref.ref:
-        nbytes = storage.nbytes()
-        return weakref.ref(storage, lambda _ref: self.freed.append(Life(-nbytes, self.clock + 1)))
+        """A weak reference to an existing storage that records its end in `freed` (it does not
+        keep the tracker alive: a cached dry run's weights outlive it)."""
+        nbytes, tracker = storage.nbytes(), weakref.ref(self)
+
+        def freed(_ref: weakref.ref) -> None:
+            if (alive := tracker()) is not None:
+                alive.freed.append(Life(-nbytes, alive.clock + 1))
+
+        return weakref.ref(storage, freed)
 
     def _end(self, key: int, life: Life) -> None:
         life.died = self.clock + 1  # alive at the event in progress, gone from the next one
