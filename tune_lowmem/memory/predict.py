@@ -57,8 +57,8 @@ from .tracker import StorageTracker
 # and alignment: `torch.empty` in a loop under `measure.allocator_probe`) and the rest for the
 # graph's nodes and saved variables that keep a stored activation. Calibrated once, on WRN-10-1,
 # batch 32, bf16, fused units, microbatch 8 (`benchmarks/profiler_accuracy.py --calibrate`,
-# 2026-12-03 14:21: measured activation 1.8652 MB against 1.8051 MB of predicted storage), and checked
-# on other configurations of both tasks (`--techniques`, benchmarks/README.md).
+# 2026-12-03 14:21: measured activation 1.8652 MB against 1.8051 MB of predicted storage), and
+# checked on other configurations of both tasks (`--techniques`, benchmarks/README.md).
 HEAP_BYTES_PER_STORAGE = 1111
 
 
