@@ -11,6 +11,14 @@ both and the measured peak of everything PyTorch held; at the end, the worst poi
     .venv/bin/python benchmarks/profiler_accuracy.py --task dct-iwslt14 [--embed 128 --layers 3
                                                       --max-tokens 1000 --microbatch 250]
 
+    .venv/bin/python benchmarks/profiler_accuracy.py --techniques | --calibrate
+
+`--techniques` replaces the grid by `TECHNIQUE_POINTS`: small configurations of both tasks with
+the newer techniques (fused units, the fused step, bf16 momentum, Kahan and stochastic rounding,
+small microbatches), none of them `CALIBRATION`, the point `memory.predict.HEAP_BYTES_PER_STORAGE`
+was calibrated on; `--calibrate` (alone) prints that constant again from a real step of
+`CALIBRATION`.
+
 The WRN grid crosses every checkpointing strategy (the paper's four and the nested ones) with
 densities 1.0 and 0.3; the DC-Transformer grid (synthetic minibatches of IWSLT'14 shape,
 `memory.synthetic`) crosses none and residual-1 with densities 1.0 and 0.4, on a model of
@@ -95,6 +103,92 @@ def grid(args: argparse.Namespace) -> list[TrialConfig]:
     ]
 
 
+WRN = {"model.depth": 10, "model.width": 1, "schedule.batch_size": 32, "device": "cpu"}
+DCT = {
+    "task": "dct-iwslt14",
+    "model": {
+        "embed_dim": 32,
+        "ffn_dim": 64,
+        "encoder_layers": 1,
+        "decoder_layers": 1,
+        "encoder_kernels": [3],
+        "decoder_kernels": [3],
+    },
+    "schedule.max_tokens": 300,
+    "device": "cpu",
+}
+CALIBRATION = {**WRN, "precision": "bf16", "model.fused_norm": "unit", "microbatch.size": 8}
+TECHNIQUE_POINTS = [
+    {**WRN, "precision": "bf16", "model.fused_norm": "block", "microbatch.size": 8},
+    {**WRN, "precision": "bf16", "checkpoint": "residual-2*-nested", "microbatch.size": 8},
+    {
+        **WRN,
+        "precision": "bf16",
+        "fused_step": "heavy-ball",
+        "model.fused_norm": "block",
+        "microbatch.size": 4,
+        "sparsity.density": 0.3,
+    },
+    {
+        **WRN,
+        "fused_step": "exact",
+        "momentum_dtype": "bf16",
+        "model.fused_norm": "unit",
+        "microbatch.size": 4,
+        "schedule.batch_size": 16,
+    },
+    {
+        **WRN,
+        "precision": "bf16",
+        "precision_update": "kahan",
+        "microbatch.size": 2,
+        "schedule.batch_size": 16,
+    },
+    {**WRN, "precision": "bf16", "precision_update": "stochastic", "model.fused_norm": "unit"},
+    {**WRN, "precision": "bf16", "fused_step": "exact", "model.fused_norm": "unit"},
+    {**DCT, "precision": "bf16", "microbatch.size": 100},
+    {**DCT, "checkpoint": "residual-1", "microbatch.size": 150, "sparsity.density": 0.4},
+]
+
+
+def short(flat: dict) -> str:
+    """A `TECHNIQUE_POINTS` point's settings beyond its task's base (`WRN` or `DCT`)."""
+    base = DCT if flat.get("task") == DCT["task"] else WRN
+    return " ".join(f"{k}={v}" for k, v in flat.items() if base.get(k) != v)
+
+
+def calibrate() -> None:
+    """The CPU heap's bytes per live storage that make `CALIBRATION`'s prediction equal a real
+    step's measured activation part (bisection on `StorageTracker.peak`'s `heap_bytes`)."""
+    from tune_lowmem.memory import accounting
+    from tune_lowmem.memory import predict as predict_module
+
+    trackers = []
+
+    class Recording(predict_module.StorageTracker):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            trackers.append(self)
+
+    config = TrialConfig.from_dict(CALIBRATION)
+    predict_module.StorageTracker = Recording
+    run = predict_module.dry_run(predict_module.shape_key(config))
+    predict_module.StorageTracker = Recording.__base__
+    model, optimizer = run.model, run.optimizer
+    held = [*model.parameters(), *model.buffers(), *accounting.state_tensors(optimizer)]
+    held += [p.grad for p in model.parameters() if p.grad is not None]
+    target = measure(config).activation_bytes
+    low, high = 0, 1 << 16
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if trackers[0].peak(held, middle) <= target else (low, middle)
+    storage = trackers[0].peak(held)
+    print(
+        f"calibration {short(CALIBRATION)}: measured activation {target / MB:.4f} MB, predicted "
+        f"storage {storage / MB:.4f} MB: {low} bytes per live storage"
+    )
+
+
 def label(config: TrialConfig) -> str:
     micro = str(config.microbatch.size or "-")
     return f"{config.precision:9} {micro:>5} {config.checkpoint:12} {config.sparsity.density:7.1f}"
@@ -132,25 +226,38 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--precisions", nargs="+", default=list(PRECISIONS), choices=PRECISIONS)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--techniques", action="store_true", help="TECHNIQUE_POINTS, both tasks")
+    parser.add_argument("--calibrate", action="store_true", help="print HEAP_BYTES_PER_STORAGE")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    lengths = tuple(args.lengths) if args.task == "dct-iwslt14" else None
-
-    print(f"{describe(args)}, on {args.device}; MB = 10^6 bytes; ratio = predicted / measured")
-    print(HEADER)
+    if args.calibrate:
+        calibrate()
+        return
+    if args.techniques:
+        points = [TrialConfig.from_dict(flat) for flat in TECHNIQUE_POINTS]
+        names = [short(flat) for flat in TECHNIQUE_POINTS]
+        print("WRN-10-1 and a 1+1-layer DC-Transformer (embed 32, 300 tokens of 30/30-token pairs)")
+    else:
+        points = grid(args)
+        names = [label(config) for config in points]
+        print(describe(args))
+    print(f"on {args.device}; MB = 10^6 bytes; ratio = predicted / measured")
+    width = max(map(len, names))
+    print(f"{'point':{width}}" + HEADER[HEADER.index(" |") :] if args.techniques else HEADER)
     worst = {"activation": (1.0, ""), "total": (1.0, "")}
-    for config in grid(args):
+    for config, name in zip(points, names, strict=True):
+        lengths = tuple(args.lengths) if config.task == "dct-iwslt14" else None
         started = time.perf_counter()
         predicted, measured = predict(config, lengths), measure(config, lengths)
         seconds = time.perf_counter() - started
-        print(f"{label(config)} | {row(predicted, measured)} | {seconds:5.1f}", flush=True)
+        print(f"{name:{width}} | {row(predicted, measured)} | {seconds:5.1f}", flush=True)
         ratios = {
             "activation": predicted.activation_bytes / measured.activation_bytes,
             "total": predicted.total_bytes / measured.total_bytes,
         }
         for part, ratio in ratios.items():
             if abs(ratio - 1) >= abs(worst[part][0] - 1):
-                worst[part] = (ratio, " ".join(label(config).split()))
+                worst[part] = (ratio, " ".join(name.split()))
     for part, (ratio, where) in worst.items():
         print(f"worst {part}: ratio {ratio:.4f} ({abs(ratio - 1):.2%} off) at {where}")
 

@@ -1,6 +1,7 @@
 """`tune-lowmem profile`: the table, the JSON, the measured column, and bad input."""
 
 import json
+import re
 
 import pytest
 
@@ -26,6 +27,7 @@ def test_prints_a_table_with_the_ratio_to_the_baseline(capsys):
         "optimizer MB",
         "activation MB",
         "total MB, stored",
+        "tensor storage MB",
         "GFLOPs per step",
         "baseline total MB, stored",
         "baseline / this",
@@ -159,3 +161,22 @@ def test_measured_stored_total_is_what_the_step_held(capsys):
     )
     assert counted["measured_total_mb"] == counted["predicted_model_mb"] == "accounted"
     assert counted["measured_stored_total_mb"] == counted["measured_peak_mb"] == "stored"
+
+
+def test_measure_says_what_the_peak_holds_beyond_the_prediction(capsys):
+    assert main(["profile", *TINY, "--set", "microbatch.size=4", "--measure"]) == 0
+    out = capsys.readouterr().out
+    rows = {line[:28].strip(): line[28:].split() for line in out.splitlines()[2:12]}
+    total, storage = float(rows["total MB, stored"][0]), float(rows["tensor storage MB"][0])
+    note = re.search(
+        r"measured peak ([\d.]+) MB = predicted stored total ([\d.]+) MB \(of which ([\d.]+) MB "
+        r"the CPU heap's tensor and autograd objects\) \+ the input minibatch ([\d.]+) MB "
+        r"([+-]) ([\d.]+) MB: the rest of the CPU heap",
+        out,
+    )
+    peak, stored, objects, batch, sign, rest = note.groups()
+    assert float(stored) == total and float(objects) > 0
+    assert storage == pytest.approx(total - float(objects), abs=0.002)
+    rest = float(rest) * (1 if sign == "+" else -1)
+    assert float(peak) == pytest.approx(total + float(batch) + rest, abs=0.002)
+    assert abs(rest) < 0.03 * float(peak)  # the prediction and the batch explain the peak

@@ -6,6 +6,9 @@
   gradient unscale needs. The public alternatives do not fit: `torch.amp.GradScaler` refuses
   fp16 gradients, and `torch.nn.utils.clip_grads_with_norm_` scales by max_norm / (norm + 1e-6)
   clamped to 1, which is not an exact division by the loss scale.
+- `default_foreach`: whether torch's optimizers, left to choose, step with multi-tensor kernels
+  (`torch.optim.optimizer._default_to_fused_or_foreach`). The memory prediction steps fake
+  weights, which torch never chooses them for, so it asks on the real ones and says so.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-__all__ = ["FakeTensorMode", "multiply_"]
+__all__ = ["FakeTensorMode", "default_foreach", "multiply_"]
 
 
 def multiply_(tensors: list[torch.Tensor], factor: float) -> None:
@@ -21,3 +24,11 @@ def multiply_(tensors: list[torch.Tensor], factor: float) -> None:
     (on the CPU it is the same per-tensor `mul_`; results are identical either way)."""
     if tensors:
         torch._foreach_mul_(tensors, factor)
+
+
+def default_foreach(parameters: list[torch.Tensor]) -> bool:
+    """Whether an optimizer built with foreach=None steps `parameters` with multi-tensor kernels
+    (on CUDA: yes; on the CPU: no)."""
+    from torch.optim.optimizer import _default_to_fused_or_foreach
+
+    return _default_to_fused_or_foreach(parameters, differentiable=False)[1]

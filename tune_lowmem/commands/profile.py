@@ -7,7 +7,7 @@ import argparse
 import json
 
 from ..analysis.counted import ACCOUNTED, STORED, counted
-from ..memory.report import PARTS
+from ..memory.report import MB, PARTS
 from . import add_config_arguments, config_from_arguments
 from .threads import add_threads_argument, apply_threads
 
@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ..memory import baseline_config
     from ..memory.measure import measure
-    from ..memory.predict import predict
+    from ..memory.predict import heap_object_bytes, predict
     from ..memory.stored import stored, stored_totals
     from ..memory.synthetic import synthetic_task
     from ..preflight import cuda_present
@@ -56,7 +56,9 @@ def run(args: argparse.Namespace) -> int:
     ways = {"predicted": predict} | ({"measured": measure} if args.measure else {})
     reports = {name: way(config, lengths) for name, way in ways.items()}
     baselines = {name: way(baseline_config(config), lengths) for name, way in ways.items()}
-    totals = stored_totals(stored(config, lengths), reports.get("measured"))
+    held = stored(config, lengths)
+    totals = stored_totals(held, reports.get("measured"))
+    objects = heap_object_bytes(config, lengths)
     if args.json:
         result = {
             name: {
@@ -66,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
             }
             for name, report in reports.items()
         }
+        result["predicted"]["predicted_heap_objects_mb"] = objects / MB
         result["baseline"] = {name: report.to_dict() for name, report in baselines.items()}
         keys = {k for r in (*reports.values(), *baselines.values()) for k in r.to_dict()}
         keys |= {f"{name}_stored_total_mb" for name in reports}
@@ -76,8 +79,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     sparse = totals["predicted_stored_total_mb"] != reports["predicted"].total_mb
     print(describe(config, task))
-    print(table(reports, baselines, totals, sparse))
+    print(table(reports, baselines, totals, sparse, objects))
     print(SPARSE_NOTE if sparse else DENSE_NOTE)
+    if args.measure:
+        print(peak_note(config, held, reports["measured"], task, objects))
     return 0
 
 
@@ -103,11 +108,12 @@ SPARSE_NOTE = (
 DENSE_NOTE = f"no sparse weights: {STORED} = {ACCOUNTED}"
 
 
-def table(reports: dict, baselines: dict, totals: dict, sparse: bool) -> str:
+def table(reports: dict, baselines: dict, totals: dict, sparse: bool, objects: int = 0) -> str:
     """One column per report: its parts and totals (the stored ones from `totals`, as
     `stored_totals` names them), each labelled stored or accounted (`counted`; a dense
-    configuration's are equal, said once by `DENSE_NOTE`), FLOPs, the baseline (dense: stored),
-    the ratios and, measured, the peak of all PyTorch held."""
+    configuration's are equal, said once by `DENSE_NOTE`), the predicted stored total's tensor
+    storage (without `objects`, the CPU heap's tensor and autograd objects it counts), FLOPs, the
+    baseline (dense: stored), the ratios and, measured, the peak of all PyTorch held."""
     rows: dict[str, list[str]] = {}
     for source, report in reports.items():
         values, baseline = report.to_dict(), baselines[source]
@@ -118,6 +124,9 @@ def table(reports: dict, baselines: dict, totals: dict, sparse: bool) -> str:
                 for part in PARTS
             },
             **({f"total MB, {STORED}": f"{stored_mb:.3f}"} if sparse else {}),
+            "tensor storage MB": (
+                f"{stored_mb - objects / MB:.3f}" if source == "predicted" else "-"
+            ),
             "GFLOPs per step": f"{values['flops_per_step'] / 1e9:.2f}",
             f"baseline total MB, {STORED}": f"{baseline.total_mb:.3f}",
             _label("baseline / this", "total", sparse): f"{report.ratio_to(baseline):.2f}",
@@ -145,3 +154,24 @@ def _label(row: str, part: str, sparse: bool) -> str:
     if row.startswith("total"):
         return f"{row}, {how if sparse else STORED}"
     return f"{row}, {how}" if sparse and how == ACCOUNTED else row
+
+
+def peak_note(config, predicted, measured, task, objects: int) -> str:
+    """What the measured peak holds beyond the predicted (stored) total: the input minibatch,
+    which neither part counts, and the rest, said by device."""
+    from ..tasks.base import batch_tensors
+
+    batch = sum(t.nbytes for t in batch_tensors(next(iter(task.train_batches(0)))))
+    rest = measured.peak_bytes - predicted.total_bytes - batch
+    where = (
+        "cuDNN/cuBLAS workspaces and the allocator's 512-byte rounding, not predicted"
+        if config.device != "cpu"
+        else "the rest of the CPU heap; kernels' workspace is freed inside each operator and "
+        "never sampled"
+    )
+    return (
+        f"measured peak {measured.peak_bytes / MB:.3f} MB = predicted stored total "
+        f"{predicted.total_bytes / MB:.3f} MB (of which {objects / MB:.3f} MB the CPU heap's "
+        f"tensor and autograd objects) + the input minibatch {batch / MB:.3f} MB "
+        f"{'+' if rest >= 0 else '-'} {abs(rest) / MB:.3f} MB: {where}"
+    )

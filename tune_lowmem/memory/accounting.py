@@ -54,17 +54,6 @@ def state_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
     return [t for state in optimizer.state.values() for t in state.values() if torch.is_tensor(t)]
 
 
-def stepped_state_bytes(
-    model: nn.Module, optimizer: torch.optim.Optimizer, nonzeros: Mapping[str, int]
-) -> int:
-    """The state once the optimizer has stepped: what it holds already (a fused step creates its
-    buffers up front, in their own dtype), else the paper's rule, `state_copies` gradient-sized
-    buffers."""
-    if optimizer.state:
-        return state_bytes(model, optimizer, nonzeros)
-    return gradient_bytes(model, nonzeros) * state_copies(optimizer)
-
-
 def state_copies(optimizer: torch.optim.Optimizer) -> int:
     """Buffers shaped like each parameter that the optimizer keeps: SGD with momentum 1, Adam 2."""
     if isinstance(optimizer, torch.optim.SGD):

@@ -2,23 +2,33 @@
 
 The trial's own `Trainer` is built (the same model, techniques and casts a real trial gets), its
 parameters and buffers are swapped for fake tensors (`FakeTensorMode`: shapes and dtypes, no
-data), and the minibatch's microbatches run forward and backward on fake copies of a synthetic
-minibatch under a `StorageTracker`: the first one, before any gradient exists, and one of each
-later shape, whose gradients accumulate into existing ones as in a real step (a token-budget
-minibatch may end in a smaller microbatch). The activation part is the most bytes these passes'
-own tensors hold at once: the autograd graph's saved tensors, the gradients w.r.t. activations,
-the recomputed segments of a checkpointed model, the autocast copies of the weights in the amp
-modes, a later microbatch's parameter gradient before it is added to the accumulated one, a
-gradient that a fused step (`techniques.fused_step`) applies and drops in the backward pass;
-gradients the pass leaves behind are left to the optimizer part. The input minibatch is the data
-pipeline's and is not counted (a copy the model makes, such as the cast to half, is). Model and
-optimizer parts follow `accounting`; the optimizer state is the paper's rule
-(`accounting.state_copies`), or the buffers a fused step or low-precision Adam state
-(`techniques.adam_state`) holds from the start, plus what a technique keeps beside it (`accounted_state_bytes`: Kahan's compensation buffers).
+data), it takes a warm-up update on zero gradients (so the optimizer's state exists, as
+`measure`'s warm-up step makes it), and then one training step runs on fake copies of a
+synthetic minibatch under one `StorageTracker`, as `Trainer.train_step` runs it: forward and
+backward passes of the microbatches of `passes` (the first, before any gradient exists; one of
+each later shape, whose gradients accumulate into existing ones; the last, in whose backward a
+fused step applies its update), then `update` (the finiteness check, the unscale, the optimizer's
+step as the precision takes it). The activation part is the most bytes the step's own tensors
+hold at once beyond the parameters, buffers, optimizer state and the gradients the step leaves:
+the autograd graph's saved tensors, the gradients w.r.t. activations, the recomputed segments of
+a checkpointed model, the autocast copies of the weights in the amp modes, a later microbatch's
+parameter gradient before it is added to the accumulated one, gradients that a fused step
+(`techniques.fused_step`) applies and drops, the optimizer step's temporaries (torch's
+multi-tensor kernels where torch would choose them for the real weights, e.g. on CUDA: a
+gradient-sized copy; the fp32 copies of bf16 weights and gradients that stochastic and Kahan
+rounding step in). The input minibatch is the data pipeline's and is not counted (a copy the
+model makes, such as the cast to half, is). Model and optimizer parts follow `accounting`, the
+state as the stepped optimizer holds it (Kahan's compensation buffers, low-precision Adam
+state (`techniques.adam_state`) included).
 
-A dry run is cached per shape key (task, model, precision, checkpointing, batch or token budget
-and microbatch, device type, and the synthetic sentence lengths), so a search that varies
-learning rates or sparsity pays for it once.
+On the CPU the measurement reads glibc's heap, which holds more than tensor storage: each
+tensor's and storage's C++ objects and the autograd graph's nodes. The dry run counts them as
+`HEAP_BYTES_PER_STORAGE` per storage alive (`DryRun.object_bytes`, added to a CPU config's
+activation part; a CUDA config's allocator holds none of them).
+
+A dry run is cached per shape key (task, model, precision and its update rounding,
+checkpointing, batch or token budget and microbatch, device type, and the synthetic sentence
+lengths), so a search that varies learning rates or sparsity pays for it once.
 """
 
 from __future__ import annotations
@@ -35,23 +45,34 @@ from torch import nn
 from ..config import TrialConfig
 from ..tasks.base import batch_tensors, map_tensors
 from ..techniques import TECHNIQUES
-from ..torch_private import FakeTensorMode
+from ..techniques.precision import finite_flag
+from ..torch_private import FakeTensorMode, default_foreach
 from ..train import Trainer
 from . import accounting
 from .report import MemoryReport
 from .synthetic import synthetic_task
 from .tracker import StorageTracker
 
+# The CPU heap's bytes per storage beyond its data, for the autograd graph's and the tensors'
+# objects: about 320 for a tensor with its own storage (TensorImpl, StorageImpl, malloc's header
+# and alignment: `torch.empty` in a loop under `measure.allocator_probe`) and the rest for the
+# graph's nodes and saved variables that keep a stored activation. Calibrated once, on WRN-10-1,
+# batch 32, bf16, fused units, microbatch 8 (`benchmarks/profiler_accuracy.py --calibrate`,
+# 2026-12-03 14:21: measured activation 1.8652 MB against 1.8051 MB of predicted storage), and
+# checked on other configurations of both tasks (`--techniques`, benchmarks/README.md).
+HEAP_BYTES_PER_STORAGE = 1111
+
 
 @dataclasses.dataclass(frozen=True)
 class DryRun:
-    """What the fake forward and backward passes leave: the fake model (with its fake gradients,
-    unless a fused step consumed them), its optimizer with the techniques attached, the
-    activation peak of the largest pass and the FLOPs of a whole step."""
+    """What the fake step leaves: the fake model (with its fake gradients, unless a fused step
+    consumed them), its stepped optimizer with the techniques attached, the step's activation
+    peak (tensor storage), and the FLOPs of a whole step."""
 
     model: nn.Module
     optimizer: torch.optim.Optimizer
     activation_bytes: int
+    object_bytes: int  # what the CPU heap holds beyond them at its peak (HEAP_BYTES_PER_STORAGE)
     flops_per_step: int
 
 
@@ -72,18 +93,25 @@ def parts(
     extra_model_bytes: int = 0,
 ) -> MemoryReport:
     """A dry run's memory by part, with the weights in `nonzeros` counted sparse in `layout`
-    (`predict`: the planned nonzeros, in the config's `sparsity.storage`) and what a technique keeps beside the optimizer's
-    state (`accounted_state_bytes`) counted with it."""
-    extra_state = sum(t.accounted_state_bytes(config, run.model, nonzeros) for t in TECHNIQUES)
+    (`predict`: the planned nonzeros, in the config's `sparsity.storage`). On the CPU the activation part has the heap's
+    objects with it (`DryRun.object_bytes`), as the CPU measurement sees them."""
+    objects = run.object_bytes if config.device == "cpu" else 0
     return MemoryReport(
         model_bytes=accounting.model_bytes(run.model, nonzeros, layout) + extra_model_bytes,
         optimizer_bytes=accounting.held_gradient_bytes(run.model, nonzeros)
-        + accounting.stepped_state_bytes(run.model, run.optimizer, nonzeros)
-        + extra_state,
-        activation_bytes=run.activation_bytes,
+        + accounting.state_bytes(run.model, run.optimizer, nonzeros),
+        activation_bytes=run.activation_bytes + objects,
         flops_per_step=run.flops_per_step,
         source="predicted",
     )
+
+
+def heap_object_bytes(config: TrialConfig, lengths: tuple[int, int] | None = None) -> int:
+    """What `predict`'s activation part counts beyond tensor storage: on the CPU, the heap's
+    tensor and autograd objects at the peak (`HEAP_BYTES_PER_STORAGE`); elsewhere none."""
+    lengths = None if lengths is None else tuple(lengths)
+    run = dry_run(shape_key(config, lengths), lengths)
+    return run.object_bytes if config.device == "cpu" else 0
 
 
 def planned_nonzeros(
@@ -115,8 +143,8 @@ def shape_key(config: TrialConfig, lengths: tuple[int, int] | None = None) -> Tr
 
 @functools.lru_cache(maxsize=512)
 def dry_run(key: TrialConfig, lengths: tuple[int, int] | None = None) -> DryRun:
-    """One minibatch of `key`'s trainer on fake tensors: the first microbatch's pass and one
-    pass of each later microbatch shape (see the module docstring)."""
+    """One minibatch of `key`'s trainer on fake tensors: the passes of `passes`, then the rest of
+    `Trainer.train_step` (see the module docstring), under one tracker."""
     device = torch.device(key.device)
     with _global_rng_kept():
         trainer = Trainer(key, task=synthetic_task(key, device, lengths))
@@ -124,29 +152,69 @@ def dry_run(key: TrialConfig, lengths: tuple[int, int] | None = None) -> DryRun:
     batch = next(iter(task.train_batches(0)))  # real and small: splitting it reads its lengths
     microbatches, normaliser = task.microbatches(batch), task.normaliser(batch)
     shapes = [tuple(tuple(t.shape) for t in batch_tensors(m)) for m in microbatches]
-    later = {}  # each later shape's first microbatch
-    for index in range(1, len(shapes)):
-        later.setdefault(shapes[index], index)
+    run = passes(shapes)
+    foreach = default_foreach(list(model.parameters()))  # decided on the real weights
     fake_mode = FakeTensorMode()
     _fake_state(model, fake_mode)
-    peaks, flops = [], {}
+    flops = {}
     with fake_mode:
         optimizer = task.build_optimizer(model)  # hooks the techniques hang on the fake weights
+        for group in optimizer.param_groups:
+            if group.get("foreach", False) is None:
+                group["foreach"] = foreach
         for technique in trainer.techniques:
             technique.attach(optimizer)
-            technique.begin_step(len(microbatches))
-        for index in (0, *later.values()):
-            microbatch = map_tensors(fake_mode.from_tensor, microbatches[index])
-            with StorageTracker(batch_tensors(microbatch)) as tracker:
+            technique.begin_step(len(run))  # the last pass run is the step's last microbatch
+        _warm_up(model, optimizer, precision)
+        fakes = [map_tensors(fake_mode.from_tensor, microbatches[index]) for index in run]
+        existing = [t for microbatch in fakes for t in batch_tensors(microbatch)]
+        existing += [*model.parameters(), *model.buffers(), *accounting.state_tensors(optimizer)]
+        with StorageTracker(existing) as tracker:
+            for index, microbatch in zip(run, fakes, strict=True):
+                before = tracker.flops
                 with precision.forward_context():
                     loss, _ = task.loss(model, microbatch)
                 precision.backward(loss / normaliser)
                 del loss
-            held = [*model.parameters(), *model.buffers(), *accounting.state_tensors(optimizer)]
-            held += [p.grad for p in model.parameters() if p.grad is not None]
-            peaks.append(tracker.peak(exclude=held))
-            flops[shapes[index]] = tracker.flops
-    return DryRun(model, optimizer, max(peaks), sum(flops[shape] for shape in shapes))
+                flops[shapes[index]] = tracker.flops - before
+            update(model, optimizer, precision)
+    held = [*model.parameters(), *model.buffers(), *accounting.state_tensors(optimizer)]
+    held += [p.grad for p in model.parameters() if p.grad is not None]
+    activation = tracker.peak(exclude=held)
+    objects = tracker.peak(exclude=held, heap_bytes=HEAP_BYTES_PER_STORAGE) - activation
+    return DryRun(model, optimizer, activation, objects, sum(flops[s] for s in shapes))
+
+
+def passes(shapes: list[tuple]) -> list[int]:
+    """The microbatches a dry run passes through (indices into `shapes`): the first, before any
+    gradient exists; the first of each later shape, whose gradients accumulate into existing ones;
+    and the last, in whose backward pass a fused step applies the update and drops gradients.
+    The ones left out repeat a pass that is run, with the same tensors alive."""
+    later = {}
+    for index in range(1, len(shapes)):
+        later.setdefault(shapes[index], index)
+    return sorted({0, *later.values(), len(shapes) - 1})
+
+
+def update(model: nn.Module, optimizer: torch.optim.Optimizer, precision) -> None:
+    """What `Trainer.train_step` does after the backward passes, for the tensors it allocates:
+    the gradients' finiteness flag, the loss scale's unscale, and the optimizer's step as the
+    precision takes it (the multi-tensor kernels' gradient-sized temporaries, the fp32 copies of
+    bf16 weights and gradients that stochastic and Kahan rounding step in). A sparse model's
+    rewiring (`after_step`, every so many updates) is not run."""
+    finite_flag([p.grad for p in model.parameters() if p.grad is not None])
+    precision.unscale_(model.parameters(), True)
+    precision.step(optimizer, model.parameters())
+
+
+def _warm_up(model: nn.Module, optimizer: torch.optim.Optimizer, precision) -> None:
+    """An update on zero gradients, as `measure` takes a warm-up step: the optimizer's state then
+    exists before the tracked step, as at every step but the first (which creates it, and for
+    bf16 weights stepped in fp32 creates it in fp32 first)."""
+    for param in model.parameters():
+        param.grad = torch.zeros_like(param) if param.requires_grad else None
+    update(model, optimizer, precision)
+    optimizer.zero_grad(set_to_none=True)
 
 
 def _fake_state(model: nn.Module, fake_mode: FakeTensorMode) -> None:

@@ -70,14 +70,6 @@ class Technique:
         parameter name, with their nonzero counts (none by default)."""
         return {}
 
-    @classmethod
-    def accounted_state_bytes(
-        cls, config: TrialConfig, model: nn.Module, nonzeros: dict[str, int]
-    ) -> int:
-        """Its contribution to the optimizer part: bytes of state it keeps per step beside the
-        optimizer's own rule (`memory.accounting.state_copies`); none by default."""
-        return 0
-
     # ---- one trial ---------------------------------------------------------------------------
 
     def apply(self, model: nn.Module) -> nn.Module:

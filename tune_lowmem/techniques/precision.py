@@ -187,20 +187,9 @@ class Precision(Technique):
         )
 
     @classmethod
-    def accounted_state_bytes(cls, config, model: nn.Module, nonzeros) -> int:
-        """Kahan's compensation buffers: one per half weight, in its dtype (nonzeros only for a
-        sparse one); nothing for the other updates."""
-        if config.precision_update != "kahan":
-            return 0
-        return sum(
-            nonzeros.get(name, p.numel()) * p.element_size()
-            for name, p in model.named_parameters()
-            if p.dtype == torch.bfloat16
-        )
-
-    @classmethod
     def shape_settings(cls, config) -> dict[str, Any]:
-        return {"precision": config.precision}  # the update's rounding is outside the dry run
+        # the update's rounding: the dry run steps, so it holds Kahan's buffers and fp32 copies
+        return {"precision": config.precision, "precision_update": config.precision_update}
 
     def apply(self, model: nn.Module) -> nn.Module:
         """Cast the storage; a pure half model also gets its floating inputs in its dtype."""
