@@ -1,18 +1,20 @@
 """Record the search benchmark's table: real learning curves of a grid, once, as Parquet.
 
-Every point of the grid below is trained for real (WRN-10-1 on a small CIFAR-10 subset, a few
-epochs, CPU) and its validation accuracy after every epoch is kept, with the profiler's predicted
-memory (`memory.predicted_total_mb`, known before training). `search_replay.py` then replays
-sweeps against this table.
+Every point of the grid below is trained for real (WRN-16-2 on the quickstart's CIFAR-10 subset,
+4 epochs, CPU) and its validation accuracy after every epoch is kept, with the profiler's
+predicted memory (`memory.predicted_total_mb`, known before training). `search_replay.py` then
+replays sweeps against this table.
 
-Gradient checkpointing recomputes the same forward pass and gives the same gradients, so it
-changes memory, not the learning curve: a point that differs only in `checkpoint` shares the
-curve trained once with ``checkpoint: none`` (its own predicted memory is still its own). Every
-other technique changes the arithmetic and is trained on its own.
+Exact techniques change memory, not the learning curve: gradient checkpointing recomputes the
+same forward pass, and the fused BN-ReLU-conv block gives the same gradients, so a point that
+differs only in those shares the curve trained once without them (its own predicted memory is
+still its own). Every other technique changes the arithmetic and is trained on its own.
 
 The table is rewritten after every training (an interrupted run continues; rerun to extend).
+Trainings can be spread over processes: each of ``--shard K/N`` trains every N-th one and keeps
+its rows in its own file beside the table, and every process merges all of them into the table.
 
-    TUNE_LOWMEM_DATA=/work/shared/data nice python benchmarks/learning_curves.py
+    TUNE_LOWMEM_DATA=/work/shared/data nice python benchmarks/learning_curves.py [--shard 0/2]
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import time
 from pathlib import Path
 
@@ -32,21 +35,24 @@ from tune_lowmem.train import Trainer
 
 TABLE = Path(__file__).parent / "learning_curves.parquet"
 TRAINED = {  # what changes the learning curve, in training order (the outer axis last filled)
-    "schedule.lr_multiplier": [1.0, 0.25, 4.0],
-    "sparsity.density": [1.0, 0.1, 0.2, 0.5],
+    "schedule.lr_multiplier": [1.0, 0.5],
+    "sparsity.density": [1.0, 0.1, 0.3],
     "precision": ["fp32", "bf16"],
-    "microbatch.size": [None, 10],
+    "microbatch.size": [None, 2],
 }
-SHARED = {
-    "checkpoint": ["none", "residual-1", "residual-2", "residual-2*"]
-}  # same curve, other memory
+SHARED = {  # exact: the same curve, other memory
+    "checkpoint": ["none", "residual-1", "residual-2", "residual-2*"],
+    "model.fused_norm": ["none", "block"],
+}
 GRID = {**TRAINED, **SHARED}
 BASE = {
     "task": "wrn-cifar10",
     "device": "cpu",
-    "model": {"depth": 10, "width": 1},
+    "model": {"depth": 16, "width": 2},
     "schedule": {"epochs": 4, "batch_size": 50},
-    "data": {"train_subset": 600, "val_size": 300, "test_subset": 50},
+    "data": {"train_subset": 3000, "val_size": 1000, "test_subset": 50},
+    # rewiring every few updates early on, as in the quickstart (its period is searched there)
+    "sparsity": {"period_multiplier": 16.0},
 }
 
 
@@ -67,41 +73,76 @@ def key(params: dict) -> str:
     return json.dumps({name: params[name] for name in GRID}, sort_keys=True)
 
 
+def shard_file(table: Path, shard: int) -> Path:
+    return table.with_name(f"{table.stem}.shard{shard}.parquet")
+
+
+def write(frame: pd.DataFrame, path: Path) -> None:
+    """Atomically: a reader (or another shard's merge) never sees half a file."""
+    partial = path.with_suffix(f".tmp{os.getpid()}")
+    frame.to_parquet(partial, index=False)
+    partial.replace(path)
+
+
+def read(path: Path) -> list[dict]:
+    return pd.read_parquet(path).to_dict("records") if path.exists() else []
+
+
+def merge(table: Path) -> int:
+    """Every shard's rows, and the table's own (an earlier run's), into the table: those of the
+    grid as it is now (a value taken out of the grid takes its rows out)."""
+    grid = {key(dict(zip(GRID, values))) for values in itertools.product(*GRID.values())}
+    parts = [table, *table.parent.glob(f"{table.stem}.shard*.parquet")]
+    frame = pd.concat([pd.read_parquet(p) for p in parts if p.exists()])
+    frame = frame[frame["key"].isin(grid)].drop_duplicates("key", keep="last")
+    write(frame.sort_values("key", ignore_index=True), table)
+    return len(frame)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--table", type=Path, default=TABLE)
+    parser.add_argument("--shard", default="0/1", help="K/N: train every N-th training from K")
     args = parser.parse_args()
+    shard, shards = (int(v) for v in args.shard.split("/"))
     torch.set_num_threads(1)
     space = grid_space()
-    rows = pd.read_parquet(args.table).to_dict("records") if args.table.exists() else []
-    done = {row["key"] for row in rows}
     args.table.parent.mkdir(parents=True, exist_ok=True)
-    for values in itertools.product(*reversed(TRAINED.values())):
+    own = shard_file(args.table, shard)
+    rows = read(own)
+    known = {row["key"]: row for row in read(args.table) + rows}
+    exact = [dict(zip(SHARED, values)) for values in itertools.product(*SHARED.values())]
+    trainings = list(itertools.product(*reversed(TRAINED.values())))
+    for values in trainings[shard::shards]:
         trained = dict(zip(reversed(TRAINED), values))
-        if key({**trained, "checkpoint": "none"}) in done:
+        missing = [v for v in exact if key({**trained, **v}) not in known]
+        if not missing:
             continue
-        started = time.perf_counter()
-        history = Trainer(space.trial_config({**trained, "checkpoint": "none"})).run()
-        seconds = time.perf_counter() - started
-        curve = [float(epoch["val_accuracy"]) for epoch in history]
-        for checkpoint in SHARED["checkpoint"]:
-            params = {**trained, "checkpoint": checkpoint}
-            rows.append(
-                {
-                    "key": key(params),
-                    **{f"config.{k}": v for k, v in params.items()},
-                    "curve": curve,
-                    "memory.predicted_total_mb": predict(space.trial_config(params)).total_mb,
-                    "train_seconds": seconds,
-                }
-            )
-        partial = args.table.with_suffix(".tmp")
-        pd.DataFrame(rows).to_parquet(partial, index=False)
-        partial.replace(args.table)
+        earlier = next((known[k] for v in exact if (k := key({**trained, **v})) in known), None)
+        if earlier is None:  # a new training; else a new exact variant of a trained curve
+            started = time.perf_counter()
+            history = Trainer(space.trial_config({**trained, **exact[0]})).run()
+            seconds = time.perf_counter() - started
+            curve = [float(epoch["val_accuracy"]) for epoch in history]
+        else:
+            curve, seconds = [float(v) for v in earlier["curve"]], earlier["train_seconds"]
+        for variant in missing:
+            params = {**trained, **variant}
+            row = {
+                "key": key(params),
+                **{f"config.{k}": v for k, v in params.items()},
+                "curve": curve,
+                "memory.predicted_total_mb": predict(space.trial_config(params)).total_mb,
+                "train_seconds": seconds,
+            }
+            rows.append(row)
+            known[row["key"]] = row
+        write(pd.DataFrame(rows), own)
+        done = "trained" if earlier is None else f"{len(missing)} exact variants of"
         print(
-            f"{len(rows) // len(SHARED['checkpoint']):3d} trained {trained}: {curve} in {seconds:.0f} s",
-            flush=True,
+            f"{merge(args.table):3d} rows; {done} {trained}: {curve} in {seconds:.0f} s", flush=True
         )
+    print(f"{merge(args.table)} rows in {args.table}")
 
 
 if __name__ == "__main__":

@@ -100,6 +100,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--table", default=str(TABLE))
     parser.add_argument("--seeds", type=int, default=20, help="sampler seeds per method")
+    parser.add_argument(
+        "--first-seed", type=int, default=0, help="seeds run: first-seed .. first-seed + seeds - 1"
+    )
     parser.add_argument("--points", type=int, default=48, help="points per sweep (num_samples)")
     parser.add_argument("--workers", type=int, default=4, help="trials at once")
     parser.add_argument("--grace", type=int, default=1, help="scheduler.grace_epochs")
@@ -138,7 +141,8 @@ def main() -> None:
         methods = [settings(args, sampler, s) for s in (None, stopping)]
         rows: list[list[dict]] = [[], []]
         spent: list[list[float]] = [[], []]
-        for seed in range(args.seeds):  # both methods per seed: a cut-short run stays paired
+        # both methods per seed: a cut-short run stays paired
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
             for i, setting in enumerate(methods):
                 cached = done.get((json.dumps(setting, sort_keys=True), seed))
                 if cached is None:
