@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 import torch
 
@@ -80,3 +81,15 @@ def test_a_trial_row_records_stored_beside_accounted(tmp_path):
     assert dense["memory.measured_stored_total_mb"] == dense["memory.measured_total_mb"]
     memory = memory_metrics(predict(tiny_wrn_config()), None, stored(tiny_wrn_config()))
     assert memory["memory.measured_stored_total_mb"] is None  # not measured: not invented
+
+
+def test_the_launch_front_labels_its_memory_columns():
+    """The front `launch` and `resume` end with says how each memory column counts."""
+    from tune_lowmem.progress import front_table
+
+    front = pd.DataFrame(
+        {"val_accuracy": [0.3], "memory.predicted_total_mb": [4.2], "checkpoint": ["none"]}
+    )
+    header = front_table(front).splitlines()[0]
+    assert "memory.predicted_total_mb (accounted)" in header
+    assert "val_accuracy (" not in header and "checkpoint (" not in header

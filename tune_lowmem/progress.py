@@ -19,6 +19,7 @@ from ray.tune import Callback
 from ray.tune.experiment import Trial
 
 from . import pareto, store
+from .analysis.counted import labelled
 from .space import SearchSpace, store_column
 
 BEST_SHOWN = 3  # points of the running Pareto front printed after each finished trial
@@ -122,8 +123,10 @@ class ProgressPrinter(Callback):
 
 
 def front_table(front: pd.DataFrame) -> str:
-    """The Pareto front as aligned text, one point a line."""
+    """The Pareto front as aligned text, one point a line, each memory column labelled stored or
+    accounted (`analysis.counted`)."""
     if front.empty:
         return "  (no completed trial yet)"
     shown = front.astype(object).map(_number)
+    shown.columns = [labelled(column) for column in shown.columns]
     return shown.to_string(index=False)

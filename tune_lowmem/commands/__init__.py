@@ -49,6 +49,7 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
 
 def print_outcome(outcome) -> None:
     """The end of launch and resume: the Pareto front and where everything is."""
+    from ..analysis.counted import labelled
     from ..progress import front_table
     from ..search import status_counts
 
@@ -57,7 +58,7 @@ def print_outcome(outcome) -> None:
         f"\nsweep {outcome.sweep} done: "
         + ", ".join(f"{n} {status}" for status, n in counts.items())
     )
-    objectives = ", ".join(f"{m} {d}" for m, d in outcome.space.objectives.items())
+    objectives = ", ".join(labelled(m, d) for m, d in outcome.space.objectives.items())
     print(f"Pareto front ({objectives}):")
     print(front_table(outcome.front))
     print(
