@@ -82,12 +82,21 @@ def test_heap_samples_leave_out_the_trackers_own_records():
     x = torch.zeros(16)
     with StorageTracker():  # a process's first dispatch through a Python mode allocates ~25 MB
         x.add_(1)
-    with StorageTracker([x], allocator_probe(torch.device("cpu"))) as tracker:
+    with StorageTracker([x], allocator_probe(torch.device("cpu")), True) as tracker:
         for _ in range(20_000):  # no new storage: the heap's tensors do not grow
             x.add_(1)
     assert len(tracker.samples) == 20_001
     # the samples list alone grows by 8 bytes an operator: 160 kB
     assert tracker.samples[-1] - tracker.samples[0] < 16_000
+
+
+def test_a_probe_off_the_heap_is_sampled_as_it_reads():
+    """A GPU allocator's count does not hold the tracker's records: nothing is taken off it."""
+    x = torch.zeros(16)
+    with StorageTracker([x], lambda: 10_000_000) as tracker:
+        for _ in range(1_000):
+            x.add_(1)
+    assert tracker.samples == [10_000_000] * 1_001
 
 
 def _stepped(foreach: bool, fake: FakeTensorMode | None) -> int:

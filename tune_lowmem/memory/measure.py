@@ -55,7 +55,8 @@ def measure(config: TrialConfig, lengths: tuple[int, int] | None = None) -> Memo
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
-    with _no_collection(), StorageTracker(existing, probe) as tracker:
+    reads_heap = device.type != "cuda"  # glibc's heap, which holds the tracker's records too
+    with _no_collection(), StorageTracker(existing, probe, reads_heap) as tracker:
         trainer.train_step(batch)
     held = _held(trainer)
     if probe is None:

@@ -54,11 +54,15 @@ class StorageTracker(TorchDispatchMode):
     the parameters and the input batch) are not allocations of the tracked code and get no life;
     one freed while tracking (a weight replaced by its fp32 copy) counts negative from then on.
     `probe`, if given, is called after every operator (e.g. `torch.cuda.memory_allocated`) and
-    its values, less the bytes of the tracker's own records (see the module docstring), are kept
-    in `samples`, one per event."""
+    its values are kept in `samples`, one per event; with `probe_reads_heap` (a probe of the
+    process heap, where the tracker's own records live; not a GPU allocator's) less the bytes of
+    those records (see the module docstring)."""
 
     def __init__(
-        self, existing: Iterable[torch.Tensor] = (), probe: Callable[[], int] | None = None
+        self,
+        existing: Iterable[torch.Tensor] = (),
+        probe: Callable[[], int] | None = None,
+        probe_reads_heap: bool = False,
     ) -> None:
         super().__init__()
         self.clock = 0
@@ -67,6 +71,7 @@ class StorageTracker(TorchDispatchMode):
         self.freed: list[Life] = []  # existing storages freed: negative bytes from their end
         self._existing = {id(s): self._watch(s) for s in (t.untyped_storage() for t in existing)}
         self.probe = probe
+        self.probe_reads_heap = probe_reads_heap
         self._alive: dict[int, Life] = {}  # id(storage) -> its life, while the storage exists
         self.samples: list[int] = []
         if probe:
@@ -88,9 +93,10 @@ class StorageTracker(TorchDispatchMode):
 
     def _sample(self) -> None:
         in_use = self.probe()
-        records = (self.samples, self.lives, self.freed, self._alive, self._existing)
-        own = sum(map(sys.getsizeof, records))
-        self.samples.append(in_use - own)
+        if self.probe_reads_heap:
+            records = (self.samples, self.lives, self.freed, self._alive, self._existing)
+            in_use -= sum(map(sys.getsizeof, records))
+        self.samples.append(in_use)
 
     def _see(self, tensor: torch.Tensor) -> None:
         storage = tensor.untyped_storage()
