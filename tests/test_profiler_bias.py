@@ -12,7 +12,7 @@ from torch import nn
 from tune_lowmem.config import TrialConfig
 from tune_lowmem.memory import accounting
 from tune_lowmem.memory.measure import allocator_probe, measure
-from tune_lowmem.memory.predict import update
+from tune_lowmem.memory.predict import heap_object_bytes, update
 from tune_lowmem.memory.tracker import StorageTracker
 from tune_lowmem.techniques.precision import Precision
 from tune_lowmem.torch_private import FakeTensorMode
@@ -137,3 +137,11 @@ def test_the_dry_runs_update_holds_the_optimizers_temporaries(foreach):
         assert real >= 4 * sum(weights)
     else:  # one weight's temporaries at a time
         assert 4 * max(weights) <= real < 4 * sum(weights)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="device auto must resolve to the CPU")
+def test_device_auto_on_a_cpu_counts_the_heap_objects_as_the_cpu_does():
+    """The heap's objects follow the device the trial runs on, not the config's spelling."""
+    cpu = TrialConfig.from_dict({**WRN, "schedule.batch_size": 16})
+    auto = TrialConfig.from_dict({**WRN, "schedule.batch_size": 16, "device": "auto"})
+    assert heap_object_bytes(auto) == heap_object_bytes(cpu) > 0

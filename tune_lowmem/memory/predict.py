@@ -82,25 +82,24 @@ def predict(config: TrialConfig, lengths: tuple[int, int] | None = None) -> Memo
     lengths = None if lengths is None else tuple(lengths)
     key = shape_key(config, lengths)
     run = dry_run(key, lengths)
-    return parts(config, run, planned_nonzeros(config, run.model, lengths), config.sparsity.storage)
+    return parts(run, planned_nonzeros(config, run.model, lengths), config.sparsity.storage)
 
 
 def parts(
-    config: TrialConfig,
     run: DryRun,
     nonzeros: dict[str, int],
     layout: str = "csr",
     extra_model_bytes: int = 0,
 ) -> MemoryReport:
     """A dry run's memory by part, with the weights in `nonzeros` counted sparse in `layout`
-    (`predict`: the planned nonzeros, in the config's `sparsity.storage`). On the CPU the activation part has the heap's
-    objects with it (`DryRun.object_bytes`), as the CPU measurement sees them."""
-    objects = run.object_bytes if config.device == "cpu" else 0
+    (`predict`: the planned nonzeros, in the config's `sparsity.storage`). On the CPU the
+    activation part has the heap's objects with it (`DryRun.object_bytes`), as the CPU
+    measurement sees them."""
     return MemoryReport(
         model_bytes=accounting.model_bytes(run.model, nonzeros, layout) + extra_model_bytes,
         optimizer_bytes=accounting.held_gradient_bytes(run.model, nonzeros)
         + accounting.state_bytes(run.model, run.optimizer, nonzeros),
-        activation_bytes=run.activation_bytes + objects,
+        activation_bytes=run.activation_bytes + run.object_bytes,
         flops_per_step=run.flops_per_step,
         source="predicted",
     )
@@ -110,8 +109,7 @@ def heap_object_bytes(config: TrialConfig, lengths: tuple[int, int] | None = Non
     """What `predict`'s activation part counts beyond tensor storage: on the CPU, the heap's
     tensor and autograd objects at the peak (`HEAP_BYTES_PER_STORAGE`); elsewhere none."""
     lengths = None if lengths is None else tuple(lengths)
-    run = dry_run(shape_key(config, lengths), lengths)
-    return run.object_bytes if config.device == "cpu" else 0
+    return dry_run(shape_key(config, lengths), lengths).object_bytes
 
 
 def planned_nonzeros(
@@ -181,7 +179,9 @@ def dry_run(key: TrialConfig, lengths: tuple[int, int] | None = None) -> DryRun:
     held = [*model.parameters(), *model.buffers(), *accounting.state_tensors(optimizer)]
     held += [p.grad for p in model.parameters() if p.grad is not None]
     activation = tracker.peak(exclude=held)
-    objects = tracker.peak(exclude=held, heap_bytes=HEAP_BYTES_PER_STORAGE) - activation
+    objects = 0  # a GPU allocator holds none of the heap's objects
+    if device.type == "cpu":  # the device the trial runs on (`shape_key` resolved "auto")
+        objects = tracker.peak(exclude=held, heap_bytes=HEAP_BYTES_PER_STORAGE) - activation
     return DryRun(model, optimizer, activation, objects, sum(flops[s] for s in shapes))
 
 

@@ -30,7 +30,7 @@ def stored(config: TrialConfig, lengths: tuple[int, int] | None = None) -> Memor
         run.model.get_parameter(name).numel() * MASK_BYTES
         for name in planned_nonzeros(config, run.model, lengths)
     )
-    return parts(config, run, {}, extra_model_bytes=masks)
+    return parts(run, {}, extra_model_bytes=masks)
 
 
 def accounted(
@@ -38,7 +38,7 @@ def accounted(
 ) -> MemoryReport:
     """The predicted memory with sparse weights counted in `layout` (csr: `predict`'s figure)."""
     run = dry_run(shape_key(config, lengths), lengths)
-    return parts(config, run, planned_nonzeros(config, run.model, lengths), layout)
+    return parts(run, planned_nonzeros(config, run.model, lengths), layout)
 
 
 def held(measured: MemoryReport, stored_report: MemoryReport) -> MemoryReport:
