@@ -666,7 +666,7 @@ def check(args: argparse.Namespace) -> int:
         [p["part"], p["outcome"], p["seconds"], p.get("checks") or ""] for p in report["parts"]
     ]
     log.say(table(["part", "outcome", "seconds", "checks"], summary))
-    bad = [p for p in report["parts"] if not p["outcome"].startswith(("ok", "skipped"))]
+    bad = [p for p in report["parts"] if p["outcome"].startswith(("failed", "crashed", "stopped"))]
     return 1 if bad else 0
 
 
