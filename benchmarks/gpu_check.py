@@ -1,7 +1,7 @@
 """The device check: what only a GPU can show, in one call that fits a short lease.
 
   python3 benchmarks/gpu_check.py [--out DIR] [--budget 420] [--size full|dry|quick]
-                                   [--parts memory,workspaces,step,packing,wrn,tests]
+                                   [--parts workspaces,memory,packing,tests,step,wrn]
 
 It runs with the device machine's own python3 and packages (torch 2.11 or newer; no Ray, Optuna,
 duckdb or jsonschema) on a copy of the tree with CIFAR-10 carried in `gpu_data/` (see
@@ -12,15 +12,15 @@ still running `--grace` seconds after that is stopped. Everything printed goes t
 `gpu_check.log`, and the versions, every row and every outcome to `gpu_check.json`, under $OUT
 (or `--out`). Parts:
 
+- workspaces: the BLAS workspaces the allocator's view counts, against what torch allocates;
 - memory: predicted against measured peak memory for 17 configurations of both paper tasks and
   every technique: the paper's count (`predict`) against `measure`, and the allocator's view
   (`memory.cuda.predict_cuda`) against `torch.cuda.max_memory_allocated`, each against 5%;
-- workspaces: the BLAS workspaces the allocator's view counts, against what torch allocates;
-- step: the trial's step time against a plain PyTorch loop (interleaved rounds, medians);
 - packing: trials of a plug-in task as plain processes, each held to its share of the card as
   the Ray trainable holds it, and one mispredicted trial that must end out of memory alone;
-- wrn: WideResNet-28-2 on CIFAR-10 for three epochs of the paper's schedule;
-- tests: the GPU-marked tests of `GPU_TEST_MODULES` (modules that import without Ray).
+- tests: the GPU-marked tests of `GPU_TEST_MODULES` (modules that import without Ray);
+- step: the trial's step time against a plain PyTorch loop (interleaved rounds, medians);
+- wrn: WideResNet-28-2 on CIFAR-10 for three epochs of the paper's schedule.
 
 `--size full` (the default with CUDA) is the device run; without CUDA the default is `dry`: the
 same parts on the CPU at small sizes, each CUDA-only comparison reported as "skipped: no CUDA".
@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
-import importlib.util
 import json
 import os
 import platform
@@ -523,7 +522,12 @@ def tests_part(size: Size, emit) -> str:
     return ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items()))
 
 
-PARTS = {
+PARTS = {  # the most telling first: the budget may leave the last unstarted
+    "workspaces": Part(
+        "BLAS workspaces: counted vs allocated by torch",
+        ["threads", "MiB each (cuBLAS + Lt)", "counted MiB", "allocated MiB", ""],
+        workspaces_part,
+    ),
     "memory": Part(
         "peak memory, predicted vs measured (target 5%)",
         [
@@ -539,30 +543,25 @@ PARTS = {
         ],
         memory_part,
     ),
-    "workspaces": Part(
-        "BLAS workspaces: counted vs allocated by torch",
-        ["threads", "MiB each (cuBLAS + Lt)", "counted MiB", "allocated MiB", ""],
-        workspaces_part,
+    "packing": Part(
+        "trials packed on one card as processes (width 1000 is mispredicted)",
+        ["width", "status", "share", "limit MB", "predicted MB", "reserved MB", "within", "reason"],
+        packing_part,
+    ),
+    "tests": Part(
+        f"GPU-marked tests of {', '.join(GPU_TEST_MODULES)}",
+        ["test", "outcome", "seconds", "message"],
+        tests_part,
     ),
     "step": Part(
         "step time: the trial's step vs a plain PyTorch loop (target 3%)",
         ["techniques", "plain ms", "trial ms", "ratio", ""],
         step_part,
     ),
-    "packing": Part(
-        "trials packed on one card as processes (width 1000 is mispredicted)",
-        ["width", "status", "share", "limit MB", "predicted MB", "reserved MB", "within", "reason"],
-        packing_part,
-    ),
     "wrn": Part(
         "WideResNet on CIFAR-10, the paper's schedule",
         ["epoch", "seconds", "images/s", "train loss", "val accuracy"],
         wrn_part,
-    ),
-    "tests": Part(
-        f"GPU-marked tests of {', '.join(GPU_TEST_MODULES)}",
-        ["test", "outcome", "seconds", "message"],
-        tests_part,
     ),
 }
 
@@ -574,7 +573,8 @@ def run_part(name: str, size: Size, result_file: Path) -> int:
     """Run one part here, printing each row as it comes; its rows and outcome to `result_file`."""
     part = PARTS[name]
     rows: list[list] = []
-    widths = [max(len(h), 8) for h in part.headers]
+    widths = [max(len(h), 10) for h in part.headers]
+    widths[0] = max(widths[0], 28)  # labels
 
     def emit(row: list) -> None:
         rows.append([c if isinstance(c, (int, float, str)) else str(c) for c in row])
