@@ -19,10 +19,12 @@ modelled (exact for the held tensors, by PyTorch's CUDA caching allocator's docu
 - the BLAS workspaces (`blas_workspace_bytes`): torch allocates a cuBLAS workspace through the
   caching allocator once per cuBLAS handle and stream, and a handle belongs to a thread; a step
   runs its forward on its own thread and its backward on autograd's device thread, so it holds
-  two (`BLAS_THREADS`). cuBLASLt (torch's path for a matrix product with a bias) shares them from
-  torch 2.11 on (as torch's handle pool and its change history read) and took a workspace of its
-  own per handle and stream before (`cublaslt_workspace_bytes`). `probe_blas_workspaces` counts
-  what torch really allocates on a card, which the GPU check and a GPU test compare with this.
+  two (`BLAS_THREADS`). cuBLASLt, torch's path for a forward matrix product with a bias, takes a
+  workspace of its own per handle and stream up to torch 2.11 and shares cuBLAS's from 2.12 on
+  (`cublaslt_workspace_bytes`; as torch's handle pool and its change history read: the backward's
+  products go through cuBLAS, so one is counted, a recomputed forward's within the margin).
+  `probe_blas_workspaces` counts what torch really allocates on a card, which the GPU check and
+  a GPU test compare with this.
 
 bounded by `UNMODELLED_MARGIN` of the tensors (not modelled): cuDNN's per-call workspaces
 (chosen by its heuristics at run time), the 512-byte rounding of the activations (the dry run
@@ -91,7 +93,7 @@ def reserved_lower_bound(sizes: Iterable[int]) -> int:
 
 BLAS_THREADS = 2  # the step's own thread (forward) and autograd's device thread (backward)
 LT_WORKSPACE_KIB = 1024  # cuBLASLt's default workspace (CUBLASLT_WORKSPACE_SIZE, in KiB)
-UNIFIED_FROM = (2, 11)  # the torch release from which cuBLASLt shares cuBLAS's workspaces
+UNIFIED_FROM = (2, 12)  # the torch release from which cuBLASLt shares cuBLAS's workspaces
 
 
 def cublas_workspace_bytes(capability: tuple[int, int]) -> int:
@@ -124,10 +126,11 @@ def cublaslt_workspace_bytes() -> int:
 
 
 def blas_workspaces(capability: tuple[int, int]) -> list[int]:
-    """The BLAS workspaces a training step holds, in bytes each: cuBLAS's and cuBLASLt's, one each
-    per thread that multiplies matrices on the step's stream (`BLAS_THREADS`)."""
-    per_thread = [cublas_workspace_bytes(capability), cublaslt_workspace_bytes()]
-    return [size for size in per_thread * BLAS_THREADS if size]
+    """The BLAS workspaces a training step holds, in bytes each: cuBLAS's, one per thread that
+    multiplies matrices on the step's stream (`BLAS_THREADS`), and cuBLASLt's own, if any, of the
+    forward's thread."""
+    lt = cublaslt_workspace_bytes()
+    return [cublas_workspace_bytes(capability)] * BLAS_THREADS + ([lt] if lt else [])
 
 
 def blas_workspace_bytes(capability: tuple[int, int]) -> int:
