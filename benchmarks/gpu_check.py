@@ -117,14 +117,8 @@ sampler: grid
 resources: {{cpu: 1, gpu: auto, gpu_memory_mb: {card_mb:.0f}}}
 max_concurrent: {count}
 """
-TINY_DCT_MODEL = {
-    "embed_dim": 32,
-    "ffn_dim": 64,
-    "encoder_layers": 1,
-    "decoder_layers": 1,
-    "encoder_kernels": [3],
-    "decoder_kernels": [7],
-}
+TINY_DCT_MODEL = {"embed_dim": 16, "ffn_dim": 32, "encoder_layers": 1, "decoder_layers": 1}
+TINY_DCT_MODEL |= {"encoder_kernels": [3], "decoder_kernels": [3]}  # one layer each
 
 
 @dataclass(frozen=True)
