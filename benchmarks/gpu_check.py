@@ -105,18 +105,7 @@ STEP_CONFIGS = [  # WRN's SGD: every technique but Adam's state, each alone
     ("checkpoint residual-2", {"checkpoint": "residual-2"}),
     ("fused step", {"fused_step": "exact"}),
 ]
-PACKING_SPACE = """\
-name: gpu-check-packing
-base: {{task: "benchmarks.gpu_check_task:HungryBlobs", device: auto,
-        schedule: {{epochs: 2, batch_size: {batch}}}, data: {{train: {train}, val: {val}}},
-        model: {{features: {features}, hog_mb: {hog_mb}}}}}
-params:
-  model.hidden: {{type: choice, values: [{widths}]}}
-objectives: {{val_accuracy: maximize, memory.predicted_total_mb: minimize}}
-sampler: grid
-resources: {{cpu: 1, gpu: auto, gpu_memory_mb: {card_mb:.0f}}}
-max_concurrent: {count}
-"""
+PACKING_TASK = "benchmarks.gpu_check_task:HungryBlobs"
 TINY_DCT_MODEL = {"embed_dim": 16, "ffn_dim": 32, "encoder_layers": 1, "decoder_layers": 1}
 TINY_DCT_MODEL |= {"encoder_kernels": [3], "decoder_kernels": [3]}  # one layer each
 
@@ -132,7 +121,7 @@ class Size:
     step: dict  # the step part's WRN
     step_configs: int  # how many of STEP_CONFIGS
     step_rounds: tuple[int, int, int]  # warm-up steps, rounds, steps per round
-    packing: dict  # PACKING_SPACE's sizes
+    packing: dict  # the packed trials' sizes (`packing_plan`)
     packing_widths: tuple[int, ...]  # the first is the mispredicted one
     wrn_run: dict = field(default_factory=dict)  # the WideResNet run
 
@@ -381,31 +370,32 @@ def step_part(size: Size, emit) -> str:
 # ---- packing -----------------------------------------------------------------------------------
 
 
+def packing_plan(size: Size, card_mb: float) -> dict:
+    """The packed trials' base config and resources, as a search space would give them."""
+    p = size.packing
+    base = {"task": PACKING_TASK, "device": "auto", "schedule.epochs": 2}
+    base |= {"schedule.batch_size": p["batch"], "data.train": p["train"], "data.val": p["val"]}
+    base |= {"model.features": p["features"], "model.hog_mb": p["hog_mb"]}
+    return {"base": base, "resources": {"cpu": 1, "gpu": "auto", "gpu_memory_mb": card_mb}}
+
+
 def packing_part(size: Size, emit) -> str:
-    from gpu_check_task import HOG_HIDDEN
+    from gpu_check_task import HOG_HIDDEN, SWEEP, packing_trial
 
     from tune_lowmem import store
     from tune_lowmem.memory import MB
     from tune_lowmem.memory.share import memory_fraction, trial_share
-    from tune_lowmem.space import SearchSpace
 
     on_cuda = size.device == "cuda"
     card_mb = torch.cuda.get_device_properties(0).total_memory / MB if on_cuda else NOMINAL_CARD_MB
-    widths = size.packing_widths
+    widths, plan = size.packing_widths, packing_plan(size, card_mb)
     assert widths[0] == HOG_HIDDEN, widths
     with tempfile.TemporaryDirectory() as folder:
-        space_file, root = Path(folder, "packing.yaml"), Path(folder, "store")
-        space_file.write_text(
-            PACKING_SPACE.format(
-                **size.packing,
-                widths=", ".join(map(str, widths)),
-                card_mb=card_mb,
-                count=len(widths),
-            )
-        )
+        plan_file, root = Path(folder, "plan.json"), Path(folder, "store")
+        plan_file.write_text(json.dumps(plan))
         trials = [
             subprocess.Popen(
-                [sys.executable, str(TASK_SCRIPT), str(space_file), str(width), str(root)],
+                [sys.executable, str(TASK_SCRIPT), str(plan_file), str(width), str(root)],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 text=True,
@@ -416,12 +406,12 @@ def packing_part(size: Size, emit) -> str:
             output, _ = trial.communicate()
             last = output.strip().splitlines()[-1:] or ["(no output)"]
             print(f"  trial width {width}: exit {trial.returncode}; {last[0]}", flush=True)
-        space = SearchSpace.load(space_file)
-        rows = store.read_trials(root, space.name).sort_values("config.model.hidden")
+        rows = store.read_trials(root, SWEEP).sort_values("config.model.hidden")
     outcomes = {}
     for _, row in rows.iterrows():
         width = int(row["config.model.hidden"])
-        share = trial_share(space.resources, space.trial_config({"model.hidden": width}))
+        config, resources = packing_trial(plan, width)
+        share = trial_share(resources, config)
         limit = (memory_fraction(share, card_mb) or 1.0) * card_mb
         reserved = row["memory.cuda_max_reserved_mb"]
         within = ("yes" if reserved <= limit else "NO") if on_cuda else NO_CUDA
@@ -447,7 +437,8 @@ def packing_part(size: Size, emit) -> str:
     held = sum(outcomes.get(w, ("", "", ""))[2] == "yes" for w in others)
     hog = outcomes.get(HOG_HIDDEN, ("missing", "", ""))
     alone = hog[0] == "infeasible" and hog[1].startswith("out of memory")
-    return f"{summary}, {held} within their shares; mispredicted: {hog[0]} ({'ok' if alone else 'NOT out of memory'})"
+    verdict_of_hog = "ok" if alone else "NOT out of memory"
+    return f"{summary}, {held} within their shares; mispredicted: {hog[0]} ({verdict_of_hog})"
 
 
 # ---- WideResNet-28-2 ---------------------------------------------------------------------------

@@ -16,7 +16,6 @@ import pytest
 from tune_lowmem import store
 from tune_lowmem.config import TrialConfig
 from tune_lowmem.memory.share import trial_share
-from tune_lowmem.space import SearchSpace
 from tune_lowmem.techniques import TECHNIQUES
 from tune_lowmem.techniques.precision import PRECISIONS
 
@@ -154,21 +153,49 @@ def test_the_step_configurations_turn_each_technique_on_alone():
     assert set().union(*enabled) == {t.NAME for t in TECHNIQUES if t.NAME != "precision"} - adams
 
 
-def test_the_packing_space_is_valid_and_asks_for_gpu_shares(tmp_path):
+def test_the_packing_plan_asks_for_gpu_shares_the_mispredicted_point_outgrows():
     size = gpu_check.SIZES["full"]
-    text = gpu_check.PACKING_SPACE.format(
-        **size.packing, widths="1000, 1024", card_mb=80_000.0, count=2
-    )
-    (tmp_path / "space.yaml").write_text(text)
-    space = SearchSpace.load(tmp_path / "space.yaml")
-    assert space.resources.gpu == "auto"
+    plan = gpu_check.packing_plan(size, 80_000.0)
     assert size.packing_widths[0] == gpu_check_task.HOG_HIDDEN
-    shares = [
-        trial_share(space.resources, space.trial_config({"model.hidden": w})) for w in (1000, 1024)
-    ]
-    assert 0 < shares[0] <= shares[1] < 1  # the plug-in task's shares, as the trials are held to
-    hog = space.trial_config({"model.hidden": 1000}).model.hog_mb
+    trials = [gpu_check_task.packing_trial(plan, w) for w in size.packing_widths]
+    assert all(r.gpu == "auto" and c.device == "auto" for c, r in trials)
+    shares = [trial_share(resources, config) for config, resources in trials]
+    assert all(0 < share < 1 for share in shares)
+    assert shares[1:] == sorted(shares[1:])  # wider points ask for more
+    assert sum(shares) <= 1  # they fit on one card together
+    hog = trials[0][0].model.hog_mb
     assert hog > shares[0] * 80_000  # more than its whole share of the card: it must fail
+
+
+def test_a_packed_trial_runs_and_stores_its_outcome_without_ray_or_optuna(tmp_path):
+    plan = gpu_check.packing_plan(gpu_check.SIZES["quick"], gpu_check.NOMINAL_CARD_MB)
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    run = "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+    script = WITHOUT.format(absent=set(gpu_check.ABSENT_ON_DEVICE)) + run
+    arguments = [
+        str(gpu_check.TASK_SCRIPT),
+        str(tmp_path / "plan.json"),
+        "16",
+        str(tmp_path / "store"),
+    ]
+    done = subprocess.run(
+        [sys.executable, "-c", script, *arguments],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'benchmarks'}"},
+        capture_output=True,
+        check=False,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (row,) = store.read_trials(tmp_path / "store", gpu_check_task.SWEEP).to_dict("records")
+    assert (row["trial_id"], row["status"], row["config.model.hidden"]) == (
+        "width-16",
+        "completed",
+        16,
+    )
+    assert row["memory.predicted_total_mb"] > 0 and row["epochs_completed"] == 2
+    assert gpu_check.text_of(row["failure_reason"]) == ""
 
 
 def test_the_mispredicted_point_holds_memory_only_its_real_model_has():
