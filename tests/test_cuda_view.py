@@ -9,10 +9,15 @@ from torch import nn
 from tests.conftest import tiny_wrn_config
 from tune_lowmem.memory import MB
 from tune_lowmem.memory.cuda import (
+    BLAS_THREADS,
     allocated_size,
+    blas_workspace_bytes,
+    blas_workspaces,
     cublas_workspace_bytes,
+    cublaslt_workspace_bytes,
     cuda_prediction,
     foreach_temporary_copies,
+    lt_workspace_unified,
     predict_cuda,
     reserved_lower_bound,
     segment_size,
@@ -51,9 +56,46 @@ def test_held_blocks_pack_into_the_fewest_segments():
     assert reserved_lower_bound([11 * MiB, 100]) == 12 * MiB + 2 * MiB
 
 
-def test_cublas_workspace_is_torch_s_default_per_architecture():
+@pytest.fixture
+def blas_defaults(monkeypatch):
+    """The BLAS workspace settings torch reads, unset, as on a user's machine."""
+    for name in ("CUBLAS_WORKSPACE_CONFIG", "CUBLASLT_WORKSPACE_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("TORCH_CUBLASLT_UNIFIED_WORKSPACE", raising=False)
+    return monkeypatch
+
+
+def test_cublas_workspace_is_torch_s_default_per_architecture(blas_defaults):
     assert cublas_workspace_bytes((9, 0)) == 32 * MiB
     assert cublas_workspace_bytes((8, 0)) == 8 * MiB + 128 * 1024
+
+
+def test_cublas_workspace_follows_the_setting_torch_reads(blas_defaults):
+    blas_defaults.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # the deterministic setting
+    assert cublas_workspace_bytes((8, 0)) == 32 * MiB
+    blas_defaults.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
+    assert cublas_workspace_bytes((9, 0)) == 128 * 1024
+
+
+def test_cublaslt_shares_the_workspaces_from_torch_2_12_or_when_told(blas_defaults):
+    assert not lt_workspace_unified("2.11.0+cu130")
+    assert lt_workspace_unified("2.12.0") and lt_workspace_unified("2.14.1+cu130")
+    blas_defaults.setenv("TORCH_CUBLASLT_UNIFIED_WORKSPACE", "0")
+    assert not lt_workspace_unified("2.14.1")
+    assert cublaslt_workspace_bytes() == MiB  # its own, of its default size
+    blas_defaults.setenv("CUBLASLT_WORKSPACE_SIZE", "4096")
+    assert cublaslt_workspace_bytes() == 4 * MiB
+    blas_defaults.setenv("TORCH_CUBLASLT_UNIFIED_WORKSPACE", "1")
+    assert lt_workspace_unified("2.10.0") and cublaslt_workspace_bytes() == 0
+
+
+def test_a_step_holds_one_blas_workspace_per_thread_that_multiplies(blas_defaults):
+    blas_defaults.setenv("TORCH_CUBLASLT_UNIFIED_WORKSPACE", "1")
+    assert BLAS_THREADS == 2  # the forward's thread and autograd's device thread
+    assert blas_workspaces((9, 0)) == [32 * MiB, 32 * MiB]
+    blas_defaults.setenv("TORCH_CUBLASLT_UNIFIED_WORKSPACE", "0")
+    assert sorted(blas_workspaces((9, 0))) == [MiB, 32 * MiB, 32 * MiB]  # Lt: the forward's
+    assert blas_workspace_bytes((9, 0)) == 65 * MiB
 
 
 def test_optimizer_temporaries_follow_torch_optim_s_foreach_step():
@@ -64,7 +106,7 @@ def test_optimizer_temporaries_follow_torch_optim_s_foreach_step():
     assert foreach_temporary_copies(torch.optim.Adam(params, weight_decay=1e-4)) == 2
 
 
-def test_a_known_model_s_parts():
+def test_a_known_model_s_parts(blas_defaults):
     model = nn.Sequential(nn.Linear(1000, 1000), nn.BatchNorm1d(1000))  # 1,001,000 + 2,000 params
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
     view = cuda_prediction(model, optimizer, 5 * MiB, [1_000_000], (9, 0))
@@ -74,7 +116,8 @@ def test_a_known_model_s_parts():
     mask = allocated_size(1_000_000)
     assert view.held_bytes == parameters * 3 + buffers + mask  # weights, gradients, momentum
     assert view.temporary_bytes == parameters  # weight decay's gradient copy
-    assert view.allocated_bytes == view.held_bytes + 5 * MiB + 32 * MiB
+    assert view.workspace_bytes == blas_workspace_bytes((9, 0))
+    assert view.allocated_bytes == view.held_bytes + 5 * MiB + view.workspace_bytes
     assert view.context_bytes == CUDA_CONTEXT_MB * MB
     assert view.reserved_bytes >= view.allocated_bytes  # segments hold at least their blocks
 

@@ -1,18 +1,21 @@
-"""The prepared GPU check, on the CPU: it starts and says there is no GPU; what it runs on a GPU
-is built from parts checked here (its configurations, its space, its mispredicted task, its table)."""
+"""The device check, on the CPU: its dry run end to end (every part but the CUDA comparisons),
+its budget, and the parts it is built from (configurations, space, mispredicted task, test list)."""
 
 from __future__ import annotations
 
+import json
+import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tune_lowmem import store
 from tune_lowmem.config import TrialConfig
 from tune_lowmem.memory.share import trial_share
-from tune_lowmem.space import SearchSpace
 from tune_lowmem.techniques import TECHNIQUES
 from tune_lowmem.techniques.precision import PRECISIONS
 
@@ -22,80 +25,204 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import gpu_check
 import gpu_check_task
 
+# Imports refused, as on the device machine, which has none of these packages.
+WITHOUT = """
+import sys
+class Absent:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {absent!r}:
+            raise ModuleNotFoundError(f"No module named {{name!r}} (absent on the device)")
+sys.meta_path.insert(0, Absent())
+"""
 
-def test_without_cuda_it_says_so_in_one_line_and_exits_0():
+
+def check(tmp_path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """The device check run as on the device (no CUDA here), its report."""
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(REPO)}
     done = subprocess.run(
-        [sys.executable, "benchmarks/gpu_check.py"],
+        [sys.executable, "benchmarks/gpu_check.py", "--out", str(tmp_path), *args],
         cwd=REPO,
         env=env,
         capture_output=True,
         check=False,
         text=True,
-        timeout=120,
+        timeout=600,
     )
+    report = json.loads((tmp_path / "gpu_check.json").read_text())
+    return done, report
+
+
+@pytest.mark.slow
+def test_the_dry_run_runs_every_part_but_the_cuda_comparisons(tmp_path):
+    done, report = check(tmp_path, "--size", "quick")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
+    outcomes = {p["part"]: p["outcome"] for p in report["parts"]}
+    assert list(outcomes) == list(gpu_check.PARTS)
+    assert outcomes["workspaces"] == gpu_check.NO_CUDA
+    assert outcomes["tests"].startswith(gpu_check.NO_CUDA)
+    assert all(outcomes[p] == "ok" for p in ("memory", "step", "packing", "wrn")), outcomes
+    parts = {p["part"]: p for p in report["parts"]}
+    memory = parts["memory"]["rows"]
+    assert {row[0].split()[0] for row in memory} == {"wrn", "dct"}
+    assert all(row[6] == gpu_check.NO_CUDA and row[1] > 0 and row[2] > 0 for row in memory)
+    packed = {row[0]: row for row in parts["packing"]["rows"]}
+    assert set(packed) == set(gpu_check.SIZES["quick"].packing_widths)
+    assert all(row[1] == "completed" and row[7] == "" for row in packed.values())
+    (epoch,) = parts["wrn"]["rows"]
+    assert epoch[0] == 1 and 0 <= epoch[4] <= 1
+    collected = {row[0]: row[2] for row in parts["tests"]["rows"]}
+    assert set(collected) == set(gpu_check.GPU_TEST_MODULES) and all(collected.values())
+    log = (tmp_path / "gpu_check.log").read_text()
+    assert log.startswith("gpu_check: python") and f"torch {report['versions']['torch']}" in log
+    assert "summary" in log and log.index("[memory]") < log.index("[tests]")
+
+
+def test_no_part_starts_after_the_budget_and_a_failing_part_does_not_stop_the_next(tmp_path):
+    done, report = check(tmp_path, "--size", "quick", "--parts", "workspaces,wrn", "--budget", "0")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == [
-        "gpu_check: no CUDA device on this machine; nothing was checked"
-    ]
+    assert [p["outcome"] for p in report["parts"]] == ["not started: budget of 0 s spent"] * 2
+    assert report["versions"]["gpu"] == gpu_check.NO_CUDA
+    data = {**os.environ, "TUNE_LOWMEM_DATA": str(tmp_path / "nothing")}
+    failing = subprocess.run(
+        [sys.executable, "benchmarks/gpu_check.py", "--out", str(tmp_path / "again")]
+        + ["--size", "quick", "--parts", "wrn,workspaces"],
+        cwd=REPO,
+        env={**data, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        check=False,
+        text=True,
+        timeout=600,
+    )
+    report = json.loads((tmp_path / "again" / "gpu_check.json").read_text())
+    wrn, workspaces = report["parts"]
+    assert failing.returncode == 1  # a part failed
+    assert wrn["outcome"].startswith("failed: FileNotFoundError: data.root")
+    assert "Traceback" in wrn["traceback"] and "Traceback" in failing.stdout
+    assert workspaces["outcome"] == gpu_check.NO_CUDA
+
+
+def test_the_gpu_tests_are_every_marked_module_and_import_without_ray_and_its_kin():
+    marked = sorted(
+        f"tests/{path.name}"
+        for path in (REPO / "tests").glob("test_*.py")
+        if re.search(r"pytest\.mark\.gpu|pytestmark = pytest\.mark\.gpu", path.read_text())
+    )
+    assert sorted(gpu_check.GPU_TEST_MODULES) == marked
+    modules = [m.removesuffix(".py").replace("/", ".") for m in gpu_check.GPU_TEST_MODULES]
+    script = WITHOUT.format(absent=set(gpu_check.ABSENT_ON_DEVICE)) + "".join(
+        f"import {m}\n" for m in ["tests.conftest", *modules, "gpu_check", "gpu_check_task"]
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script + "gpu_check.packing_part; print('imported')"],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'benchmarks'}"},
+        capture_output=True,
+        check=False,
+        text=True,
+        timeout=300,
+    )
+    assert done.stdout.strip() == "imported", done.stderr[-3000:]
 
 
 def test_memory_configurations_cover_both_tasks_every_technique_and_precision():
-    configs = [gpu_check.config_of(base, fields) for _, base, fields in gpu_check.MEMORY_CONFIGS]
-    assert len(configs) >= 12
+    bases = {"wrn": gpu_check.SIZES["full"].wrn, "dct": gpu_check.SIZES["full"].dct}
+    configs = [
+        gpu_check.config_of(bases[task], fields, "cuda")
+        for _, task, fields in gpu_check.MEMORY_CONFIGS
+    ]
+    assert len(configs) >= 15
     assert {c.task for c in configs} == {"wrn-cifar10", "dct-iwslt14"}
     assert {c.precision for c in configs} == set(PRECISIONS)
     for technique in TECHNIQUES:
         if technique.NAME != "precision":  # always bound; its values are checked above
             assert any(technique.enabled(c) for c in configs), technique.NAME
     assert all(c.device == "cuda" for c in configs)
+    quarter = [c for c in configs if c.microbatch.size is not None]
+    assert {c.microbatch.size for c in quarter} == {128 // 4, 4000 // 4}
 
 
 def test_the_step_configurations_turn_each_technique_on_alone():
-    base = gpu_check.config_of({**gpu_check.WRN, "model.depth": 28}, {})
+    base = gpu_check.SIZES["full"].step
+    configs = [gpu_check.config_of(base, fields, "cuda") for _, fields in gpu_check.STEP_CONFIGS]
     enabled = [
-        {
-            t.NAME
-            for t in TECHNIQUES
-            if t.NAME != "precision"
-            and t.enabled(gpu_check.config_of({**gpu_check.WRN, "model.depth": 28}, fields))
-        }
-        for _, fields in gpu_check.STEP_CONFIGS
+        {t.NAME for t in TECHNIQUES if t.NAME != "precision" and t.enabled(c)} for c in configs
     ]
-    assert base.model.depth == 28 and base.model.width == 2
+    assert configs[0].model.depth == 28 and configs[0].model.width == 2
     assert enabled[0] == set() and all(len(e) <= 1 for e in enabled)
     adams = {"adam_state"}  # the WRN's optimizer is SGD
     assert set().union(*enabled) == {t.NAME for t in TECHNIQUES if t.NAME != "precision"} - adams
 
 
-def test_the_packing_space_is_valid_and_asks_for_gpu_shares(tmp_path):
-    text = gpu_check.PACKING_SPACE.format(widths="1000, 1024", card_mb=80_000.0)
-    (tmp_path / "space.yaml").write_text(text)
-    space = SearchSpace.load(tmp_path / "space.yaml")
-    assert space.resources.gpu == "auto"
-    assert 0 < space.resources.gpu_share(100.0) < 1
-    assert gpu_check_task.HOG_HIDDEN in gpu_check.PACKING_WIDTHS
-    shares = [
-        trial_share(space.resources, space.trial_config({"model.hidden": w})) for w in (1000, 1024)
+def test_the_packing_plan_asks_for_gpu_shares_the_mispredicted_point_outgrows():
+    size = gpu_check.SIZES["full"]
+    plan = gpu_check.packing_plan(size, 80_000.0)
+    assert size.packing_widths[0] == gpu_check_task.HOG_HIDDEN
+    trials = [gpu_check_task.packing_trial(plan, w) for w in size.packing_widths]
+    assert all(r.gpu == "auto" and c.device == "auto" for c, r in trials)
+    shares = [trial_share(resources, config) for config, resources in trials]
+    assert all(0 < share < 1 for share in shares)
+    assert shares[1:] == sorted(shares[1:])  # wider points ask for more
+    assert sum(shares) <= 1  # they fit on one card together
+    hog = trials[0][0].model.hog_mb
+    assert hog > shares[0] * 80_000  # more than its whole share of the card: it must fail
+
+
+def test_a_packed_trial_runs_and_stores_its_outcome_without_ray_or_optuna(tmp_path):
+    plan = gpu_check.packing_plan(gpu_check.SIZES["quick"], gpu_check.NOMINAL_CARD_MB)
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    run = "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+    script = WITHOUT.format(absent=set(gpu_check.ABSENT_ON_DEVICE)) + run
+    arguments = [
+        str(gpu_check.TASK_SCRIPT),
+        str(tmp_path / "plan.json"),
+        "16",
+        str(tmp_path / "store"),
     ]
-    assert 0 < shares[0] <= shares[1] < 1  # the plug-in task's shares, as the trials are held to
+    done = subprocess.run(
+        [sys.executable, "-c", script, *arguments],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'benchmarks'}"},
+        capture_output=True,
+        check=False,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (row,) = store.read_trials(tmp_path / "store", gpu_check_task.SWEEP).to_dict("records")
+    assert (row["trial_id"], row["status"], row["config.model.hidden"]) == (
+        "width-16",
+        "completed",
+        16,
+    )
+    assert row["memory.predicted_total_mb"] > 0 and row["epochs_completed"] == 2
+    assert gpu_check.text_of(row["failure_reason"]) == ""
 
 
-def test_the_mispredicted_point_holds_memory_only_its_real_model_has(monkeypatch):
+def test_the_mispredicted_point_holds_memory_only_its_real_model_has():
     import torch
 
-    monkeypatch.setattr(gpu_check_task, "HOG_MB", 1)
-    config = TrialConfig.from_dict(
-        {"task": "benchmarks.gpu_check_task:HungryBlobs", "model.hidden": gpu_check_task.HOG_HIDDEN}
-    )
+    def config(hidden: int) -> TrialConfig:
+        task = "benchmarks.gpu_check_task:HungryBlobs"
+        return TrialConfig.from_dict({"task": task, "model.hidden": hidden, "model.hog_mb": 1})
+
     task = gpu_check_task.HungryBlobs
-    real = task(config, torch.device("cpu")).build_model()
-    seen = task(config, torch.device("cpu"), synthetic=True).build_model()
-    assert real.hog.nbytes == 10**6 and not hasattr(seen, "hog")
-    other = TrialConfig.from_dict(
-        {"task": "benchmarks.gpu_check_task:HungryBlobs", "model.hidden": 64}
-    )
-    assert not hasattr(task(other, torch.device("cpu")).build_model(), "hog")
+    real = task(config(gpu_check_task.HOG_HIDDEN), torch.device("cpu")).build_model()
+    seen = task(config(gpu_check_task.HOG_HIDDEN), torch.device("cpu"), synthetic=True)
+    assert real.hog.nbytes == 10**6 and not hasattr(seen.build_model(), "hog")
+    assert not hasattr(task(config(64), torch.device("cpu")).build_model(), "hog")
+
+
+def test_a_completed_trial_s_missing_reason_reads_as_empty_text(tmp_path):
+    for trial_id, status, reason in (("a", "completed", None), ("b", "infeasible", "out of mem")):
+        record = store.TrialRecord(
+            sweep="s", trial_id=trial_id, status=status, config={}, failure_reason=reason
+        )
+        store.write_trial(tmp_path, record)
+    rows = store.read_trials(tmp_path, "s").set_index("trial_id")["failure_reason"]
+    completed = rows["a"]
+    assert completed is None or (isinstance(completed, float) and math.isnan(completed))
+    assert gpu_check.text_of(completed)[:60] == ""
+    assert gpu_check.text_of(rows["b"]) == "out of mem"
 
 
 @pytest.mark.parametrize(

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime
+from types import SimpleNamespace
 
 import pyarrow.parquet as pq
 import pytest
 import torch
 
-from tests.test_trainable import tiny_space
 from tune_lowmem import store
 from tune_lowmem.memory.share import (
     ALLOCATOR_MARGIN,
     CUDA_CONTEXT_MB,
+    cuda_index,
     gpu_share,
     hold_to_share,
     memory_fraction,
@@ -59,6 +60,40 @@ def test_a_cpu_trial_sets_nothing_and_has_no_gpu_peaks():
     assert peak_memory_mb(torch.device("cpu")) == dict.fromkeys(store.CUDA_PEAK_COLUMNS)
 
 
+@pytest.fixture
+def cuda_calls(monkeypatch):
+    """torch.cuda's device functions on a machine without one: card 3 current, 80 GB each; every
+    call's device argument recorded. torch refuses a CUDA device without an index where it needs
+    a definite card (`set_per_process_memory_fraction`), so each must be handed an index."""
+    calls = []
+
+    def recorded(name, result):
+        def call(*args):
+            calls.append((name, args))
+            return result
+
+        monkeypatch.setattr(torch.cuda, name, call)
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
+    recorded("get_device_properties", SimpleNamespace(total_memory=80_000 * 10**6))
+    recorded("set_per_process_memory_fraction", None)
+    recorded("max_memory_allocated", 2 * 10**6)
+    recorded("max_memory_reserved", 4 * 10**6)
+    return calls
+
+
+@pytest.mark.parametrize(("device", "index"), [("cuda", 3), ("cuda:1", 1)])
+def test_the_share_is_set_on_a_definite_card(cuda_calls, device, index):
+    device = torch.device(device)
+    assert cuda_index(device) == index
+    fraction = hold_to_share(0.25, device)
+    assert fraction == pytest.approx(0.25 - CUDA_CONTEXT_MB / 80_000)
+    assert ("set_per_process_memory_fraction", (fraction, index)) in cuda_calls
+    assert peak_memory_mb(device) == dict(zip(store.CUDA_PEAK_COLUMNS, (2.0, 4.0), strict=True))
+    devices = [args[-1] for _, args in cuda_calls]
+    assert devices and all(type(d) is int and d == index for d in devices), cuda_calls
+
+
 def test_gpu_peaks_are_stored_beside_the_prediction_and_old_rows_read_without_them(tmp_path):
     def record(trial_id, memory):
         return store.TrialRecord(
@@ -90,6 +125,8 @@ def test_gpu_peaks_are_stored_beside_the_prediction_and_old_rows_read_without_th
 
 
 def test_a_restarted_trial_reports_its_stored_gpu_peaks(tmp_path):
+    from tests.test_trainable import tiny_space  # imports Ray: here, so the module runs without
+
     space = tiny_space()
     peaks = {
         "predicted_total_mb": 12.5,

@@ -2,7 +2,7 @@
 
 The paper's accounting (`predict`) counts tensor storage, sparse weights as stored sparsely. A
 CUDA step holds more: dense masked weights, the masks, 512-byte rounding of every block, the
-optimizer's multi-tensor temporaries, cuBLAS's workspace, and the CUDA context outside the
+optimizer's multi-tensor temporaries, the BLAS workspaces, and the CUDA context outside the
 allocator. What is modelled and what is bounded:
 
 modelled (exact for the held tensors, by PyTorch's CUDA caching allocator's documented rules):
@@ -16,8 +16,15 @@ modelled (exact for the held tensors, by PyTorch's CUDA caching allocator's docu
 - the optimizer step's multi-tensor temporaries: `foreach` SGD with weight decay and Adam(W)
   make one gradient-sized copy (a new list from `_foreach_add` / `_foreach_sqrt`), which lives
   while the activations are already freed, so the step's peak is the larger of the two;
-- cuBLAS's workspace, allocated through the caching allocator once per handle and stream
-  (`cublas_workspace_bytes`).
+- the BLAS workspaces (`blas_workspace_bytes`): torch allocates a cuBLAS workspace through the
+  caching allocator once per cuBLAS handle and stream, and a handle belongs to a thread; a step
+  runs its forward on its own thread and its backward on autograd's device thread, so it holds
+  two (`BLAS_THREADS`). cuBLASLt, torch's path for a forward matrix product with a bias, takes a
+  workspace of its own per handle and stream up to torch 2.11 and shares cuBLAS's from 2.12 on
+  (`cublaslt_workspace_bytes`; as torch's handle pool and its change history read: the backward's
+  products go through cuBLAS, so one is counted, a recomputed forward's within the margin).
+  `probe_blas_workspaces` counts what torch really allocates on a card, which the GPU check and
+  a GPU test compare with this.
 
 bounded by `UNMODELLED_MARGIN` of the tensors (not modelled): cuDNN's per-call workspaces
 (chosen by its heuristics at run time), the 512-byte rounding of the activations (the dry run
@@ -29,6 +36,8 @@ reported separately, outside the allocator: the CUDA context (`share.CUDA_CONTEX
 from __future__ import annotations
 
 import math
+import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -82,10 +91,67 @@ def reserved_lower_bound(sizes: Iterable[int]) -> int:
     return packed(small, SMALL_SEGMENT) + packed(medium, MEDIUM_SEGMENT) + large
 
 
+BLAS_THREADS = 2  # the step's own thread (forward) and autograd's device thread (backward)
+LT_WORKSPACE_KIB = 1024  # cuBLASLt's default workspace (CUBLASLT_WORKSPACE_SIZE, in KiB)
+UNIFIED_FROM = (2, 12)  # the torch release from which cuBLASLt shares cuBLAS's workspaces
+
+
 def cublas_workspace_bytes(capability: tuple[int, int]) -> int:
-    """torch's default cuBLAS workspace on a card of this compute capability (its default
-    CUBLAS_WORKSPACE_CONFIG): :4096:8 (32 MiB) from Hopper on, :4096:2:16:8 before."""
+    """torch's cuBLAS workspace per handle and stream on a card of this compute capability:
+    CUBLAS_WORKSPACE_CONFIG's ``:SIZE_KIB:COUNT`` pairs summed when set, else its default,
+    :4096:8 (32 MiB) from Hopper on, :4096:2:16:8 before."""
+    pairs = re.findall(r":(\d+):(\d+)", os.environ.get("CUBLAS_WORKSPACE_CONFIG", ""))
+    if pairs:
+        return sum(int(size) * 1024 * int(count) for size, count in pairs)
     return 4096 * 1024 * 8 if capability[0] >= 9 else 4096 * 1024 * 2 + 16 * 1024 * 8
+
+
+def lt_workspace_unified(version: str = torch.__version__) -> bool:
+    """Whether cuBLASLt shares cuBLAS's workspaces (TORCH_CUBLASLT_UNIFIED_WORKSPACE when set,
+    else torch's default: shared from `UNIFIED_FROM` on)."""
+    setting = os.environ.get("TORCH_CUBLASLT_UNIFIED_WORKSPACE")
+    if setting is not None:
+        return setting.strip().lower() in ("1", "true", "y", "yes", "on")
+    release = tuple(int(part) for part in re.findall(r"\d+", version)[:2])
+    return release >= UNIFIED_FROM
+
+
+def cublaslt_workspace_bytes() -> int:
+    """The workspace cuBLASLt takes per handle and stream beside cuBLAS's: none when shared, else
+    CUBLASLT_WORKSPACE_SIZE KiB (1 MiB by default)."""
+    if lt_workspace_unified():
+        return 0
+    size = os.environ.get("CUBLASLT_WORKSPACE_SIZE", "")
+    return (int(size) if size.isdigit() else LT_WORKSPACE_KIB) * 1024
+
+
+def blas_workspaces(capability: tuple[int, int]) -> list[int]:
+    """The BLAS workspaces a training step holds, in bytes each: cuBLAS's, one per thread that
+    multiplies matrices on the step's stream (`BLAS_THREADS`), and cuBLASLt's own, if any, of the
+    forward's thread."""
+    lt = cublaslt_workspace_bytes()
+    return [cublas_workspace_bytes(capability)] * BLAS_THREADS + ([lt] if lt else [])
+
+
+def blas_workspace_bytes(capability: tuple[int, int]) -> int:
+    """The bytes the allocator hands out for `blas_workspaces`."""
+    return sum(map(allocated_size, blas_workspaces(capability)))
+
+
+def probe_blas_workspaces(device: torch.device) -> int:
+    """Bytes torch's allocator hands BLAS workspaces for one step's matrix products on a fresh
+    stream (workspaces are kept per handle and stream, so a new stream takes new ones): a linear
+    layer with a bias forward and backward, every tensor of it freed again (CUDA only)."""
+    stream = torch.cuda.Stream(device)
+    torch.cuda.synchronize(device)
+    before = torch.cuda.memory_allocated(device)
+    with torch.cuda.stream(stream):
+        x = torch.randn(64, 64, device=device, requires_grad=True)
+        layer = nn.Linear(64, 64, device=device)
+        layer(x).sum().backward()
+        del x, layer
+    torch.cuda.synchronize(device)
+    return torch.cuda.memory_allocated(device) - before
 
 
 def foreach_temporary_copies(optimizer: torch.optim.Optimizer) -> int:
@@ -107,7 +173,7 @@ class CudaPrediction:
     held_bytes: int  # parameters, buffers, gradients, optimizer state, masks: blocks rounded
     activation_bytes: int  # the dry run's activation peak
     temporary_bytes: int  # the optimizer step's multi-tensor temporaries (after the activations)
-    workspace_bytes: int  # cuBLAS's workspace
+    workspace_bytes: int  # the BLAS workspaces (cuBLAS's, cuBLASLt's)
     margin_bytes: int  # the bound on what is not modelled
     reserved_bytes: int  # the fewest bytes of segments that hold the held tensors and the peak
     context_bytes: int  # the CUDA context: outside the allocator
@@ -144,15 +210,15 @@ def cuda_prediction(
     ]
     held_bytes = sum(allocated_size(size) for size in held)
     temporary_bytes = foreach_temporary_copies(optimizer) * sum(map(allocated_size, gradients))
-    workspace = cublas_workspace_bytes(capability)
+    workspaces = blas_workspaces(capability)
     peak = max(activation_bytes, temporary_bytes)
     return CudaPrediction(
         held_bytes=held_bytes,
         activation_bytes=activation_bytes,
         temporary_bytes=temporary_bytes,
-        workspace_bytes=workspace,
+        workspace_bytes=sum(map(allocated_size, workspaces)),
         margin_bytes=math.ceil(UNMODELLED_MARGIN * (held_bytes + peak)),
-        reserved_bytes=reserved_lower_bound([*held, peak, workspace]),
+        reserved_bytes=reserved_lower_bound([*held, peak, *workspaces]),
         context_bytes=int(CUDA_CONTEXT_MB * MB),
     )
 

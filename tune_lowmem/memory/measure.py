@@ -52,6 +52,7 @@ def measure(config: TrialConfig, lengths: tuple[int, int] | None = None) -> Memo
     trainer.optimizer.zero_grad(set_to_none=True)  # the step allocates its gradients itself
     existing = [*_held(trainer), *batch_tensors(batch)]
     probe = allocator_probe(device)
+    gc.collect()  # before the peak is reset: garbage alive at the reset would stay in the peak
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)

@@ -62,14 +62,22 @@ def memory_fraction(share: float, device_memory_mb: float) -> float | None:
     return max(0.0, share - CUDA_CONTEXT_MB / device_memory_mb)
 
 
+def cuda_index(device: torch.device) -> int:
+    """The index of a CUDA `device`: its own, else the current device's. torch.cuda's functions
+    that take a device refuse one without an index (``torch.device("cuda")``) where they need a
+    definite card, as `set_per_process_memory_fraction` does (a ValueError)."""
+    return torch.cuda.current_device() if device.index is None else device.index
+
+
 def hold_to_share(share: float, device: torch.device) -> float | None:
     """Limit this process's caching allocator on `device` to `share`; the fraction set, if any."""
     if device.type != "cuda":
         return None
-    total_mb = torch.cuda.get_device_properties(device).total_memory / MB
+    index = cuda_index(device)
+    total_mb = torch.cuda.get_device_properties(index).total_memory / MB
     fraction = memory_fraction(share, total_mb)
     if fraction is not None:
-        torch.cuda.set_per_process_memory_fraction(fraction, device)
+        torch.cuda.set_per_process_memory_fraction(fraction, index)
     return fraction
 
 
@@ -79,7 +87,8 @@ def peak_memory_mb(device: torch.device) -> dict[str, float | None]:
     if device.type != "cuda":
         return dict.fromkeys(CUDA_PEAK_COLUMNS)
     allocated, reserved = CUDA_PEAK_COLUMNS
+    index = cuda_index(device)
     return {
-        allocated: torch.cuda.max_memory_allocated(device) / MB,
-        reserved: torch.cuda.max_memory_reserved(device) / MB,
+        allocated: torch.cuda.max_memory_allocated(index) / MB,
+        reserved: torch.cuda.max_memory_reserved(index) / MB,
     }
