@@ -67,6 +67,21 @@ def test_measure_adds_the_measured_column(capsys):
     total = predicted["predicted_total_mb"]
     assert total == pytest.approx(measured["measured_total_mb"], rel=0.05)
     assert set(result["baseline"]) == {"predicted", "measured"}
+    allocator = result["allocator"]  # the independent measurement, beside the tracker's
+    # (before the step: weights, momentum and batch; the gradients come in the step)
+    storage = measured["measured_model_mb"] + measured["measured_optimizer_mb"]
+    assert allocator["allocator_model_mb"] + allocator["allocator_optimizer_mb"] == pytest.approx(
+        storage, rel=0.01
+    )
+    assert allocator["allocator_peak_mb"] > allocator["allocator_before_mb"] > 2 * storage / 3
+
+
+def test_measure_prints_the_allocator_beside_the_tracker(capsys):
+    config = ["--set", "task=tests.tiny_task:TinyBlobs", "--set", "device=cpu"]
+    assert main(["profile", *config, "--measure"]) == 0
+    line = capsys.readouterr().out.splitlines()[-1]
+    assert line.startswith("torch's allocator (profiler memory events")
+    assert "predicted tensor storage" in line and "peak over the step" in line
 
 
 def test_profiles_the_transformer_on_synthetic_batches_without_its_data(capsys):
