@@ -12,10 +12,15 @@ From the replay, for the measured step alone (a `record_function` range marks it
 - `before_bytes`: bytes the allocator had live when the step began (weights, optimizer state,
   the input minibatch, whatever else the process kept);
 - `peak_bytes`: the most bytes live at once during the step, `before_bytes` included;
-- `activation_bytes`: the most bytes live at once beyond those alive at the start and beyond
-  the allocations that the step leaves held (its gradients, new optimizer state), so far as they
-  exist at that moment: the paper's activation part (stored activations, gradients w.r.t.
-  activations, temporaries, and a kernel's workspace when the kernel takes it from the allocator).
+- `activation_bytes`: the most bytes live at once beyond those alive at the start, beyond the
+  allocations that the step leaves held (its gradients, new optimizer state) so far as they
+  exist at that moment, and beyond operators' internal temporaries: the paper's activation part
+  (stored activations, gradients w.r.t. activations, recomputed segments);
+- `workspace_activation_bytes`: the same with operators' internal temporaries, i.e. what the
+  allocator really had to find. An internal temporary is an allocation made and freed inside one
+  outermost kernel of the trace (an `aten::` operator that does not merely run others, e.g.
+  `convolution_backward`'s contiguous copy of the incoming gradient); the paper's accounting
+  leaves this workspace out.
 Model and optimizer parts are the storage bytes of the real trainer's tensors after the step
 (parameters, buffers and what the techniques keep, such as masks; gradients and optimizer
 state), as stored: a masked sparse weight is dense. On CUDA the caching allocator's own
@@ -28,11 +33,13 @@ allocator's reserved-but-free blocks.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import dataclasses
 import gc
 import itertools
 import json
+import math
 import os
 import tempfile
 from collections.abc import Iterable
@@ -42,6 +49,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 from ..config import TrialConfig
 from ..tasks.base import batch_tensors
+from ..torch_private import decomposes
 from ..train import Trainer, resolve_device
 from .report import MB
 from .synthetic import synthetic_task
@@ -59,6 +67,7 @@ class Allocations:
     model_bytes: int
     optimizer_bytes: int
     activation_bytes: int
+    workspace_activation_bytes: int
     before_bytes: int
     peak_bytes: int
     batch_bytes: int
@@ -111,15 +120,18 @@ def measure_allocations(config: TrialConfig, lengths: tuple[int, int] | None = N
             ]
         )
         batch_storages = _storages(batch_tensors(batch))
-    events, start, end = _trace(profiler, DEVICE_TYPES[device.type])
-    replay = _replay(events, start, end, held=set(model) | set(optimizer))
+    events, operators, start, end = _trace(profiler, DEVICE_TYPES[device.type])
+    held = set(model) | set(optimizer)
+    with_workspace = _replay(events, start, end, held)
+    replay = _replay(events, start, end, held, _temporaries(events, operators))
     return Allocations(
         device=device.type,
         model_bytes=sum(model.values()),
         optimizer_bytes=sum(nbytes for ptr, nbytes in optimizer.items() if ptr not in model),
         activation_bytes=replay["activation"],
+        workspace_activation_bytes=with_workspace["activation"],
         before_bytes=replay["before"],
-        peak_bytes=replay["peak"],
+        peak_bytes=with_workspace["peak"],
         batch_bytes=sum(batch_storages.values()),
         events=replay["events"],
         cuda_max_allocated_bytes=cuda[0],
@@ -165,11 +177,14 @@ def _storages(tensors: Iterable[torch.Tensor]) -> dict[int, int]:
     return {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
 
 
+Event = tuple[float, int, int, int, int]  # time, index, thread, address, bytes (< 0: a free)
+
+
 def _trace(
     profiler: profile, device_type: int
-) -> tuple[list[tuple[float, int, int, int]], float, float]:
-    """The allocator's reports on `device_type` in the profiler's exported trace, in order, as
-    (time, index, address, bytes: negative for a free), and the measured step's time range."""
+) -> tuple[list[Event], dict[int, list[tuple[float, float]]], float, float]:
+    """From the profiler's exported trace: the allocator's reports on `device_type` in order,
+    each thread's outermost kernels (`_kernels`), and the measured step's time range."""
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "trace.json")
         profiler.export_chrome_trace(path)
@@ -177,29 +192,62 @@ def _trace(
             trace = json.load(file)["traceEvents"]
     (step,) = [e for e in trace if e.get("name") == STEP and e.get("ph") == "X"]
     events = [
-        (e["ts"], e["args"].get("Ev Idx", 0), e["args"]["Addr"], e["args"]["Bytes"])
+        (e["ts"], e["args"].get("Ev Idx", 0), e["tid"], e["args"]["Addr"], e["args"]["Bytes"])
         for e in trace
         if e.get("name") == "[memory]" and e["args"].get("Device Type") == device_type
     ]
-    return sorted(events), step["ts"], step["ts"] + step["dur"]
+    calls = [e for e in trace if e.get("ph") == "X" and e.get("name", "").startswith("aten::")]
+    return sorted(events), _kernels(calls), step["ts"], step["ts"] + step["dur"]
+
+
+def _kernels(calls: list[dict]) -> dict[int, list[tuple[float, float]]]:
+    """Each thread's outermost calls of operators that run as a kernel of their own, as
+    (start, end): nested in no other such call, and not an operator that only runs others
+    (`torch_private.decomposes`; its parts are the kernels: `isfinite` runs `abs`, `eq`, ...)."""
+    kernels: dict[int, list[tuple[float, float]]] = {}
+    for call in sorted(calls, key=lambda e: (e["ts"], -e["dur"])):
+        spans = kernels.setdefault(call["tid"], [])
+        if (not spans or call["ts"] >= spans[-1][1]) and not decomposes(call["name"]):
+            spans.append((call["ts"], call["ts"] + call["dur"]))
+    return kernels
+
+
+def _temporaries(events: list[Event], operators: dict[int, list[tuple[float, float]]]) -> set[int]:
+    """Indices (into `events`) of allocations freed within the outermost kernel that made them."""
+    temporaries, open_at = set(), {}
+    for i, (time, _, thread, address, nbytes) in enumerate(events):
+        if nbytes > 0:
+            open_at[address] = i
+            continue
+        made = open_at.pop(address, None)
+        if made is None:
+            continue
+        spans = operators.get(events[made][2], [])
+        k = bisect.bisect_right(spans, (events[made][0], math.inf)) - 1
+        if k >= 0 and spans[k][0] <= events[made][0] and time <= spans[k][1]:
+            temporaries.add(made)
+    return temporaries
 
 
 def _replay(
-    events: list[tuple[float, int, int, int]], start: float, end: float, held: set[int]
+    events: list[Event], start: float, end: float, held: set[int], skip: set[int] = frozenset()
 ) -> dict[str, int]:
-    """Live bytes report by report: at the step's start (`before`), their most within the step
-    (`peak`), and the most beyond the start's and the step's allocations still alive at `held`
-    addresses when it ended (`activation`)."""
+    """Live bytes report by report, leaving out the allocations at indices `skip` (and their
+    frees): at the step's start (`before`), their most within the step (`peak`), and the most
+    beyond the start's and the step's allocations still alive at `held` addresses when it ended
+    (`activation`)."""
     live: dict[int, int] = {}
-    for _, _, address, nbytes in (e for e in events if e[0] < start):
-        _apply(live, address, nbytes)
+    first = next((i for i, e in enumerate(events) if e[0] >= start), len(events))
+    for i, (_, _, _, address, nbytes) in enumerate(events[:first]):
+        if i not in skip:
+            _apply(live, address, nbytes)
     before = sum(live.values())
-    inside = [e for e in events if start <= e[0] <= end]
-    last_allocation = {address: i for i, (_, _, address, n) in enumerate(inside) if n > 0}
+    inside = [(i, e) for i, e in enumerate(events[first:], first) if e[0] <= end and i not in skip]
+    last_allocation = {e[3]: i for i, e in inside if e[4] > 0}
     kept = {i for address, i in last_allocation.items() if address in held}
     total, peak, activation, kept_alive = before, before, 0, 0
     kept_live: dict[int, int] = {}
-    for i, (_, _, address, nbytes) in enumerate(inside):
+    for i, (_, _, _, address, nbytes) in inside:
         total += nbytes if nbytes > 0 else -live.get(address, 0)
         if nbytes < 0:
             kept_alive -= kept_live.pop(address, 0)
