@@ -173,13 +173,13 @@ EVALUATION = {
     "vit-tiny b16 bf16 blocks-2 micro8": tv(
         "vit_tiny", 16, **BF16, checkpoint="blocks-2", **{"microbatch.size": 8}
     ),
-    # the test suite's user task (an MLP), from under 1 MB to 1 GB
+    # the test suite's user task (an MLP), from under 1 MB to over 1 GB
     "tiny h64 b16": tiny(64, 16),
     "tiny h1024 b256": tiny(1024, 256),
     "tiny h1024 b256 bf16 blocks-1": tiny(1024, 256, **BF16, checkpoint="blocks-1"),
     "tiny h2048 b512 micro128": tiny(2048, 512, **{"microbatch.size": 128}),
-    "tiny h6144 b16": tiny(6144, 16),  # weights, gradients, momentum: 0.45 GB
-    "tiny h9216 b16": tiny(9216, 16),  # 1.0 GB
+    "tiny h6144 b16": tiny(6144, 16),  # weights, gradients and momentum dominate
+    "tiny h9216 b16": tiny(9216, 16),  # the largest point, over 1 GB
     "tiny h1024 b256 density0.2 fp16": tiny(1024, 256, **FP16, **{"sparsity.density": 0.2}),
 }
 
