@@ -105,7 +105,7 @@ def measure_allocations(config: TrialConfig, lengths: tuple[int, int] | None = N
         batch = next(batches)
         trainer.optimizer.zero_grad(set_to_none=True)  # the step allocates its gradients itself
         cuda = _cuda_peak_reset(device)
-        with _no_collection(), record_function(STEP):
+        with _measured_step():
             trainer.train_step(batch)
         cuda = _cuda_peak(device) if cuda else (None, None)
         model = _storages([*trainer.model.parameters(), *trainer.model.buffers()])
@@ -147,13 +147,15 @@ def _warm_up(trainer: Trainer, batches) -> None:
 
 
 @contextlib.contextmanager
-def _no_collection():
-    """Python's cyclic garbage collected before the step, not during it (a collection inside
-    would free what earlier work left and read as the step using less)."""
+def _measured_step():
+    """The measured step's range in the trace, with Python's cyclic garbage collected before it
+    and not during it (a collection inside would free what earlier work left, and the step
+    would read as using less)."""
     gc.collect()
     gc.disable()
     try:
-        yield
+        with record_function(STEP):
+            yield
     finally:
         gc.enable()
 
