@@ -8,6 +8,7 @@ from torch import nn
 
 from tests.conftest import tiny_wrn_config
 from tune_lowmem.memory import MB
+from tune_lowmem.memory.allocations import measure_allocations
 from tune_lowmem.memory.cuda import (
     BLAS_THREADS,
     allocated_size,
@@ -22,7 +23,7 @@ from tune_lowmem.memory.cuda import (
     reserved_lower_bound,
     segment_size,
 )
-from tune_lowmem.memory.predict import heap_object_bytes, predict
+from tune_lowmem.memory.predict import predict
 from tune_lowmem.memory.share import CUDA_CONTEXT_MB
 
 MiB = 1 << 20
@@ -126,8 +127,10 @@ def test_a_config_s_view_adds_dense_masked_weights_and_the_workspace_to_the_pape
     config = tiny_wrn_config(**{"sparsity.density": 0.3})
     paper, view = predict(config), predict_cuda(config)
     dense = predict_cuda(tiny_wrn_config())
-    # the allocator holds tensor storage only: not the CPU heap's objects the CPU figure counts
-    assert view.activation_bytes == paper.activation_bytes - heap_object_bytes(config)
+    # the allocator holds tensor storage only, not the CPU heap's objects the CPU figure counts:
+    # torch's CPU allocator, measured in a real step, agrees
+    real = measure_allocations(config).activation_bytes
+    assert view.activation_bytes == pytest.approx(real, rel=0.01)
     assert view.held_bytes > paper.model_bytes + paper.optimizer_bytes  # dense weights + masks
     assert view.held_bytes > dense.held_bytes  # the masks
     assert view.allocated_bytes > paper.total_bytes

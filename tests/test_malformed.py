@@ -8,6 +8,7 @@ holds only the case's input files; `ray.init` is replaced by a function that fai
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -505,10 +506,33 @@ def test_cuda_asked_where_there_is_none(name, workdir, capsys):
     refused_in_one_line(NEEDS_NO_CUDA[name], workdir, capsys)
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root may write a read-only folder")
-def test_read_only_store(workdir, capsys):
-    (workdir / "ro").mkdir(mode=0o555)
-    refused_in_one_line(launch(GOOD, "--store", "ro/store") + ("is read-only",), workdir, capsys)
+READ_ONLY_MOUNT = 'mount -t tmpfs -o ro tmpfs ro && exec "$0" -m tune_lowmem.cli "$@"'
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs util-linux's unshare")
+def test_read_only_store(workdir):
+    """A store on a file system that refuses every write, root's included: a read-only tmpfs
+    mounted in a private mount namespace (`unshare`, as root or in a user namespace), where the
+    command runs; file modes would not stop root, which is how CI runs."""
+    (workdir / "ro").mkdir()
+    files, argv = launch(GOOD, "--store", "ro/store")
+    (workdir / "space.yaml").write_text(files["space.yaml"])
+    before = snapshot(workdir)
+    flags = ["--mount"] if os.geteuid() == 0 else ["--map-root-user", "--mount"]
+    done = subprocess.run(
+        ["unshare", *flags, "sh", "-c", READ_ONLY_MOUNT, sys.executable, *argv],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+    )
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2, done.stderr
+    assert len(lines) == 1 and lines[0].startswith("tune-lowmem"), lines
+    assert f"--store: {workdir}/ro is read-only" in lines[0], lines[0]
+    assert snapshot(workdir) == before
 
 
 def test_as_many_cases_as_promised():

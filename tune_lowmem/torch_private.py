@@ -9,14 +9,19 @@
 - `default_foreach`: whether torch's optimizers, left to choose, step with multi-tensor kernels
   (`torch.optim.optimizer._default_to_fused_or_foreach`). The memory prediction steps fake
   weights, which torch never chooses them for, so it asks on the real ones and says so.
+- `decomposes`: whether an operator named in a profiler trace is CompositeImplicitAutograd (it
+  runs as other operators); the allocator measurement tells a kernel's own temporaries from the
+  outputs of the operators a composite one runs. torch exposes dispatch keys only in `torch._C`.
 """
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-__all__ = ["FakeTensorMode", "default_foreach", "multiply_"]
+__all__ = ["FakeTensorMode", "decomposes", "default_foreach", "multiply_"]
 
 
 def multiply_(tensors: list[torch.Tensor], factor: float) -> None:
@@ -32,3 +37,19 @@ def default_foreach(parameters: list[torch.Tensor]) -> bool:
     from torch.optim.optimizer import _default_to_fused_or_foreach
 
     return _default_to_fused_or_foreach(parameters, differentiable=False)[1]
+
+
+@functools.cache
+def decomposes(name: str) -> bool:
+    """Whether the operator `name` ("aten::isfinite", as a profiler trace names it; its first
+    overload) is CompositeImplicitAutograd: it runs as other operators."""
+    namespace, _, op = name.partition("::")
+    try:
+        overload = getattr(getattr(torch.ops, namespace), op).overloads()[0]
+    except (AttributeError, IndexError, RuntimeError):
+        return False
+    full = name if overload == "default" else f"{name}.{overload}"
+    try:
+        return torch._C._dispatch_has_kernel_for_dispatch_key(full, "CompositeImplicitAutograd")
+    except RuntimeError:
+        return False

@@ -19,7 +19,10 @@ def add_parser(subparsers) -> None:
     add_config_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument(
-        "--measure", action="store_true", help="also run one real training step and measure it"
+        "--measure",
+        action="store_true",
+        help="also run real training steps and measure them: with the project's tracker, and "
+        "independently from torch's allocator reports (the profiler's memory events)",
     )
     parser.add_argument(
         "--lengths",
@@ -37,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from ..memory import baseline_config
+    from ..memory.allocations import measure_allocations
     from ..memory.measure import measure
     from ..memory.predict import heap_object_bytes, predict
     from ..memory.stored import stored, stored_totals
@@ -59,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
     held = stored(config, lengths)
     totals = stored_totals(held, reports.get("measured"))
     objects = heap_object_bytes(config, lengths)
+    allocations = measure_allocations(config, lengths) if args.measure else None
     if args.json:
         result = {
             name: {
@@ -75,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
         result["counted"] = {
             k: counted(f"memory.{k}") for k in sorted(keys) if counted(f"memory.{k}")
         }
+        if allocations is not None:
+            result["allocator"] = allocations.to_dict()
         print(json.dumps(result))
         return 0
     sparse = totals["predicted_stored_total_mb"] != reports["predicted"].total_mb
@@ -83,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
     print(SPARSE_NOTE if sparse else DENSE_NOTE)
     if args.measure:
         print(peak_note(config, held, reports["measured"], task, objects))
+        print(allocator_note(allocations, totals["predicted_stored_total_mb"] - objects / MB))
     return 0
 
 
@@ -174,4 +182,20 @@ def peak_note(config, predicted, measured, task, objects: int) -> str:
         f"{predicted.total_bytes / MB:.3f} MB (of which {objects / MB:.3f} MB the CPU heap's "
         f"tensor and autograd objects) + the input minibatch {batch / MB:.3f} MB "
         f"{'+' if rest >= 0 else '-'} {abs(rest) / MB:.3f} MB: {where}"
+    )
+
+
+def allocator_note(allocations, predicted_storage_mb: float) -> str:
+    """The independent measurement (`memory.allocations`) beside the predicted tensor storage:
+    the allocator sees tensor storage and kernels' workspace, not the CPU heap's objects."""
+    values = allocations.to_dict()
+    error = allocations.total_bytes / MB / predicted_storage_mb - 1
+    return (
+        "torch's allocator (profiler memory events, no code shared with the prediction): "
+        f"model {values['allocator_model_mb']:.3f} + optimizer "
+        f"{values['allocator_optimizer_mb']:.3f} + activation "
+        f"{values['allocator_activation_mb']:.3f} = {values['allocator_total_mb']:.3f} MB, "
+        f"predicted tensor storage {predicted_storage_mb:.3f} MB ({error:+.2%}); alive before "
+        f"the step {values['allocator_before_mb']:.3f} MB, peak over the step "
+        f"{values['allocator_peak_mb']:.3f} MB"
     )

@@ -36,7 +36,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import json
 import random
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -54,13 +56,12 @@ from .synthetic import synthetic_task
 from .tracker import StorageTracker
 
 # The CPU heap's bytes per storage beyond its data, for the autograd graph's and the tensors'
-# objects: about 320 for a tensor with its own storage (TensorImpl, StorageImpl, malloc's header
-# and alignment: `torch.empty` in a loop under `measure.allocator_probe`) and the rest for the
-# graph's nodes and saved variables that keep a stored activation. Calibrated once, on WRN-10-1,
-# batch 32, bf16, fused units, microbatch 8 (`benchmarks/profiler_accuracy.py --calibrate`,
-# 2026-12-03 14:21: measured activation 1.8652 MB against 1.8051 MB of predicted storage), and
-# checked on other configurations of both tasks (`--techniques`, benchmarks/README.md).
-HEAP_BYTES_PER_STORAGE = 1111
+# objects (TensorImpl, StorageImpl, malloc's header and alignment, the graph's nodes and saved
+# variables). Computed by `benchmarks/profiler_accuracy.py` from its calibration points, which
+# are never its evaluation points, and read from the file it writes.
+HEAP_BYTES_PER_STORAGE: int = json.loads(Path(__file__).with_name("calibration.json").read_text())[
+    "heap_bytes_per_storage"
+]
 
 
 @dataclasses.dataclass(frozen=True)

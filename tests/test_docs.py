@@ -1,0 +1,112 @@
+"""The docs against the project: generated tables equal their result files, the front pages quote
+no figure outside them, every `tune-lowmem` command and flag shown exists, every link resolves."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import re
+from pathlib import Path
+
+import pytest
+
+from tune_lowmem.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", ROOT / "benchmarks" / "README.md", *sorted(ROOT.glob("docs/*.md"))]
+FRONT = [ROOT / "README.md", ROOT / "benchmarks" / "README.md"]
+GENERATED = re.compile(r"<!-- results:[\w-]+ -->\n.*?<!-- /results -->", re.DOTALL)
+# a measured figure: a decimal number with a unit of memory, time or share
+FIGURE = re.compile(r"\b\d+\.\d+ ?(?:MB|GB|MiB|GiB|%|s|ms|x)(?![\w/])")
+LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+CODE = re.compile(r"```.*?```|`[^`\n]+`", re.DOTALL)  # fenced blocks and inline code
+COMMAND = re.compile(r"tune-lowmem (\w+)((?: +(?:[^\s`#|]+))*)")
+
+
+def render_docs():
+    spec = importlib.util.spec_from_file_location("render_docs", ROOT / "benchmarks/render_docs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_generated_tables_equal_their_result_files(page):
+    text = page.read_text()
+    assert render_docs().render(text) == text, "run: .venv/bin/python benchmarks/render_docs.py"
+
+
+def test_a_changed_result_is_a_stale_table(tmp_path, monkeypatch):
+    docs = render_docs()
+    result = (docs.RESULTS / "profiler_accuracy.json").read_text()
+    page = "<!-- results:profiler_accuracy -->\n<!-- /results -->\n"
+    fresh = docs.render(page)
+    assert "| total, tensor storage (allocator) |" in fresh
+    (tmp_path / "profiler_accuracy.json").write_text(result.replace('"median": ', '"median": 1'))
+    monkeypatch.setattr(docs, "RESULTS", tmp_path)
+    assert docs.render(fresh) != fresh
+
+
+@pytest.mark.parametrize("page", FRONT, ids=lambda p: str(p.relative_to(ROOT)))
+def test_front_pages_quote_no_figure_outside_a_generated_table(page):
+    text = GENERATED.sub("", page.read_text())
+    assert FIGURE.findall(text) == []
+
+
+def shown_commands() -> list[tuple[str, str, list[str]]]:
+    """(page, command, flags) of every `tune-lowmem COMMAND ...` the docs show."""
+    shown = []
+    for page in PAGES:
+        code = "\n".join(CODE.findall(page.read_text()))
+        for match in COMMAND.finditer(code):
+            flags = re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", match.group(2))
+            shown.append((str(page.relative_to(ROOT)), match.group(1), flags))
+    return shown
+
+
+def help_of(command: str) -> str | None:
+    """`tune-lowmem COMMAND --help`, or None where there is no such command."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            main([command, "--help"])
+        except SystemExit as exit_:
+            if exit_.code != 0:
+                return None
+    return out.getvalue()
+
+
+def test_every_command_and_flag_the_docs_show_exists():
+    shown, missing = shown_commands(), []
+    for page, command, flags in shown:
+        text = help_of(command)
+        if text is None:
+            missing.append(f"{page}: tune-lowmem {command}")
+            continue
+        missing += [
+            f"{page}: tune-lowmem {command} {flag}"
+            for flag in flags
+            if not re.search(rf"(?<![\w-]){flag}(?![\w-])", text)
+        ]
+    assert len(shown) >= 20 and missing == []
+
+
+def test_every_linked_file_exists():
+    broken = [
+        f"{page.relative_to(ROOT)}: {target}"
+        for page in PAGES
+        for target in LINK.findall(page.read_text())
+        if "://" not in target and not (page.parent / target).exists()
+    ]
+    assert broken == []
+
+
+def test_readme_is_a_front_door():
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) < 250
+    setup = readme.split("```")[1]
+    assert "./setup.sh && .venv/bin/tune-lowmem launch search_spaces/quickstart.yaml" in setup
+    assert "./setup.sh && .venv/bin/pytest" in setup
+    for command in ("launch", "status", "pareto", "report", "resume"):
+        assert f"tune-lowmem {command} " in readme
