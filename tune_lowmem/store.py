@@ -112,6 +112,7 @@ _COMPACTED = re.compile(r"\+compacted-(\d{20})-[0-9a-f]{8}\.parquet")
 _OWN_FILE_RANK = 2**62  # a trial's own file outranks every compacted copy of its row
 COMPACT_MIN_FILES = 64  # small files before `compact` (unforced) merges a sweep
 COMPACT_CHUNK = 500  # small files merged at once: what bounds compaction's memory
+COMPACT_MAX_PARTS = 8  # compacted files a sweep keeps before `compact` (unforced) merges them
 _GROUPS = ("config.", "metric.", "memory.", "version.")  # column order of what the readers return
 _KINDS = {  # column type -> (what to call it, the Python values it takes)
     pa.bool_(): ("true or false", (bool, np.bool_)),
@@ -444,16 +445,23 @@ def _sweeps(root: str | Path, table: str) -> list[str]:
 
 
 def trial_ids(root: str | Path, sweep: str) -> list[str]:
-    """The trial ids stored for one sweep, sorted."""
+    """The trial ids stored for one sweep, sorted. Asked once per trial while a sweep runs, so a
+    compacted file's ids are read once (`_compacted_ids`), not at every call."""
     folder = Path(root) / TRIALS / f"sweep={check_name(sweep, 'sweep')}"
     while True:  # listed again when a compaction removes a file before it is read
         ids = {path.name.removesuffix(_SUFFIX) for path in _parquet_files(folder)}
         try:
             for path in _compacted_files(folder):
-                ids.update(pq.read_table(path, columns=["trial_id"])["trial_id"].to_pylist())
+                ids.update(_compacted_ids(str(path), _identity(path)))
         except FileNotFoundError:
             continue
         return sorted(ids)
+
+
+@functools.lru_cache(maxsize=64)
+def _compacted_ids(path: str, identity: tuple[int, int, int]) -> tuple[str, ...]:
+    """A compacted file's trial ids; it is never rewritten, so its identity keys the cache."""
+    return tuple(pq.read_table(path, columns=["trial_id"])["trial_id"].to_pylist())
 
 
 def read_trials(
@@ -704,8 +712,13 @@ def _schema_problem(data: pa.Table, schema: pa.Schema, table: str, trial_id: str
 
 
 def compact(root: str | Path, sweep: str | None = None, force: bool = False) -> int:
-    """Merge each sweep's files (trials and epochs) into one, once it has `COMPACT_MIN_FILES`
-    one-trial files (any two files with ``force``); the number of files merged away.
+    """Merge each sweep's one-trial files (trials and epochs) into a compacted file once it has
+    `COMPACT_MIN_FILES` of them, and its compacted files into one once there are more than
+    `COMPACT_MAX_PARTS`; with ``force``, any two files into one. The number of files merged away.
+
+    The driver calls it after every trial, so a sweep's folder holds at most about
+    `COMPACT_MIN_FILES` + `COMPACT_MAX_PARTS` files at any moment, and a merge rewrites all of a
+    sweep's rows only once every `COMPACT_MIN_FILES` x `COMPACT_MAX_PARTS` trials.
 
     Safe while a sweep writes: a trial file written after the merge was read stays (its copy
     wins over the merged one), and a second compaction at once waits for none: it skips.
@@ -716,13 +729,15 @@ def compact(root: str | Path, sweep: str | None = None, force: bool = False) -> 
     for name in sweeps:
         for table in (TRIALS, EPOCHS):
             folder = Path(root) / table / f"sweep={name}"
-            small = len(_parquet_files(folder))
-            if small >= COMPACT_MIN_FILES or (force and len(_data_files(folder)) > 1):
-                merged += _compact_folder(folder, table)
+            small, parts = len(_parquet_files(folder)), len(_compacted_files(folder))
+            if force and small + parts > 1:
+                merged += _compact_folder(folder, table, max_parts=1)
+            elif small >= COMPACT_MIN_FILES or parts > COMPACT_MAX_PARTS:
+                merged += _compact_folder(folder, table, max_parts=COMPACT_MAX_PARTS)
     return merged
 
 
-def _compact_folder(folder: Path, table: str) -> int:
+def _compact_folder(folder: Path, table: str, max_parts: int) -> int:
     try:
         lock = open(folder / ".compact.lock", "a")  # noqa: SIM115 - held until the end
     except OSError:  # read-only
@@ -737,7 +752,7 @@ def _compact_folder(folder: Path, table: str) -> int:
         for start in range(0, len(small), COMPACT_CHUNK):  # bounded memory: a chunk at a time
             merged += _merge(small[start : start + COMPACT_CHUNK], folder, table)
         compacted = _data_files(folder)
-        return merged + (_merge(compacted, folder, table) if len(compacted) > 1 else 0)
+        return merged + (_merge(compacted, folder, table) if len(compacted) > max_parts else 0)
 
 
 def _merge(files: list[tuple[Path, int]], folder: Path, table: str) -> int:
@@ -827,7 +842,7 @@ def _one_line(error: BaseException) -> str:
     return " ".join(str(error).split()) or type(error).__name__
 
 
-_SAID: set[tuple[str, str]] = set()
+_SAID: set[str] = set()
 
 
 def forget_reported_files() -> None:
@@ -835,11 +850,16 @@ def forget_reported_files() -> None:
     _SAID.clear()
 
 
+def note_once(text: str) -> None:
+    """One line on stderr, once per command (`forget_reported_files`): the command goes on."""
+    if text not in _SAID:
+        _SAID.add(text)
+        print(f"tune-lowmem: {text}", file=sys.stderr)
+
+
 def _say_skipped(path: Path, problem: str) -> None:
-    """One line on stderr per bad file and command: the command goes on without it."""
-    if (str(path), problem) not in _SAID:
-        _SAID.add((str(path), problem))
-        print(f"tune-lowmem: skipped {path}: {problem}; the file is left as it is", file=sys.stderr)
+    """A bad file, named once per command: the command goes on without it."""
+    note_once(f"skipped {path}: {problem}; the file is left as it is")
 
 
 def _quarantine_if_bad(root: str | Path, path: Path, table: str) -> None:
