@@ -25,6 +25,7 @@ from tests.ray_cluster import LocalCluster, Node, signal_all
 from tune_lowmem import store
 from tune_lowmem.cli import main
 from tune_lowmem.search import sweep_folder, sweep_study
+from tune_lowmem.search.tune_state import tune_trials
 
 RAY_SCHEMA = json.loads(
     (importlib.resources.files("ray.autoscaler") / "ray-schema.json").read_text()
@@ -244,15 +245,22 @@ def wait_for(condition, what: str, driver: subprocess.Popen, every: float = 0.05
 
 
 def past_first_epoch(root: Path, sweep: str) -> set[str]:
-    """Trials not in the store whose second epoch checkpoint is saved. A worker writes each
-    checkpoint to the storage root as it reports, and trains on only once the driver has taken
-    the report, so Tune knows of at least the first epoch of each of these."""
+    """Trials not in the store whose second epoch checkpoint is saved, named in Tune's newest
+    snapshot of its trials (what a resume restores; Tune takes one at its own period). A worker
+    writes each checkpoint to the storage root as it reports, and trains on only once the driver
+    has taken the report, so Tune knows of at least the first epoch of each of these."""
     saved = {
         p.parent.name
         for p in sweep_folder(root, sweep).glob("*/checkpoint_*")
         if p.name != "checkpoint_000000"
     }
-    return saved - set(store.trial_ids(root, sweep))
+    if not saved:
+        return set()
+    try:
+        snapshot = set(tune_trials(sweep_folder(root, sweep)))
+    except Exception:  # noqa: BLE001 - a snapshot being written: look again
+        return set()
+    return (saved & snapshot) - set(store.trial_ids(root, sweep))
 
 
 def trial_processes(node: Node, sweep: str) -> dict[tuple[int, int], str]:
