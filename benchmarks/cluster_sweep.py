@@ -28,6 +28,9 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the cluster helper and the tiny task live in tests/
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from sweep_scale import space_dict
 
 from tests.ray_cluster import LocalCluster
 from tune_lowmem import store
@@ -38,23 +41,8 @@ CLI = str(Path(sys.executable).with_name("tune-lowmem"))
 
 
 def space(points: int) -> dict:
-    return {
-        "name": SWEEP,
-        "base": {"task": "tests.tiny_task:TinyBlobs", "device": "cpu", "schedule": {"epochs": 2}},
-        "params": {
-            "precision": {"type": "choice", "values": ["fp32", "bf16"]},
-            "sparsity.density": {"type": "uniform", "low": 0.2, "high": 1.0},
-            "schedule.lr_multiplier": {"type": "loguniform", "low": 0.1, "high": 4.0},
-            "model.hidden": {"type": "int", "low": 8, "high": 48},
-        },
-        "objectives": {"val_accuracy": "maximize", "memory.predicted_total_mb": "minimize"},
-        "sampler": "tpe",
-        "sampler_seed": 0,
-        "num_samples": points,
-        "max_concurrent": 3,
-        "max_failures": 2,
-        "resources": {"cpu": 1, "gpu": 0},
-    }
+    """The tiny task's space of `sweep_scale`, three trials at a time, a failed worker retried."""
+    return {**space_dict(points, 3), "name": SWEEP, "max_failures": 2}
 
 
 def stored(root: Path) -> int:

@@ -133,7 +133,8 @@ class ProgressPrinter(Callback):
         if now - self.started < 1 or done <= self.done_before:
             return text
         per_s = (done - self.done_before) / (now - self.started)
-        return f"{text}, {per_s * 3600:.0f}/h, about {_duration(max(0, total - done) / per_s)} left"
+        text = f"{text}, {per_s * 3600:.0f}/h"
+        return text if done >= total else f"{text}, {_time_left((total - done) / per_s)}"
 
     def best(self, results: list[dict]) -> str:
         """The running front on the objectives, test metrics left out: nothing is chosen on test
@@ -148,11 +149,12 @@ class ProgressPrinter(Callback):
         return "; ".join(describe(row) for row in front.to_dict("records"))
 
 
-def _duration(seconds: float) -> str:
+def _time_left(seconds: float) -> str:
     minutes = round(seconds / 60)
     if minutes < 1:
-        return "under a minute"
-    return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60:02d} min"
+        return "under a minute left"
+    shown = f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60:02d} min"
+    return f"about {shown} left"
 
 
 def front_table(front: pd.DataFrame) -> str:
