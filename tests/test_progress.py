@@ -10,6 +10,7 @@ from ray.tune.experiment import Trial
 from tests.test_plugins import TINY_TASK
 from tune_lowmem.progress import ProgressPrinter
 from tune_lowmem.space import SearchSpace
+from tune_lowmem.store import TrialRecord, write_trial
 
 SPACE = SearchSpace.from_dict(
     {
@@ -37,6 +38,8 @@ def test_the_line_says_done_of_total_rate_and_time_left(tmp_path, monkeypatch):
     monkeypatch.setattr("tune_lowmem.progress.time.monotonic", lambda: clock[0])
     printer = ProgressPrinter(SPACE, "watched", lambda: tmp_path)
     printer.setup()
+    done = SPACE.trial_config({"precision": "fp32", "seed": 0}).to_flat()
+    write_trial(tmp_path, TrialRecord("watched", "t1", "completed", done), [])  # not screened
     clock[0] += 60  # the first trial ends a minute in
     first = printer.summary(trials(1, 2))
     assert "1 completed, 0 failed, 0 infeasible, 2 running, 0 pending" in first
@@ -55,3 +58,20 @@ def test_a_resumed_driver_rates_only_what_it_ran(tmp_path, monkeypatch):
     printer.setup()
     clock[0] += 120  # 30 were done before the resume; one more ends two minutes in
     assert "31/40 done, 30/h, about 18 min left" in printer.summary(trials(31, 2))
+
+
+def test_a_screened_point_counts_as_all_its_seeds(tmp_path, monkeypatch):
+    clock = [0.0]
+    monkeypatch.setattr("tune_lowmem.progress.time.monotonic", lambda: clock[0])
+    printer = ProgressPrinter(SPACE, "watched", lambda: tmp_path)
+    printer.setup()
+    config = SPACE.trial_config({"precision": "fp32", "seed": 0}).to_flat()
+    reason = "predicted 9 MB > budget 1 MB"
+    write_trial(
+        tmp_path,
+        TrialRecord("watched", "infeasible-00003", "infeasible", config, failure_reason=reason),
+        [],
+    )
+    clock[0] += 60
+    line = printer.summary(trials(1, 0))
+    assert "1 infeasible" in line and "| 3/40 done" in line  # 2 seeds screened, 1 trained

@@ -110,7 +110,8 @@ class ProgressPrinter(Callback):
             else:
                 counts["pending"] += 1
         root = self.root() if callable(self.root) else self.root  # a path: pickled by an old sweep
-        screened = store.trial_ids(root, self.sweep)
+        stored = store.trial_ids(root, self.sweep)
+        screened = [i for i in stored if i.startswith(("infeasible-", "invalid-"))]
         counts["infeasible"] += sum(1 for i in screened if i.startswith("infeasible-"))
         counts["failed"] += sum(1 for i in screened if i.startswith("invalid-"))
         text = "trials: " + ", ".join(f"{n} {name}" for name, n in counts.items())
