@@ -33,11 +33,17 @@ def trials(done: int, running: int) -> list[Trial]:
     return made
 
 
-def test_the_line_says_done_of_total_rate_and_time_left(tmp_path, monkeypatch):
+def watching(tmp_path, monkeypatch) -> tuple[list[float], ProgressPrinter]:
+    """A printer set up as a driver starts, and the clock it reads (moved by the test)."""
     clock = [1000.0]
     monkeypatch.setattr("tune_lowmem.progress.time.monotonic", lambda: clock[0])
     printer = ProgressPrinter(SPACE, "watched", lambda: tmp_path)
     printer.setup()
+    return clock, printer
+
+
+def test_the_line_says_done_of_total_rate_and_time_left(tmp_path, monkeypatch):
+    clock, printer = watching(tmp_path, monkeypatch)
     done = SPACE.trial_config({"precision": "fp32", "seed": 0}).to_flat()
     write_trial(tmp_path, TrialRecord("watched", "t1", "completed", done), [])  # not screened
     clock[0] += 60  # the first trial ends a minute in
@@ -52,19 +58,13 @@ def test_the_line_says_done_of_total_rate_and_time_left(tmp_path, monkeypatch):
 
 
 def test_a_resumed_driver_rates_only_what_it_ran(tmp_path, monkeypatch):
-    clock = [0.0]
-    monkeypatch.setattr("tune_lowmem.progress.time.monotonic", lambda: clock[0])
-    printer = ProgressPrinter(SPACE, "watched", lambda: tmp_path)
-    printer.setup()
+    clock, printer = watching(tmp_path, monkeypatch)
     clock[0] += 120  # 30 were done before the resume; one more ends two minutes in
     assert "31/40 done, 30/h, about 18 min left" in printer.summary(trials(31, 2))
 
 
 def test_a_screened_point_counts_as_all_its_seeds(tmp_path, monkeypatch):
-    clock = [0.0]
-    monkeypatch.setattr("tune_lowmem.progress.time.monotonic", lambda: clock[0])
-    printer = ProgressPrinter(SPACE, "watched", lambda: tmp_path)
-    printer.setup()
+    clock, printer = watching(tmp_path, monkeypatch)
     config = SPACE.trial_config({"precision": "fp32", "seed": 0}).to_flat()
     reason = "predicted 9 MB > budget 1 MB"
     write_trial(

@@ -119,7 +119,7 @@ def lr_searcher(root: Path) -> ScreenedSearcher:
 
 
 def snapshot_after_first_point(root: Path, snapshot: Path) -> tuple[ScreenedSearcher, dict]:
-    """A searcher that handed out one point and was snapshotted, as Tune does every second."""
+    """A searcher that handed out one point and was snapshotted, as Tune does at its period."""
     searcher = lr_searcher(root)
     first = searcher.suggest("t0")
     searcher.save(str(snapshot))
