@@ -221,13 +221,15 @@ def test_a_sweep_spreads_over_the_nodes(cluster, tmp_path):
         assert {r["node_id"] for r in tune_results(root, "spread", trial_id)} == {row["node_id"]}
 
 
-def launch_in_background(cluster, space: Path, root: Path, log_path: Path) -> subprocess.Popen:
+def launch_in_background(
+    cluster, space: Path, root: Path, log_path: Path, **env: str
+) -> subprocess.Popen:
     """The sweep's driver as a process of its own, for the tests that kill it or a node under
-    it; its output goes to `log_path`."""
+    it; its output goes to `log_path`; ``env`` adds to the cluster's environment."""
     with open(log_path, "w") as log:
         return subprocess.Popen(
             sweep_command(cluster, "launch", space, root),
-            env=cluster.env,
+            env={**cluster.env, **env},
             cwd=PROJECT,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -276,7 +278,10 @@ def trial_processes(node: Node, sweep: str) -> dict[tuple[int, int], str]:
 def test_a_killed_driver_resumes_from_the_storage_root(cluster, tmp_path):
     root, sweep = tmp_path / "storage", "driverloss"
     space = space_yaml(tmp_path, sweep, points=4, epochs=3, resume_checkpoint_s=0)  # every epoch
-    driver = launch_in_background(cluster, space, root, tmp_path / "launch.log")
+    # Tune snapshotting every second (its own period, at least 10 s, can miss so short a sweep):
+    # the trial killed in flight is one the snapshot knows, so resume continues it
+    log = tmp_path / "launch.log"
+    driver = launch_in_background(cluster, space, root, log, TUNE_GLOBAL_CHECKPOINT_S="1")
     try:
         # Kill it with a trial stored and another one training past its first epoch (so Tune's
         # experiment state knows it), which is held where it is (SIGSTOP) so that it cannot
