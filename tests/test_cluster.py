@@ -25,6 +25,7 @@ from tests.ray_cluster import LocalCluster, Node, signal_all
 from tune_lowmem import store
 from tune_lowmem.cli import main
 from tune_lowmem.search import sweep_folder, sweep_study
+from tune_lowmem.search.tune_state import tune_trials
 
 RAY_SCHEMA = json.loads(
     (importlib.resources.files("ray.autoscaler") / "ray-schema.json").read_text()
@@ -220,13 +221,15 @@ def test_a_sweep_spreads_over_the_nodes(cluster, tmp_path):
         assert {r["node_id"] for r in tune_results(root, "spread", trial_id)} == {row["node_id"]}
 
 
-def launch_in_background(cluster, space: Path, root: Path, log_path: Path) -> subprocess.Popen:
+def launch_in_background(
+    cluster, space: Path, root: Path, log_path: Path, **env: str
+) -> subprocess.Popen:
     """The sweep's driver as a process of its own, for the tests that kill it or a node under
-    it; its output goes to `log_path`."""
+    it; its output goes to `log_path`; ``env`` adds to the cluster's environment."""
     with open(log_path, "w") as log:
         return subprocess.Popen(
             sweep_command(cluster, "launch", space, root),
-            env=cluster.env,
+            env={**cluster.env, **env},
             cwd=PROJECT,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -244,15 +247,22 @@ def wait_for(condition, what: str, driver: subprocess.Popen, every: float = 0.05
 
 
 def past_first_epoch(root: Path, sweep: str) -> set[str]:
-    """Trials not in the store whose second epoch checkpoint is saved. A worker writes each
-    checkpoint to the storage root as it reports, and trains on only once the driver has taken
-    the report, so Tune knows of at least the first epoch of each of these."""
+    """Trials not in the store whose second epoch checkpoint is saved, named in Tune's newest
+    snapshot of its trials (what a resume restores; Tune takes one at its own period). A worker
+    writes each checkpoint to the storage root as it reports, and trains on only once the driver
+    has taken the report, so Tune knows of at least the first epoch of each of these."""
     saved = {
         p.parent.name
         for p in sweep_folder(root, sweep).glob("*/checkpoint_*")
         if p.name != "checkpoint_000000"
     }
-    return saved - set(store.trial_ids(root, sweep))
+    if not saved:
+        return set()
+    try:
+        snapshot = set(tune_trials(sweep_folder(root, sweep)))
+    except Exception:  # noqa: BLE001 - a snapshot being written: look again
+        return set()
+    return (saved & snapshot) - set(store.trial_ids(root, sweep))
 
 
 def trial_processes(node: Node, sweep: str) -> dict[tuple[int, int], str]:
@@ -268,7 +278,10 @@ def trial_processes(node: Node, sweep: str) -> dict[tuple[int, int], str]:
 def test_a_killed_driver_resumes_from_the_storage_root(cluster, tmp_path):
     root, sweep = tmp_path / "storage", "driverloss"
     space = space_yaml(tmp_path, sweep, points=4, epochs=3, resume_checkpoint_s=0)  # every epoch
-    driver = launch_in_background(cluster, space, root, tmp_path / "launch.log")
+    # Tune snapshotting every second (its own period, at least 10 s, can miss so short a sweep):
+    # the trial killed in flight is one the snapshot knows, so resume continues it
+    log = tmp_path / "launch.log"
+    driver = launch_in_background(cluster, space, root, log, TUNE_GLOBAL_CHECKPOINT_S="1")
     try:
         # Kill it with a trial stored and another one training past its first epoch (so Tune's
         # experiment state knows it), which is held where it is (SIGSTOP) so that it cannot

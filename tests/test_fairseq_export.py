@@ -234,10 +234,10 @@ def test_an_old_style_checkpoint_loads_safely(exported, tmp_path):
 def test_the_new_config_field_leaves_seed_groups_as_they_were(tmp_path, monkeypatch):
     """A point keeps the seed_group an earlier version (without `model.init_checkpoint`) gave it."""
     config = tiny_dct()
-    fields = store.config_kinds(config.task)
+    fields = store.write.config_kinds(config.task)
     earlier = {k: v for k, v in fields.items() if k != "model.init_checkpoint"}
     with monkeypatch.context() as patch:  # an earlier version's writer: no such column at all
-        patch.setattr(store, "config_kinds", lambda task: earlier)
+        patch.setattr(store.write, "config_kinds", lambda task: earlier)
         old = {k: v for k, v in config.to_flat().items() if k in earlier}
         store.write_trial(
             tmp_path, store.TrialRecord(sweep=SWEEP, trial_id="old", status="completed", config=old)

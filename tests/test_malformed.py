@@ -78,6 +78,14 @@ CASES = {
         launch(GOOD.encode() + b"# caf\xe9\n"),
         "space.yaml: not UTF-8 text (byte 0xe9",
     ),
+    "yaml nested too deeply (lists)": (
+        launch("name: ok\nbase: " + "[" * 50_000 + "]" * 50_000 + "\n"),
+        "space.yaml: not allowed: values nested too deeply to read",
+    ),
+    "yaml nested too deeply (mappings)": (
+        launch("name: ok\nbase: " + "{a: " * 50_000 + "1" + "}" * 50_000 + "\n"),
+        "space.yaml: not allowed: values nested too deeply to read",
+    ),
     "yaml self-referencing anchor": (
         launch(GOOD + "description: &a [*a]\n"),
         "refers to its own anchor",
@@ -614,3 +622,56 @@ def test_the_installed_command_prints_one_line(tmp_path):
     assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1, run.stderr
     assert "the key 'name' repeats the one on line 1" in run.stderr
     assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize(
+    ("saved", "said"),
+    [
+        ("", "an empty file"),
+        ("name: [unclosed\n", "not valid YAML"),
+        (b"\xff\xfe", "not UTF-8"),
+        ("[" * 50_000 + "]" * 50_000, "nested too deeply"),
+        ("- a list\n", "a list, not a mapping"),
+    ],
+)
+def test_an_unreadable_saved_space_is_named_and_the_rows_answer(workdir, capsys, saved, said):
+    """status, pareto and report: one line naming the sweep's space file, then the answer from
+    the stored rows (exit 0)."""
+    from tune_lowmem.config import TrialConfig
+
+    config = TrialConfig.from_dict({"model.depth": 10, "model.width": 1}).to_flat()
+    for trial_id, accuracy in (("t1", 0.5), ("t2", 0.6)):
+        record = TrialRecord(
+            sweep="ok",
+            trial_id=trial_id,
+            status="completed",
+            config={**config, "seed": int(trial_id[1])},
+            metrics={"val_accuracy": accuracy},
+            memory={"predicted_total_mb": 5.0},
+        )
+        write_trial(workdir / "store", record, [])
+    folder = workdir / "store" / "ray" / "ok"
+    folder.mkdir(parents=True)
+    (folder / "space.yaml").write_bytes(saved if isinstance(saved, bytes) else saved.encode())
+    for argv in (
+        ["status", "ok", "--store", "store"],
+        ["pareto", "--store", "store"],
+        ["report", "--store", "store", "--out", "report", "--only", "table3"],
+    ):
+        code = run_main(argv)
+        err = capsys.readouterr().err
+        named = [line for line in err.splitlines() if "space.yaml" in line]
+        assert code == 0, err
+        assert len(named) == 1 and said in named[0], err
+        assert "Traceback" not in err
+    assert "2 trials stored (2 completed" in run_main_output(["status", "ok", "--store", "store"])
+
+
+def run_main_output(argv: list[str]) -> str:
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert run_main(argv) == 0
+    return out.getvalue()

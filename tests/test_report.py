@@ -4,8 +4,12 @@ without the variation a figure needs gets a note instead of an empty plot."""
 
 from __future__ import annotations
 
+import html
+import json
+import os
 import re
 import runpy
+import shutil
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -343,3 +347,66 @@ def test_sparse_rows_show_stored_memory_beside_the_accounted(report):
     assert legend in page and "equal for dense configurations" in page
     assert "<th>memory (MB, accounted)</th><th>memory (MB, stored)</th>" in page
     assert "a red diamond is a sparse configuration&#x27;s stored total" in page
+
+
+CHROMIUM = next(
+    filter(
+        None, (shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome"))
+    ),
+    None,
+)
+# Injected into a copy of the page: records script errors and console errors, and once the page
+# has loaded, which of its images the browser could not decode.
+PROBE = """<script>
+window.__errors = [];
+window.addEventListener("error", (e) => window.__errors.push(String(e.message || e.type)), true);
+const logged = console.error;
+console.error = (...args) => { window.__errors.push(args.join(" ")); logged(...args); };
+window.addEventListener("load", () => {
+  const images = [...document.images];
+  const broken = images.filter((i) => !(i.complete && i.naturalWidth > 0)).map((i) => i.src);
+  document.body.dataset.images = images.length;
+  document.body.dataset.broken = JSON.stringify(broken);
+  document.body.dataset.errors = JSON.stringify(window.__errors);
+});
+</script>"""
+
+
+def chromium(*arguments: str) -> subprocess.CompletedProcess:
+    command = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"]
+    command += ["--enable-logging=stderr", "--v=0", "--virtual-time-budget=10000", *arguments]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no Chromium here (Debian: apt-get install chromium)")
+def test_the_page_in_a_real_browser_shows_every_image_without_a_console_error(report, tmp_path):
+    """index.html opened in headless Chromium: every image loads and decodes, no script or
+    console error (a missing or broken image is one, "Failed to load resource"); a screenshot
+    is saved (also to $TUNE_LOWMEM_REPORT_SCREENSHOT when set: docs/images/report.png)."""
+    _, out = report
+    page = tmp_path / "page"
+    shutil.copytree(out, page)
+    probe = page / "probe.html"
+    probe.write_text((page / "index.html").read_text().replace("</head>", PROBE + "</head>", 1))
+    shown = chromium("--dump-dom", probe.as_uri())
+    body = re.search(r"<body([^>]*)>", shown.stdout).group(1)
+    data = {k: html.unescape(v) for k, v in re.findall(r'data-(\w+)="([^"]*)"', body)}
+    assert int(data["images"]) == len(FIGURES), data
+    assert json.loads(data["broken"]) == [] and json.loads(data["errors"]) == [], data
+    console = [line for line in shown.stderr.splitlines() if "CONSOLE" in line]
+    assert not [line for line in console if "ERROR" in line or "Failed" in line], console
+
+    (page / f"{FIGURES[0]}.png").write_bytes(b"not a png")  # the check sees a broken image
+    broken = chromium("--dump-dom", probe.as_uri()).stdout
+    assert f"{FIGURES[0]}.png" in html.unescape(re.search(r"<body([^>]*)>", broken).group(1))
+
+    screenshot = tmp_path / "report.png"
+    chromium(f"--screenshot={screenshot}", "--window-size=1200,1800", (out / "index.html").as_uri())
+    with Image.open(screenshot) as image:
+        assert image.size == (1200, 1800)
+        low, high = image.convert("L").getextrema()
+        assert high - low > 100  # the page drew something
+    if os.environ.get("TUNE_LOWMEM_REPORT_SCREENSHOT"):
+        shutil.copyfile(screenshot, os.environ["TUNE_LOWMEM_REPORT_SCREENSHOT"])

@@ -16,13 +16,11 @@ import pytest
 import ray
 import yaml
 from optuna.trial import TrialState
-from ray import tune
 
 from tune_lowmem import pareto, store
 from tune_lowmem.search import ScreenedSearcher, launch, place, resume, sweep_folder
 from tune_lowmem.search import driver as search_driver
 from tune_lowmem.search import sweep_study as study
-from tune_lowmem.search.tune_state import wait_until_saved
 from tune_lowmem.space import SearchSpace
 from tune_lowmem.trainable import store_record
 
@@ -121,7 +119,7 @@ def lr_searcher(root: Path) -> ScreenedSearcher:
 
 
 def snapshot_after_first_point(root: Path, snapshot: Path) -> tuple[ScreenedSearcher, dict]:
-    """A searcher that handed out one point and was snapshotted, as Tune does every second."""
+    """A searcher that handed out one point and was snapshotted, as Tune does at its period."""
     searcher = lr_searcher(root)
     first = searcher.suggest("t0")
     searcher.save(str(snapshot))
@@ -336,9 +334,8 @@ def test_killed_driver_then_resume_stores_every_trial_once(local_ray, tmp_path):
     outcome = resume("killed", store_root=root)
     rows = outcome.trials.set_index("trial_id")
     assert len(rows) == 6 and rows.index.is_unique and (rows["status"] == "completed").all()
-    assert set(rows.index) == {
-        r.metrics["trial_id"] for r in outcome.results
-    }  # none lost, none extra
+    assert {r.metrics["trial_id"] for r in outcome.results} <= set(rows.index)  # none extra
+    assert not rows.duplicated(["point", "config.seed"]).any()  # every (point, seed) once
     for trial_id, row in before.iterrows():  # a trial done before the kill was not trained again
         assert rows.loc[trial_id, "finished_at"] == row["finished_at"]
         assert (
@@ -348,24 +345,6 @@ def test_killed_driver_then_resume_stores_every_trial_once(local_ray, tmp_path):
         assert len(store.read_epochs(root, "killed", trial_id)) == 2
     told = [t for t in study(root, "killed").trials if t.state == TrialState.COMPLETE]
     assert len(told) == 6
-
-
-def test_a_row_waits_until_tunes_snapshot_names_its_trial(local_ray, tmp_path):
-    """What a trial's row waits for (`trainable`): a trial that starts and ends between two of
-    Tune's snapshots, its driver then killed, would have a row but no place in Tune's restore."""
-
-    def report_once(config):
-        tune.report({"x": 1})
-
-    tuner = tune.Tuner(
-        report_once, run_config=tune.RunConfig(name="saved", storage_path=str(tmp_path), verbose=0)
-    )
-    (result,) = tuner.fit()
-    folder = tmp_path / "saved"
-    assert wait_until_saved(folder, result.metrics["trial_id"], timeout=0)
-    started = time.monotonic()
-    assert not wait_until_saved(folder, "00000000", timeout=0.5)
-    assert time.monotonic() - started >= 0.5
 
 
 class DriverKilled(Exception):

@@ -183,7 +183,7 @@ def test_a_crash_before_the_rename_is_invisible(tmp_path):
         sys.path.insert(0, {str(Path(__file__).parents[1])!r})
         from tests.test_store import record
         from tune_lowmem import store
-        store.os.replace = lambda src, dst: os._exit(9)
+        os.replace = lambda src, dst: os._exit(9)  # the store's atomic rename
         store.write_trial({str(tmp_path)!r}, record(metrics={{"val_accuracy": 0.75}}))
     """)
     assert subprocess.run([sys.executable, "-c", crash], check=False).returncode == 9

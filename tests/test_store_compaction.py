@@ -11,7 +11,15 @@ import pandas as pd
 
 from tune_lowmem import store
 from tune_lowmem.config import TrialConfig
-from tune_lowmem.store import TrialRecord, compact, read_epochs, read_trials, trial_ids, write_trial
+from tune_lowmem.store import (
+    TrialRecord,
+    compact,
+    compaction,
+    read_epochs,
+    read_trials,
+    trial_ids,
+    write_trial,
+)
 
 CONFIG = TrialConfig.from_dict({"precision": "fp16"}).to_flat()
 
@@ -72,9 +80,9 @@ def test_a_compaction_cut_short_reads_each_row_once(tmp_path):
 def test_a_trial_rewritten_during_compaction_is_kept(tmp_path):
     write_trial(tmp_path, record(1, accuracy=0.1))
     path = folder(tmp_path) / "t0001.parquet"
-    seen = store._identity(path)  # what compaction read
+    seen = compaction._identity(path)  # what compaction read
     write_trial(tmp_path, record(1, accuracy=0.8))  # then the sweep rewrote it
-    store._remove_if_unchanged(path, seen)
+    compaction._remove_if_unchanged(path, seen)
     assert path.is_file()
     assert read_trials(tmp_path)["metric.val_accuracy"].tolist() == [0.8]
 
@@ -120,7 +128,7 @@ def test_the_objectives_are_stored_with_each_row(tmp_path):
 
 
 def test_a_large_folder_is_merged_a_chunk_at_a_time(tmp_path, monkeypatch):
-    monkeypatch.setattr(store, "COMPACT_CHUNK", 4)
+    monkeypatch.setattr(compaction, "COMPACT_CHUNK", 4)
     write_many(tmp_path, 10)
     before = read_trials(tmp_path)
     assert compact(tmp_path, force=True) == 2 * (10 + 3)  # 3 chunks each, then merged together

@@ -25,7 +25,7 @@ from ray import tune
 from tune_lowmem import store
 from tune_lowmem.cli import main
 from tune_lowmem.search import JOURNAL, resume, sweep_folder, sweep_study
-from tune_lowmem.search.journal import TORN_SUFFIX, repair
+from tune_lowmem.search.journal import TORN_SUFFIX, CheckedJournal, repair
 
 BASE = {
     "device": "cpu",
@@ -274,3 +274,27 @@ def test_a_point_is_asked_in_one_write_or_not_at_all(tmp_path):
     assert subprocess.run([*run, "asked"], env=env, check=False).returncode == 0
     (trial,) = trials()
     assert set(trial.params) == {"x", "y"}
+
+
+def test_the_journal_is_read_from_where_it_was_left_not_from_its_start(tmp_path, monkeypatch):
+    """Each ask is one write; afterwards Optuna's reader is asked only from a line it has read
+    (where it knows the offset), so a sync reads the new lines, not the whole journal again."""
+    starts = []
+    read = JournalFileBackend.read_logs
+
+    def recorded(backend, log_number_from):
+        starts.append((log_number_from, backend.read))
+        return read(backend, log_number_from)
+
+    monkeypatch.setattr(JournalFileBackend, "read_logs", recorded)
+    journal = CheckedJournal(tmp_path / JOURNAL)
+    study = optuna.create_study(study_name="s", storage=JournalStorage(journal))
+    for _ in range(30):
+        with journal.one_write():
+            trial = study.ask()
+            trial.suggest_float("x", 0.0, 1.0)
+        study.tell(trial, 1.0)
+    lines = len((tmp_path / JOURNAL).read_bytes().splitlines())
+    assert len(study.trials) == 30 and journal.read == lines
+    assert all(start <= known for start, known in starts)  # never a line it has not read
+    assert max(start for start, _ in starts) > lines - 10  # and it went on from the end

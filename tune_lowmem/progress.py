@@ -3,7 +3,10 @@
 [12:01:07] 1f2e3_00003 started: precision=bf16 microbatch.size=10 checkpoint=none ...
 [12:01:31] 1f2e3_00003 epoch 2: val_accuracy=0.3120 train_loss=1.7311
 [12:01:44] 1f2e3_00003 completed: val_accuracy=0.3460 memory.predicted_total_mb=7.2 (3 epochs, 36 s)
-[12:01:44] trials: 4 completed, 1 failed, 0 infeasible, 2 running, 0 pending | best: ...
+[12:01:44] trials: 4 completed, 1 failed, 0 infeasible, 2 running, 0 pending | 5/40 done, 61/h, \
+about 34 min left | best: ...
+
+The rate counts the trials done since this driver started (a resumed sweep: since the resume).
 """
 
 from __future__ import annotations
@@ -48,6 +51,11 @@ class ProgressPrinter(Callback):
 
     def __init__(self, space: SearchSpace, sweep: str, root: Callable[[], str | Path]):
         self.space, self.sweep, self.root = space, sweep, root
+        self.started: float | None = None  # when this driver began (a resumed one: its own)
+        self.done_before: int | None = None  # trials done by then
+
+    def setup(self, **info) -> None:
+        self.started, self.done_before = time.monotonic(), None
 
     def on_trial_start(self, iteration: int, trials: list[Trial], trial: Trial, **info) -> None:
         say(f"{trial.trial_id} started: {describe(trial.config['params'])}")
@@ -102,12 +110,32 @@ class ProgressPrinter(Callback):
             else:
                 counts["pending"] += 1
         root = self.root() if callable(self.root) else self.root  # a path: pickled by an old sweep
-        screened = store.trial_ids(root, self.sweep)
+        stored = store.trial_ids(root, self.sweep)
+        screened = [i for i in stored if i.startswith(("infeasible-", "invalid-"))]
         counts["infeasible"] += sum(1 for i in screened if i.startswith("infeasible-"))
         counts["failed"] += sum(1 for i in screened if i.startswith("invalid-"))
         text = "trials: " + ", ".join(f"{n} {name}" for name, n in counts.items())
+        text += " | " + self.pace(len(screened) * self.space.seeds_per_point, trials, ending)
         best = self.best(finished)
         return f"{text} | best: {best}" if best else text
+
+    def pace(self, screened: int, trials: list[Trial], ending: Trial | None) -> str:
+        """Trials done of the total, trials per hour, and the time left at that rate; a point
+        screened out counts as all its seeds' trials."""
+        finished = (Trial.TERMINATED, Trial.ERROR)
+        done = screened + sum(1 for t in trials if t.status in finished or t is ending)
+        total = self.space.num_samples * self.space.seeds_per_point
+        now = time.monotonic()
+        if self.started is None:
+            self.started = now
+        if self.done_before is None:  # the first trial this driver saw end
+            self.done_before = done - 1
+        text = f"{done}/{total} done"
+        if now - self.started < 1 or done <= self.done_before:
+            return text
+        per_s = (done - self.done_before) / (now - self.started)
+        text = f"{text}, {per_s * 3600:.0f}/h"
+        return text if done >= total else f"{text}, {_time_left((total - done) / per_s)}"
 
     def best(self, results: list[dict]) -> str:
         """The running front on the objectives, test metrics left out: nothing is chosen on test
@@ -120,6 +148,14 @@ class ProgressPrinter(Callback):
         )
         front = pareto.pareto_front(values.drop_duplicates(), dict(objectives)).head(BEST_SHOWN)
         return "; ".join(describe(row) for row in front.to_dict("records"))
+
+
+def _time_left(seconds: float) -> str:
+    minutes = round(seconds / 60)
+    if minutes < 1:
+        return "under a minute left"
+    shown = f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60:02d} min"
+    return f"about {shown} left"
 
 
 def front_table(front: pd.DataFrame) -> str:

@@ -16,10 +16,11 @@ One Tune trial trains one `TrialConfig` (a point of the search space with one se
    way). A failure is the trial's result, not a crash: it is not retried, and the sweep goes on.
    A store write that fails (a full disk) is the storage's failure, not the trial's: the trial
    raises, stores nothing, and runs again when the sweep is resumed. So does an error met while
-   the worker process exits under the trial (its driver died: `worker_exiting`). A row is
-   written once Tune's saved experiment names its trial (`search.tune_state`), so a resumed
-   Tune knows every stored trial. A completed trial's final weights are kept beside its row
-   (`store.model_file`), for `tune-lowmem export`.
+   the worker process exits under the trial (its driver died: `worker_exiting`). The row is
+   written as soon as the trial ends, never waiting on Tune's snapshot: after a killed driver
+   the store, not Tune's older snapshot, says which (point, seed) ran (`search.searcher`). A
+   completed trial's final weights are kept beside its row (`store.model_file`), for
+   `tune-lowmem export`.
 
 Every result carries ``trial_status`` (running, completed, failed, infeasible) and every
 objective key (None when unknown), so the searcher can tell a failure from a result.
@@ -272,10 +273,6 @@ class _Run:
         }
 
     def _write(self, status: str, metrics: Mapping[str, Any], reason: str | None = None) -> None:
-        from .search.place import sweep_folder  # not at the top: the search package imports this
-        from .search.tune_state import wait_until_saved
-
-        wait_until_saved(sweep_folder(self.root, self.sweep), self.trial_id)
         history = self.trainer.history if self.trainer is not None else []
         record = store_record(
             self.space,

@@ -3,8 +3,9 @@
 PyYAML's safe loader lets a later duplicate key silently win, reads ``5e-1`` as a string (its
 YAML 1.1 floats need a dot and a signed exponent), accepts keys that are numbers or lists, and
 builds self-containing structures from recursive anchors, which every later walk of the value
-loops on. Here each of those is a `ConfigError` naming the file (or field), the line and the
-column, or, for scientific notation, the float the user meant.
+loops on, and ends a value nested thousands deep in a RecursionError. Here each of those is a
+`ConfigError` naming the file (or field), the line and the column where known, or, for
+scientific notation, the float the user meant.
 """
 
 from __future__ import annotations
@@ -50,11 +51,13 @@ def load_text(text: str, source: str) -> Any:
     """The value of one YAML document; any mistake is a one-line `ConfigError` on `source`."""
     try:
         value = yaml.load(text, Loader=StrictLoader)  # a SafeLoader
+        _refuse_cycles(value, source)
     except yaml.MarkedYAMLError as error:
         raise ConfigError(source, _describe(error)) from None
     except yaml.YAMLError as error:
         raise ConfigError(source, f"not valid YAML: {' '.join(str(error).split())}") from None
-    _refuse_cycles(value, source)
+    except RecursionError:  # PyYAML composes and constructs nested values by recursion
+        raise ConfigError(source, "not allowed: values nested too deeply to read") from None
     return value
 
 

@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import pandas as pd
-import yaml
 
 from ..config import ConfigError
+from ..yaml_loading import load_file
 
 VALIDATION, TEST = "metric.val_", "metric.test_"
 MEMORY = "memory.predicted_total_mb"
@@ -68,10 +68,36 @@ def stored(root: str | Path, trials: pd.DataFrame) -> dict[str, str]:
     return next(iter(found.values()), {})
 
 
-def saved_space(root: str | Path, sweep: str) -> dict | None:
-    """The space a sweep was launched with, as plain YAML values (None: not in this store)."""
+def read_saved_space(root: str | Path, sweep: str) -> tuple[dict | None, str | None]:
+    """The space a sweep was launched with, as plain YAML values (None: not in this store, or
+    not readable), and why it could not be read (None: it could, or there is none)."""
     path = Path(root) / "ray" / sweep / "space.yaml"
-    return yaml.safe_load(path.read_text()) if path.is_file() else None
+    if not path.is_file():
+        return None, None
+    try:
+        values = load_file(path, "sweep space file")
+    except ConfigError as error:
+        return None, str(error)
+    if not isinstance(values, dict):
+        what = "an empty file" if values is None else f"a {type(values).__name__}, not a mapping"
+        return None, f"{path}: {what}; the sweep's saved search space is lost"
+    return values, None
+
+
+def saved_space(root: str | Path, sweep: str) -> dict | None:
+    """`read_saved_space`'s values; an unreadable file is named once on stderr, and the
+    answer then comes from the rows alone."""
+    values, problem = read_saved_space(root, sweep)
+    if problem is not None:
+        say_unreadable(problem)
+    return values
+
+
+def say_unreadable(problem: str) -> None:
+    """A sweep's unreadable space file, named once per command."""
+    from ..store import note_once
+
+    note_once(f"{problem}; answering from the stored rows")
 
 
 def choose(

@@ -8,6 +8,7 @@ import functools
 import json
 import math
 import shlex
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -30,6 +31,72 @@ from .points import (
 PREDICTED, MEASURED = "memory.predicted_total_mb", "memory.measured_total_mb"
 
 
+@dataclass
+class Selection:
+    """What a choice is made from: the completed trials, the objectives (store column ->
+    direction), the seed-averaged configurations (`points.configurations`, the accuracy floor
+    applied) and the columns reported beside them."""
+
+    done: pd.DataFrame
+    goals: dict[str, str]
+    groups: pd.DataFrame
+    beside: list[str]
+
+
+def select(
+    root: str,
+    sweep: str | None = None,
+    task: str | None = None,
+    objectives: list[str] | None = None,
+    min_accuracy: float | None = None,
+) -> Selection:
+    """The seed-averaged configurations a front or a best choice is taken from."""
+    trials = load_trials(root, sweep, task)
+    done = completed(trials)
+    given = parse_objectives(objectives, done) if objectives else None
+    goals = chosen.choose(root, trials, given, "--objectives")
+    for column in (c for c in goals if c.startswith("metric.")):
+        chosen.require_values(done, column)
+    groups = configurations(done)
+    if min_accuracy is not None:
+        score = _objective(goals, "maximize", "--min-accuracy")
+        values = groups[f"{score}.mean"]
+        groups = groups[values >= min_accuracy]
+        if groups.empty:
+            raise NoResult(
+                f"no configuration has {score} >= {min_accuracy:g}; "
+                f"the best found is {values.max():.4g}"
+            )
+    return Selection(done, goals, groups, _beside(goals, done))
+
+
+def front(selection: Selection) -> pd.DataFrame:
+    """The configurations non-dominated on the objectives' seed means."""
+    ways = {f"{col}.mean": way for col, way in selection.goals.items()}
+    rows = pareto.pareto_front(selection.groups, ways)
+    if rows.empty:
+        raise NoResult(f"no completed trial reports all of {', '.join(selection.goals)}")
+    return rows
+
+
+def best(selection: Selection, max_memory_mb: float) -> pd.Series:
+    """The configuration with the best seed-mean score whose seed-mean memory is within the
+    budget (the objectives' first maximised and first minimised, memory first)."""
+    score = _objective(selection.goals, "maximize", "--max-memory-mb")
+    memory = _objective(selection.goals, "minimize", "--max-memory-mb")
+    groups = selection.groups
+    found = pareto.best_under_budget(groups, f"{memory}.mean", max_memory_mb, f"{score}.mean")
+    if found is None:
+        smallest = groups[f"{memory}.mean"].min()
+        why = (
+            "no trial reports it"
+            if math.isnan(smallest)
+            else f"the smallest found is {smallest:.4g} MB"
+        )
+        raise NoResult(f"no configuration within {max_memory_mb:g} MB of {memory}; {why}")
+    return found
+
+
 def answer(
     root: str,
     sweep: str | None = None,
@@ -40,43 +107,15 @@ def answer(
     form: str = "table",
 ) -> str:
     """The front (or, given ``max_memory_mb``, the best configuration within it) as text."""
-    trials = load_trials(root, sweep, task)
-    done = completed(trials)
-    given = parse_objectives(objectives, done) if objectives else None
-    goals = chosen.choose(root, trials, given, "--objectives")
-    for column in (c for c in goals if c.startswith("metric.")):
-        chosen.require_values(done, column)
-    groups = configurations(done)
-    beside = _beside(goals, done)
-    if min_accuracy is not None:
-        score = _objective(goals, "maximize", "--min-accuracy")
-        values = groups[f"{score}.mean"]
-        groups = groups[values >= min_accuracy]
-        if groups.empty:
-            raise NoResult(
-                f"no configuration has {score} >= {min_accuracy:g}; "
-                f"the best found is {values.max():.4g}"
-            )
+    chosen_from = select(root, sweep, task, objectives, min_accuracy)
+    done, goals, beside = chosen_from.done, chosen_from.goals, chosen_from.beside
     if max_memory_mb is None:
-        front = pareto.pareto_front(groups, {f"{col}.mean": way for col, way in goals.items()})
-        if front.empty:
-            raise NoResult(f"no completed trial reports all of {', '.join(goals)}")
-        return render(front, done, goals, beside, form)
-    score = _objective(goals, "maximize", "--max-memory-mb")
-    memory = _objective(goals, "minimize", "--max-memory-mb")
-    best = pareto.best_under_budget(groups, f"{memory}.mean", max_memory_mb, f"{score}.mean")
-    if best is None:
-        smallest = groups[f"{memory}.mean"].min()
-        found = (
-            "no trial reports it"
-            if math.isnan(smallest)
-            else f"the smallest found is {smallest:.4g} MB"
-        )
-        raise NoResult(f"no configuration within {max_memory_mb:g} MB of {memory}; {found}")
+        return render(front(chosen_from), done, goals, beside, form)
+    found = best(chosen_from, max_memory_mb)
     if form != "table":
-        return render(groups.loc[[best.name]], done, goals, beside, form, single=True)
+        return render(chosen_from.groups.loc[[found.name]], done, goals, beside, form, single=True)
     where = f"store {root}" + (f", sweep {sweep}" if sweep else "")
-    return _yaml(best, done, goals, beside, f"within {max_memory_mb:g} MB ({where})")
+    return _yaml(found, done, goals, beside, f"within {max_memory_mb:g} MB ({where})")
 
 
 def _beside(goals: dict[str, str], done: pd.DataFrame) -> list[str]:

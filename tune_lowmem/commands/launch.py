@@ -20,13 +20,13 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     num_samples = count(args.num_samples, "--num-samples")  # before Ray is even imported
-    from ..search import launch
+    from ..api import launch
 
     print_outcome(
         launch(
             args.space,
             name=args.name,
-            store_root=args.store,
+            store=args.store,
             address=args.address,
             num_samples=num_samples,
         )

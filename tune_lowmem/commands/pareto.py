@@ -49,18 +49,15 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..analysis.points import NoResult
-    from ..analysis.query import answer
-    from ..preflight import store_folder
-    from ..store import compact
+    from ..api import open_store
 
     max_memory_mb = number(args.max_memory_mb, "--max-memory-mb", positive=True)
     min_accuracy = number(args.min_accuracy, "--min-accuracy")
-    store_folder(args.store, "--store")
-    compact(args.store)
+    runs = open_store(args.store, "--store")
+    runs.compact()
     try:
         print(
-            answer(
-                args.store,
+            runs.answer(
                 sweep=args.sweep,
                 task=args.task,
                 objectives=args.objectives,

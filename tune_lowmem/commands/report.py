@@ -32,15 +32,15 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..analysis.points import NoResult, load_points
     from ..analysis.report import KINDS, write_report
-    from ..preflight import store_folder, writable_folder
-    from ..store import compact
+    from ..api import open_store
+    from ..preflight import writable_folder
     from ..validation import choice
 
-    store_folder(args.store, "--store")
+    runs = open_store(args.store, "--store")
     writable_folder(args.out, "--out")
     if args.only is not None:
         choice(args.only, KINDS, "--only")
-    compact(args.store)
+    runs.compact()
     try:
         points = load_points(args.store, sweep=args.sweep, task=args.task, metric=args.metric)
         written = write_report(points, args.out, only=args.only)

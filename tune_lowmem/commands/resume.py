@@ -18,7 +18,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..search import resume
+    from ..api import resume
 
-    print_outcome(resume(args.name, store_root=args.store, address=args.address))
+    print_outcome(resume(args.name, store=args.store, address=args.address))
     return 0

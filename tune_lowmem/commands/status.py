@@ -1,7 +1,9 @@
 """`tune-lowmem status NAME`: what the store holds of a sweep, and its best points so far.
 
-It reads the Parquet store alone (no Ray, no torch), compacting the sweep's files first when a
-running sweep has written many, and shows the same front `tune-lowmem pareto` would.
+It reads the Parquet store alone (no Ray, no torch) through `tune_lowmem.api`, compacting the
+sweep's files first when a running sweep has written many, and shows the same front
+`tune-lowmem pareto` would. A saved space that cannot be read is named in one line; the counts
+and the front then come from the rows alone.
 """
 
 from __future__ import annotations
@@ -19,32 +21,26 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .. import store
-    from ..analysis.objectives import NoResult, saved_space
-    from ..analysis.query import answer
-    from ..config import ConfigError
-    from ..preflight import store_folder
+    from ..analysis.objectives import NoResult, say_unreadable
+    from ..api import open_store
 
-    root = store_folder(args.store, "--store")
-    name = store.check_name(args.name, "NAME")
-    space = saved_space(root, name)
-    if space is None and name not in store.list_sweeps(root):
-        known = ", ".join(store.list_sweeps(root)) or "none"
-        raise ConfigError("NAME", f"no sweep {name!r} in {root}; sweeps there: {known}")
-    store.compact(root, name)
-    trials = store.read_trials(root, name, columns=["status"])
-    counts = dict(trials["status"].value_counts()) if len(trials) else {}
-    stored = ", ".join(f"{int(counts.get(s, 0))} {s}" for s in store.STATUSES)
+    runs = open_store(args.store, "--store")
+    status = runs.status(args.name)
+    if status.space_problem is not None:
+        say_unreadable(status.space_problem)
+    runs.compact(status.name)
+    stored = ", ".join(f"{n} {s}" for s, n in status.counts.items())
     planned = (
-        f"; {space.get('num_samples')} points x {space.get('seeds_per_point', 1)} seed(s) planned"
-        if space
+        f"; {status.planned_points} points x {status.seeds_per_point} seed(s) planned"
+        if status.planned_points is not None
         else ""
     )
-    print(f"sweep {name}: {len(trials)} trials stored ({stored}){planned}")
+    print(f"sweep {status.name}: {status.stored} trials stored ({stored}){planned}")
     print("Pareto front, chosen on validation data:")
     try:
-        print(answer(str(root), sweep=name) if len(trials) else "  (no trial stored yet)\n", end="")
+        shown = runs.answer(status.name) if status.stored else "  (no trial stored yet)\n"
+        print(shown, end="")
     except NoResult as error:
         print(f"  ({error})")
-    print(f"store: {root}")
+    print(f"store: {runs.root}")
     return 0

@@ -12,8 +12,7 @@ A sweep folder (``DIR`` as a whole) can be copied or moved: nothing saved in it 
 
 Surviving the driver: see `searcher` (what is rebuilt from the journal, Tune's trials and the
 store), `trainable` (a restarted trial that had stored its row reports it again; a worker torn
-down with its driver stores nothing) and `tune_state` (a row only once Tune's snapshot names its
-trial). A file that cannot be written (a full disk) stops the sweep with `store.WriteFailed`, one
+down with its driver stores nothing) and `tune_state` (how often Tune snapshots). A file that cannot be written (a full disk) stops the sweep with `store.WriteFailed`, one
 line naming the file; `resume`, once there is room, repairs a torn journal line and finishes the
 sweep.
 """
@@ -24,7 +23,7 @@ import contextlib
 import functools
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -52,8 +51,9 @@ from .tune_state import tune_saved
 
 SPACE_FILE = "space.yaml"
 TUNE_ENVIRONMENT = {
-    "TUNE_GLOBAL_CHECKPOINT_S": "1",  # snapshot trials and searcher every second: what a killed driver loses
-    "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "0",  # frequent snapshots are wanted
+    # Tune's snapshot of every trial costs the driver time in proportion to the trials so far:
+    # Tune's own period keeps it to a twentieth of the driver's time (`tune_state`)
+    "TUNE_GLOBAL_CHECKPOINT_S": "auto",
     "RAY_AIR_NEW_OUTPUT": "0",  # with verbose=0 the classic reporter prints nothing; ours prints
 }
 
@@ -109,6 +109,21 @@ class RecordWorkerDeaths(Callback):
         store.write_trial(root, record)
 
 
+class CompactAsItGoes(Callback):
+    """Keeps the sweep's store compacted while it runs (`store.compact` after each trial): its
+    folders hold a bounded number of files at any moment instead of one per trial, and what
+    reads them meanwhile (a trial looking for its own row, the progress line, `status`) opens
+    a few files, not thousands."""
+
+    def __init__(self, sweep: str):
+        self.sweep = sweep
+
+    def on_trial_complete(self, iteration: int, trials: list, trial, **info) -> None:
+        store.compact(place.root(self.sweep), self.sweep)
+
+    on_trial_error = on_trial_complete
+
+
 def write_failure(error: BaseException | str | None) -> store.WriteFailed | None:
     """The `store.WriteFailed` behind an error (Tune's and Ray's wrap it), if one is."""
     seen = set()
@@ -161,6 +176,7 @@ def _tuner(space: SearchSpace, sweep: str, root: Path) -> tune.Tuner:
                 ProgressPrinter(space, sweep, functools.partial(place.root, sweep)),
                 RecordWorkerDeaths(space, sweep),
                 *stopping,
+                CompactAsItGoes(sweep),
             ],
             verbose=0,
         ),
@@ -215,14 +231,19 @@ class SweepResult:
 
 
 def launch(
-    space_path: str | Path,
+    space_path: str | Path | Mapping[str, Any],
     name: str | None = None,
     store_root: str | Path = "runs",
     address: str | None = None,
     num_samples: int | None = None,
 ) -> SweepResult:
-    """Validate the space, then run the sweep to the end (nothing is created if it is invalid)."""
-    space = SearchSpace.load(space_path, num_samples=num_samples)
+    """Validate the space (a YAML file, or its values), then run the sweep to the end (nothing
+    is created if it is invalid)."""
+    if isinstance(space_path, Mapping):
+        given = {**space_path, **({} if num_samples is None else {"num_samples": num_samples})}
+        space = SearchSpace.from_dict(given)
+    else:
+        space = SearchSpace.load(space_path, num_samples=num_samples)
     sweep = store.check_name(space.name if name is None else name, "--name")
     root = preflight.writable_folder(storage_root(store_root), "--store")
     folder = sweep_folder(root, sweep)

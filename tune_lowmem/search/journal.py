@@ -38,16 +38,21 @@ class CheckedJournal(JournalFileBackend):
     def __init__(self, path: Path):
         super().__init__(str(path), lock_obj=JournalFileOpenLock(str(path)))
         self.path = path
-        self.lines = 0  # complete lines in the file, as read or written here
+        self.read = 0  # lines of the file read here: where Optuna's reader knows the offset
         self.held: list[dict[str, Any]] | None = None  # appends `one_write` holds back
 
     def read_logs(self, log_number_from: int) -> Iterator[dict[str, Any]]:
-        """The file's logs, then those held back (the storage reads what it wrote at once)."""
-        for number, log in enumerate(super().read_logs(log_number_from), start=log_number_from):
-            self.lines = number + 1
-            yield log
+        """The file's logs from `log_number_from`, then those held back (the storage reads what
+        it wrote at once). Read from the last line read here: Optuna's reader seeks only to a
+        line it has read, and held logs, once written, it has not, so asking for the log after
+        them would read the whole file again at every ask (a cost growing with the sweep)."""
+        start = min(log_number_from, self.read)
+        for number, log in enumerate(super().read_logs(start), start=start):
+            self.read = number + 1
+            if number >= log_number_from:
+                yield log
         if self.held:
-            yield from self.held[max(0, log_number_from - self.lines) :]
+            yield from self.held[max(0, log_number_from - self.read) :]
 
     def append_logs(self, logs: list[dict[str, Any]]) -> None:
         if self.held is not None:
@@ -68,7 +73,6 @@ class CheckedJournal(JournalFileBackend):
         finally:
             held, self.held = self.held, None
         self.append_logs(held)
-        self.lines += len(held)
 
 
 def storage(path: str | Path) -> JournalStorage:

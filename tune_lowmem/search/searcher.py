@@ -11,8 +11,8 @@ the id ``infeasible-<n>`` (``invalid-<n>``), told with dominated values, and ano
 asked for, so it never occupies a worker.
 
 Surviving the driver: the journal is written as points are asked and told; the store is written
-by the trials themselves; Tune snapshots its trials, then this searcher (only which Tune trial
-holds which point and seed), every second. After a restart the searcher rebuilds everything else
+by the trials themselves as they end; Tune snapshots its trials, then this searcher (only which
+Tune trial holds which point and seed), at its own period (`tune_state`). After a restart the searcher rebuilds everything else
 from those three records (`rejoin`), so a snapshot older than Tune's trials loses nothing: every
 point runs once per seed, a point asked but never given to a trial runs after the restart, and
 every trial lands in the store once. Nothing saved names a path: the sweep's storage root comes

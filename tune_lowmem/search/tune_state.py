@@ -1,30 +1,29 @@
 """What Ray Tune has saved of a sweep's experiment, read through its public API
 (`Tuner.can_restore`, `ExperimentAnalysis`).
 
-Tune snapshots its trials into the sweep folder every second or so; a trial can start, train
-and end between two snapshots. A trial's store row is written only once a snapshot names the
-trial (`wait_until_saved`), so after a killed driver Tune restores every trial that has a row:
-its results and `ExperimentAnalysis` show every stored trial, and a trial done before the kill
-reports its row again instead of its point running once more under another trial id.
+Tune snapshots its trials (``experiment_state-*.json``, every trial's state, about 25 kB each)
+at the period Tune chooses itself (``TUNE_GLOBAL_CHECKPOINT_S=auto``: at least 10 s, and at most
+a twentieth of the driver's time), so the snapshot's cost, which grows with the sweep's trials,
+never grows the cost of a trial. Nothing waits for a snapshot: a trial stores its row as it ends,
+and after a killed driver the searcher rebuilds from the journal, the store and this snapshot
+(`searcher.rejoin`), so trials that ended after the snapshot are neither lost nor run again.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from pathlib import Path
 from typing import Any
 
 from ray import tune
 
-SAVED_WAIT_S = 120.0  # then the row is written anyway: a result is never dropped for this
-POLL_S = 0.25
+SNAPSHOTS = "experiment_state-*.json"
 
 
 def tune_saved(folder: Path) -> bool:
     """Tune's experiment can be restored: its tuner (written as the sweep starts) and a first
-    snapshot of its trials (written within a second of the start) are both there."""
-    return tune.Tuner.can_restore(str(folder)) and any(Path(folder).glob("experiment_state-*.json"))
+    snapshot of its trials (written as its first trial is made) are both there."""
+    return tune.Tuner.can_restore(str(folder)) and any(Path(folder).glob(SNAPSHOTS))
 
 
 def tune_trials(folder: Path) -> dict[str, dict[str, Any]]:
@@ -39,25 +38,3 @@ def tune_trials(folder: Path) -> dict[str, dict[str, Any]]:
     finally:
         analysis_log.setLevel(level)
     return {trial.trial_id: trial.config for trial in trials}
-
-
-def wait_until_saved(folder: Path, trial_id: str, timeout: float = SAVED_WAIT_S) -> bool:
-    """Wait until Tune's saved experiment in `folder` names `trial_id` (False: it did not in
-    `timeout` seconds)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        started = time.monotonic()
-        if _names(folder, trial_id):
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        # a read grows with the sweep's trials: waiting twice as long as it took keeps a
-        # trial's worker reading Tune's state at most a third of the time
-        time.sleep(max(POLL_S, 2 * (time.monotonic() - started)))
-
-
-def _names(folder: Path, trial_id: str) -> bool:
-    try:
-        return trial_id in tune_trials(folder)
-    except Exception:  # noqa: BLE001 - Tune's reader fails on a half-written snapshot: read again
-        return False

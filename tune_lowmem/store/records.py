@@ -1,0 +1,238 @@
+"""What a store row is: its columns and their types, the record a trial hands the store, the
+names that become file names, and the store's errors. Old stores' config fields (`LATER_FIELDS`,
+`REMOVED_FIELDS`, `_JSON_LISTS`) are listed here, the one place the store knows technique and
+task field names."""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ..config import ConfigError
+
+SCHEMA_VERSION = 1
+
+
+STATUSES = ("completed", "failed", "infeasible", "stopped")  # stopped: by early stopping
+
+
+# A CUDA trial's peaks as its caching allocator saw them: live tensors, and what it reserved.
+CUDA_PEAK_COLUMNS = ("cuda_max_allocated_mb", "cuda_max_reserved_mb")
+
+
+MEMORY_COLUMNS: dict[str, pa.DataType] = {
+    **{
+        f"{kind}_{part}_mb": pa.float64()
+        for kind in ("predicted", "measured")
+        for part in ("model", "optimizer", "activation", "total")
+    },
+    # What the masked step holds (sparse weights dense, with masks), beside the accounted totals
+    # above (sparse weights as CSR); empty in rows of stores written before them
+    **{f"{kind}_stored_total_mb": pa.float64() for kind in ("predicted", "measured")},
+    "flops_per_step": pa.int64(),
+    **dict.fromkeys(CUDA_PEAK_COLUMNS, pa.float64()),
+}
+
+
+VERSIONED_PACKAGES = {
+    "tune_lowmem": "tune-lowmem",
+    "torch": "torch",
+    "ray": "ray",
+    "optuna": "optuna",
+    "sacrebleu": "sacrebleu",  # completes the signature of metric.*_sacrebleu
+}
+
+
+TRIALS, EPOCHS, MODELS = "trials", "epochs", "models"
+
+
+# Config fields newer than the first stores, with the value every older row implicitly had.
+LATER_FIELDS = {
+    "model.init_checkpoint": None,
+    "model.fused_norm": "none",
+    "sparsity.schedule_units": "absolute",  # the first version scaled only the boundaries
+    "precision_update": "nearest",
+    "fused_step": "none",
+    "momentum_dtype": "param",
+    "adam_state": "param",
+    "sparsity.storage": "csr",
+}
+
+
+# Config fields removed since, with the value every row that had them held.
+REMOVED_FIELDS = {"data.num_workers": 0}
+
+
+# Tuple fields of the first version's built-in tasks, which it stored as JSON text.
+_JSON_LISTS = (
+    "config.schedule.milestones",
+    "config.schedule.betas",
+    "config.model.encoder_kernels",
+    "config.model.decoder_kernels",
+)
+
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+
+
+_NAME_RULE = "letters, digits, '-', '_' and '.', starting with a letter or digit, at most 200"
+
+
+_SUFFIX = ".parquet"
+
+
+_COMPACTED = re.compile(r"\+compacted-(\d{20})-[0-9a-f]{8}\.parquet")
+
+
+_OWN_FILE_RANK = 2**62  # a trial's own file outranks every compacted copy of its row
+
+
+_GROUPS = ("config.", "metric.", "memory.", "version.")  # column order of what the readers return
+
+
+_KINDS = {  # column type -> (what to call it, the Python values it takes)
+    pa.bool_(): ("true or false", (bool, np.bool_)),
+    pa.int64(): ("an integer", (int, np.integer)),
+    pa.string(): ("a string", (str,)),
+}
+
+
+_BASE_COLUMNS = {  # every row file's own columns, with their types
+    "schema_version": pa.int64(),
+    "trial_id": pa.string(),
+    "status": pa.string(),
+    "failure_reason": pa.string(),
+    "seed_group": pa.string(),
+    "started_at": pa.timestamp("us", tz="UTC"),
+    "finished_at": pa.timestamp("us", tz="UTC"),
+    "wall_seconds": pa.float64(),
+    "epochs_completed": pa.int64(),
+    "node_id": pa.string(),
+    "sampler": pa.string(),
+    "point": pa.int64(),
+    "objectives": pa.string(),  # the sweep's objectives (column -> direction) as JSON
+}
+
+
+_EPOCH_COLUMNS = {"schema_version": pa.int64(), "trial_id": pa.string(), "epoch": pa.int64()}
+
+
+_LIST = pa.list_(pa.null())  # stands for "any list" among allowed types
+
+
+_KEYS = ("schema_version", "trial_id", "epoch")  # every read returns these
+
+
+QUARANTINE = "quarantine"  # DIR/quarantine/: unreadable files moved aside, never deleted
+
+
+class StoreError(ValueError):
+    """The store holds something this version cannot read (a newer schema, clashing types)."""
+
+
+class WriteFailed(RuntimeError):
+    """A file of the store or of a sweep could not be written (a full disk, a quota): not a
+    trial's failure but the storage's, so the sweep stops, to be resumed once there is room."""
+
+    def __init__(self, path: str | Path, error: OSError):
+        self.path = Path(path)
+        reason = error.strerror or str(error) or type(error).__name__
+        super().__init__(f"cannot write {path}: {reason}")
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """One finished (or failed) trial, as the trainable knows it at the end."""
+
+    sweep: str
+    trial_id: str
+    status: str  # completed | failed | infeasible | pruned
+    config: Mapping[str, Any]  # flat, as `TrialConfig.to_flat()` gives it
+    metrics: Mapping[str, float | None] = field(default_factory=dict)  # final values by name
+    memory: Mapping[str, float | int | None] = field(default_factory=dict)  # keys of MEMORY_COLUMNS
+    failure_reason: str | None = None  # required when failed or infeasible
+    started_at: datetime | None = None  # timezone-aware
+    finished_at: datetime | None = None
+    epochs_completed: int = 0
+    node_id: str | None = None  # the Ray node that ran it last (None: never placed on one)
+    sampler: str | None = None  # the sweep's Optuna sampler (nsga2, tpe, gp, random, grid)
+    point: int | None = None  # the number of the Optuna trial that proposed it (None: no sweep)
+    objectives: Mapping[str, str] = field(default_factory=dict)  # the sweep's: column -> direction
+
+    def __post_init__(self) -> None:
+        check_name(self.sweep, "sweep")
+        check_name(self.trial_id, "trial_id")
+        if self.status not in STATUSES:
+            raise ConfigError(
+                "status", f"{self.status!r} is not allowed; allowed: {', '.join(STATUSES)}"
+            )
+        if self.status in ("failed", "infeasible") and not self.failure_reason:
+            raise ConfigError("failure_reason", f"a reason is required for a {self.status} trial")
+        unknown = sorted(set(self.memory) - set(MEMORY_COLUMNS))
+        if unknown:
+            raise ConfigError(
+                f"memory.{unknown[0]}", f"unknown part; allowed: {', '.join(MEMORY_COLUMNS)}"
+            )
+        for name in ("started_at", "finished_at"):
+            moment = getattr(self, name)
+            if moment is not None and (not isinstance(moment, datetime) or moment.tzinfo is None):
+                raise ConfigError(
+                    name, f"{moment!r} is not allowed; a timezone-aware datetime is required"
+                )
+        _check_count("epochs_completed", self.epochs_completed)
+        for column, direction in self.objectives.items():
+            if direction not in ("maximize", "minimize"):
+                raise ConfigError(
+                    f"objectives.{column}",
+                    f"{direction!r} is not allowed; allowed: maximize, minimize",
+                )
+        if self.point is not None:
+            _check_count("point", self.point)
+
+
+def _check_count(field_name: str, count: Any) -> None:
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        raise ConfigError(field_name, f"{count!r} is not allowed; an integer >= 0 is required")
+
+
+def check_name(value: Any, field_name: str) -> str:
+    """Sweep names and trial ids become file names: only a safe charset gets through."""
+    if not isinstance(value, str) or not _NAME.fullmatch(value):
+        raise ConfigError(field_name, f"{value!r} is not allowed; allowed: {_NAME_RULE} characters")
+    return value
+
+
+def _file(root: str | Path, table: str, sweep: str, trial_id: str) -> Path:
+    return (
+        Path(root)
+        / table
+        / f"sweep={check_name(sweep, 'sweep')}"
+        / f"{check_name(trial_id, 'trial_id')}{_SUFFIX}"
+    )
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+_SAID: set[str] = set()
+
+
+def forget_reported_files() -> None:
+    """A new command (the CLI calls this) names each bad file again, once."""
+    _SAID.clear()
+
+
+def note_once(text: str) -> None:
+    """One line on stderr, once per command (`forget_reported_files`): the command goes on."""
+    if text not in _SAID:
+        _SAID.add(text)
+        print(f"tune-lowmem: {text}", file=sys.stderr)
