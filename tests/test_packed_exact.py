@@ -8,6 +8,7 @@ import pytest
 
 from tests.conftest import tiny_wrn_config
 from tests.packed_reference import dense_views, differences, minibatches, reference_views, trainer
+from tune_lowmem.config import TrialConfig
 from tune_lowmem.techniques.sparsity import Sparsity
 
 UPDATES = 4
@@ -87,3 +88,71 @@ def test_wrn_packed_equals_masked_dense_within_rounding(case, flat, monkeypatch)
     packed, reference = compared(tiny_wrn_config(**{**REWIRING, **flat}), monkeypatch)
     masks = [name for name in packed if name.endswith(":mask")]
     assert masks and differences(packed, reference, exact=False) == []
+
+
+def test_resume_mid_run_continues_bit_for_bit(monkeypatch):
+    """A checkpoint after 2 updates (layers' counts moved by a rewiring) resumes into a fresh
+    trainer, whose packed layers take the checkpoint's counts, and continues exactly."""
+    config = tiny_wrn_config(**{**REWIRING, "fused_step": "exact"})
+    batches = minibatches(config, UPDATES)
+    straight = run(config, False, monkeypatch, batches)
+    first = run(config, False, monkeypatch, batches[:2])
+    resumed = trainer(config, False, monkeypatch)
+    before = {n: p.numel() for n, p in resumed.model.named_parameters()}
+    resumed.load_state_dict(first.state_dict())
+    after = {n: p.numel() for n, p in resumed.model.named_parameters()}
+    assert before != after  # the rewiring moved nonzeros between layers
+    for batch in batches[2:]:
+        resumed.train_step(batch)
+    assert differences(dense_views(resumed), dense_views(straight), exact=True) == []
+
+
+def tiny_dct(**flat):
+    return TrialConfig.from_dict(
+        {
+            "task": "dct-iwslt14",
+            "device": "cpu",
+            "model": {
+                "embed_dim": 16,
+                "ffn_dim": 32,
+                "heads": 2,
+                "encoder_layers": 1,
+                "decoder_layers": 1,
+                "encoder_kernels": [3],
+                "decoder_kernels": [3],
+            },
+            "schedule": {"max_updates": 30, "warmup_updates": 2, "lr": 1e-2, "max_tokens": 200},
+            **{k: v for k, v in REWIRING.items() if k != "schedule.batch_size"},
+            **flat,
+        }
+    )
+
+
+DCT_CASES = [
+    ("adam", {}),
+    ("adam microbatch", {"microbatch.size": 100}),
+    ("adam checkpoint", {"checkpoint": "residual-1"}),
+    ("adam fused step", {"fused_step": "exact"}),
+    ("adam bf16 moments", {"adam_state": "bf16"}),
+]
+
+
+@pytest.mark.parametrize(("case", "flat"), DCT_CASES, ids=[case for case, _ in DCT_CASES])
+def test_dct_packed_equals_masked_dense_bit_for_bit(case, flat, monkeypatch):
+    packed, reference = compared(tiny_dct(**flat), monkeypatch)
+    assert differences(packed, reference, exact=True) == []
+
+
+TV_CASES = [
+    ("mobilenet", {}),
+    ("mobilenet checkpoint microbatch", {"checkpoint": "residual-1", "microbatch.size": 4}),
+]
+
+
+@pytest.mark.parametrize(("case", "flat"), TV_CASES, ids=[case for case, _ in TV_CASES])
+def test_torchvision_packed_equals_masked_dense_bit_for_bit(case, flat, monkeypatch):
+    config = TrialConfig.from_dict(
+        {"task": "tv-cifar10", "device": "cpu", "model.arch": "mobilenet_v3_small", **REWIRING}
+    ).replace(**{k.replace(".", "__"): v for k, v in flat.items()})
+    packed, reference = compared(config, monkeypatch)
+    assert differences(packed, reference, exact=True) == []
