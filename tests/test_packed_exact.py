@@ -30,6 +30,7 @@ WRN_CASES = [
     ("fused unit", {"model.fused_norm": "unit"}),
     ("fused block + chain-min", {"model.fused_norm": "block", "checkpoint": "chain-min"}),
     ("bf16 kahan", {"precision": "bf16", "precision_update": "kahan"}),
+    ("amp-bf16", {"precision": "amp-bf16"}),
     ("fused step exact", {"fused_step": "exact"}),
     ("fused step heavy-ball + microbatch", {"fused_step": "heavy-ball", "microbatch.size": 4}),
     ("csr", {"sparsity.storage": "csr"}),

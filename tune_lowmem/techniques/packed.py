@@ -216,16 +216,26 @@ class PackedOp(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, values, bias, layer):
         ctx.save_for_backward(x, values)
-        ctx.layer, ctx.has_bias = layer, bias is not None
-        return layer.compute(x, layer.unpacked(values), bias)
+        out = layer.compute(x, layer.unpacked(values), bias)
+        # under autocast the map ran in out's dtype: backward casts to it as autocast's casts do
+        ctx.layer, ctx.dtype = layer, out.dtype
+        ctx.bias_dtype = None if bias is None else bias.dtype
+        return out
 
     @staticmethod
     def backward(ctx, grad):
         x, values = ctx.saved_tensors
-        layer = ctx.layer
+        layer, dtype = ctx.layer, ctx.dtype
         needs = (ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[2])
-        grad_x, grad_w, grad_b = layer.gradients(x, layer.unpacked(values), grad, needs)
-        return grad_x, None if grad_w is None else layer.packed(grad_w), grad_b, None
+        grad_x, grad_w, grad_b = layer.gradients(
+            x.to(dtype), layer.unpacked(values).to(dtype), grad.to(dtype), needs
+        )
+        return (
+            None if grad_x is None else grad_x.to(x.dtype),
+            None if grad_w is None else layer.packed(grad_w).to(values.dtype),
+            None if grad_b is None else grad_b.to(ctx.bias_dtype),
+            None,
+        )
 
 
 def pack_layer(module: nn.Module, mask: torch.Tensor, layout: str) -> nn.Module:
