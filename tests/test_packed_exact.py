@@ -144,16 +144,26 @@ def test_dct_packed_equals_masked_dense_bit_for_bit(case, flat, monkeypatch):
     assert differences(packed, reference, exact=True) == []
 
 
+# mobilenet_v3_small's convolutions with a bias (squeeze-excitation) and depthwise groups: its
+# gradients are torch.nn.grad's and a bias sum where autograd computes all three in one kernel
+# call, which may sum in another order: equal within rounding
 TV_CASES = [
     ("mobilenet", {}),
-    ("mobilenet checkpoint microbatch", {"checkpoint": "residual-1", "microbatch.size": 4}),
+    ("mobilenet checkpoint microbatch", {"checkpoint": "blocks-1", "microbatch.size": 4}),
 ]
 
 
 @pytest.mark.parametrize(("case", "flat"), TV_CASES, ids=[case for case, _ in TV_CASES])
-def test_torchvision_packed_equals_masked_dense_bit_for_bit(case, flat, monkeypatch):
+def test_torchvision_packed_equals_masked_dense_within_rounding(case, flat, monkeypatch):
     config = TrialConfig.from_dict(
-        {"task": "tv-cifar10", "device": "cpu", "model.arch": "mobilenet_v3_small", **REWIRING}
-    ).replace(**{k.replace(".", "__"): v for k, v in flat.items()})
+        {
+            "task": "tv-cifar10",
+            "device": "cpu",
+            "model.arch": "mobilenet_v3_small",
+            **REWIRING,
+            **SMALL_STEPS,
+            **flat,
+        }
+    )
     packed, reference = compared(config, monkeypatch)
-    assert differences(packed, reference, exact=True) == []
+    assert differences(packed, reference, exact=False) == []
