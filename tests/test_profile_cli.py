@@ -126,7 +126,7 @@ def test_sparse_totals_are_what_the_packed_step_holds(capsys):
     out = capsys.readouterr().out
     rows = table_rows(out)
     assert "sparse layers trained packed" in out and "the paper's CSR accounting" in out
-    total_mb = float(rows["total MB"][0])
+    total_mb = float(rows["total MB, stored"][0])
     assert main(["profile", *sparse, "--json"]) == 0
     result = json.loads(capsys.readouterr().out)["predicted"]
     assert result["predicted_total_mb"] == pytest.approx(total_mb, abs=1e-3)
