@@ -2,33 +2,37 @@
 
 WideResNet-28-2 (batch 100, the paper's, unless --batch) or, with --task dct, the DynamicConv
 Transformer (a full 4,000-token minibatch of 30-token sentence pairs). Each rung is one
-`TrialConfig`, on top of the one before within its chain. Per rung, from the profiler's dry run
-(`memory.predict`, fake tensors):
-- "act": activation MB;
-- "stored": what the step holds (`memory.stored.stored`: sparse weights are trained densely with
-  masks, so dense weights, gradients and state, plus the bool masks);
-- "acc csr": the paper's accounting, sparse weights as CSR (`memory.predicted_total_mb`);
-- "acc best": sparse weights as the smaller of CSR and a bitmap (`memory.stored.accounted`);
-ratios of "stored" and "acc best" to the baseline's total, and FLOPs per step against the
-baseline's (the recomputation's cost; step times on this shared CPU would be noise). With
---measure, a real step (`memory.measure`, the storage tracker on the CPU heap) for the rungs
-named: measured activation MB, the step's peak of everything held (dense, the input batch
-included) and the predicted "stored" total against that peak.
+`TrialConfig`, on top of the one before within its chain. Sparse layers are trained packed
+(`techniques.packed`), so per rung, from the profiler's dry run (`memory.predict`, fake tensors):
+- "act": activation MB (the packed layers' transient dense weights included);
+- "stored": what the step holds (`memory.predicted_total_mb`, the searched objective; equal to
+  `memory.stored.stored`, the dry run's own tensors);
+- "acc csr": the paper's accounting, sparse weights as CSR (`memory.stored.accounted`);
+ratios of both to the baseline's total, and FLOPs per step against the baseline's (the
+recomputation's cost). With --measure, a real step (`memory.measure`: on the CPU glibc's heap,
+sampled after every operator) for the rungs named: measured activation MB, the measured total
+(weights, gradients and state as held plus the measured activation), its ratio to the baseline's
+predicted total, and the step's peak of everything held (the input batch included).
+Rows go to benchmarks/results/memory_ladder.json (--json), one list per task.
 
     .venv/bin/python benchmarks/memory_ladder.py [--task wrn|dct] [--batch 100] [--measure 0 1 5]
-        [--only 1 5]
+        [--only 1 5] [--json benchmarks/results/memory_ladder.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
+from pathlib import Path
 
 from tune_lowmem.config import TrialConfig
 from tune_lowmem.memory import MB
 from tune_lowmem.memory.measure import measure
 from tune_lowmem.memory.predict import predict
 from tune_lowmem.memory.stored import accounted, stored
+
+RESULTS = Path(__file__).parent / "results" / "memory_ladder.json"
 
 PAPER = {  # the paper's ratios to its baseline (Sohoni et al. 2019, Table 3 and text)
     "fp16 + residual-2*": "9.5x",
@@ -68,6 +72,16 @@ FP32_STATE = [  # bf16 momentum only applies where the weights are fp32
         },
     ),
     ("+ bf16 momentum (lossy)", {"momentum_dtype": "bf16"}),
+]
+# the best exact combination (no lossy choice; microbatching's BN statistics over microbatches
+# are the paper's), and what it takes beyond it
+EXACT = [
+    ("bf16 + chain-min + fused block", {"precision": "bf16", "checkpoint": "chain-min", **BLOCK}),
+    ("+ fused step exact (exact chain)", {"fused_step": "exact"}),
+    ("+ microbatch 2 (exact chain)", {"microbatch.size": 2}),
+    ("+ 10% nonzeros (exact chain)", {"sparsity.density": 0.1}),
+    ("+ microbatch 1 (exact chain)", {"microbatch.size": 1}),
+    ("+ 5% nonzeros (exact chain)", {"sparsity.density": 0.05}),
 ]
 # the paper's chain with the DP-placed nested checkpoints in place of residual-2*
 CHAIN_MIN = [
@@ -134,6 +148,7 @@ def wrn_rungs() -> list[tuple[str, dict]]:
         *chain(BEYOND, fused[-1][1]),
         *chain(FP32_STATE),
         *chain(CHAIN_MIN),
+        *chain(EXACT),
     ]
 
 
@@ -149,6 +164,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=100, help="WRN images per minibatch")
     parser.add_argument("--measure", type=int, nargs="*", default=[], help="rung indices")
     parser.add_argument("--only", type=int, nargs="*", help="rungs to print (the baseline too)")
+    parser.add_argument("--json", type=Path, default=RESULTS, help="where the rows go")
     args = parser.parse_args()
     if args.task == "wrn":
         base = {"model.depth": 28, "model.width": 2, "schedule.batch_size": args.batch}
@@ -158,11 +174,11 @@ def main() -> None:
         title, ladder = "DC-Transformer, 4000 tokens (30-token pairs)", dct_rungs()
     print(f"{title}; MB = 10**6 bytes; ratios to the fp32 baseline's total")
     print(
-        f"{'#':>2} {'rung':42} {'act':>7} {'stored':>7} {'acc csr':>7} {'acc best':>8} "
-        f"{'x stored':>8} {'x best':>7} {'paper':>6} {'FLOPs':>6} | "
-        f"{'meas act':>8} {'meas peak':>9} {'stored/peak':>11} {'s':>5}"
+        f"{'#':>2} {'rung':42} {'act':>7} {'stored':>7} {'acc csr':>7} "
+        f"{'x stored':>8} {'x csr':>7} {'paper':>6} {'FLOPs':>6} | "
+        f"{'meas act':>8} {'meas tot':>8} {'x meas':>7} {'meas peak':>9} {'s':>5}"
     )
-    baseline = None
+    baseline, rows = None, []
     for index, (label, flat) in enumerate(ladder):
         if args.only is not None and index not in {0, *args.only}:
             continue
@@ -170,23 +186,47 @@ def main() -> None:
             print(f"{index:>2} {label:42} (microbatch does not divide batch {args.batch})")
             continue
         config = TrialConfig.from_dict({**base, "device": "cpu", **flat})
-        held, csr, best = stored(config), predict(config), accounted(config, "best")
+        held, csr = predict(config), accounted(config, "csr")
+        assert stored(config) == held  # the objective is the dry run's own tensors
         baseline = baseline or held
+        row = {
+            "index": index,
+            "rung": label,
+            "config": flat,
+            "activation_mb": held.activation_bytes / MB,
+            "stored_mb": held.total_mb,
+            "accounted_csr_mb": csr.total_mb,
+            "x_stored": held.ratio_to(baseline),
+            "x_accounted_csr": csr.ratio_to(baseline),
+            "paper": PAPER.get(label),
+            "flops_ratio": held.flops_per_step / baseline.flops_per_step,
+        }
         line = (
             f"{index:>2} {label:42} {held.activation_bytes / MB:7.2f} {held.total_mb:7.2f} "
-            f"{csr.total_mb:7.2f} {best.total_mb:8.2f} {held.ratio_to(baseline):7.2f}x "
-            f"{best.ratio_to(baseline):6.2f}x {PAPER.get(label, ''):>6} "
-            f"{held.flops_per_step / baseline.flops_per_step:5.2f}x"
+            f"{csr.total_mb:7.2f} {row['x_stored']:7.2f}x {row['x_accounted_csr']:6.2f}x "
+            f"{PAPER.get(label, ''):>6} {row['flops_ratio']:5.2f}x"
         )
         if index in args.measure:
             started = time.perf_counter()
             measured = measure(config)
+            row.update(
+                measured_activation_mb=measured.activation_bytes / MB,
+                measured_mb=measured.total_mb,
+                x_measured=baseline.total_bytes / measured.total_bytes,
+                measured_peak_mb=measured.peak_bytes / MB,
+            )
             line += (
-                f" | {measured.activation_bytes / MB:8.2f} {measured.peak_bytes / MB:9.2f} "
-                f"{held.total_bytes / measured.peak_bytes:11.4f} "
+                f" | {measured.activation_bytes / MB:8.2f} {measured.total_mb:8.2f} "
+                f"{row['x_measured']:6.2f}x {measured.peak_bytes / MB:9.2f} "
                 f"{time.perf_counter() - started:5.0f}"
             )
+        rows.append(row)
         print(line, flush=True)
+    if args.json:
+        results = json.loads(args.json.read_text()) if args.json.is_file() else {}
+        results[args.task] = {"title": title, "rows": rows}
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -3,23 +3,37 @@
 Every variant runs the same real minibatches; variants are interleaved round by round, in a
 fresh random order each round (a fixed order lets a load that drifts within a round favour the
 early ones), and each ratio is the median over rounds of that round's ratio to 'no technique'.
+Sparse layers are trained packed (`techniques.packed`); beside each packed sparse variant runs
+the masked dense training it replaces (`tests/packed_reference.py`), and the median over rounds
+of packed / masked is reported. Then one sparse layer's matrix product, dense against torch's
+CSR kernel (`torch.sparse.mm`), says at which density a sparse kernel wins on this CPU.
+Results go to benchmarks/results/step_time.json.
 
     .venv/bin/python benchmarks/step_time.py [--depth 16 --width 2 --batch 100 --steps 1 --rounds 11]
+        [--only sparse]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import statistics
 import time
+from pathlib import Path
 
+import pytest
 import torch
 import torch.nn.functional as F
 
 from tune_lowmem.config import TrialConfig
 from tune_lowmem.models.wideresnet import WideResNet
+from tune_lowmem.techniques.packed import scatter
 from tune_lowmem.train import Trainer
+
+RESULTS = Path(__file__).parent / "results" / "step_time.json"
+DENSITIES = (0.3, 0.1)
+MASKED = "masked dense"
 
 
 class HandWrittenLoop:
@@ -57,11 +71,49 @@ def variants(base: dict) -> dict[str, TrialConfig]:
         "microbatch 10 simulated": config(
             **{"microbatch.size": 10, "microbatch.mode": "simulated"}
         ),
-        "sparse 30% (dynamic)": config(
-            **{"sparsity.density": 0.3, "sparsity.period_schedule": "constant"}
-        ),
+        **{
+            f"sparse {density:.0%} packed": config(
+                **{"sparsity.density": density, "sparsity.period_schedule": "constant"}
+            )
+            for density in DENSITIES
+        },
         "bf16": config(precision="bf16"),
     }
+
+
+def masked_dense(config: TrialConfig) -> Trainer:
+    """The masked dense trainer of a sparse config (the exactness tests' reference)."""
+    from tests.packed_reference import trainer
+
+    return trainer(config, True, pytest.MonkeyPatch())
+
+
+def sparse_kernel(density: float, rows: int = 1024, columns: int = 512, tokens: int = 4000):
+    """Seconds of y = x W^T for a (rows x columns) weight at `density`: dense (what a packed layer
+    runs after building its weight, the build included) and torch's CSR kernel, medians of 7."""
+    weight = torch.randn(rows, columns)
+    weight *= torch.rand(rows, columns) < density
+    x = torch.randn(tokens, columns)
+    csr = weight.to_sparse_csr()
+    where = weight.reshape(-1).nonzero()[:, 0]
+    values = weight.reshape(-1)[where]
+
+    def dense():
+        return x @ scatter(values, where, (rows, columns)).t()
+
+    def sparse():
+        return torch.sparse.mm(csr, x.t())
+
+    times = {}
+    for name, fn in (("dense", dense), ("csr", sparse)):
+        fn()
+        samples = []
+        for _ in range(7):
+            started = time.perf_counter()
+            fn()
+            samples.append(time.perf_counter() - started)
+        times[name] = statistics.median(samples)
+    return times
 
 
 def main() -> None:
@@ -71,6 +123,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--steps", type=int, default=1, help="steps per variant per round")
     parser.add_argument("--rounds", type=int, default=11)
+    parser.add_argument("--only", nargs="*", help="variants whose names hold one of these words")
     args = parser.parse_args()
     base = {
         "model.depth": args.depth,
@@ -81,8 +134,15 @@ def main() -> None:
         "data.test_subset": 100,
         "device": "cpu",
     }
-    configs = variants(base)
+    configs = {
+        name: config
+        for name, config in variants(base).items()
+        if name == "no technique" or not args.only or any(word in name for word in args.only)
+    }
     trainers = {name: Trainer(c) for name, c in configs.items()}
+    for density in DENSITIES:
+        packed = f"sparse {density:.0%} packed"
+        trainers[f"sparse {density:.0%} {MASKED}"] = masked_dense(configs[packed])
     batches = list(trainers["no technique"].task.train_batches(0))[: args.steps]
     runners = {"hand-written loop": HandWrittenLoop(configs["no technique"]), **trainers}
     times: dict[str, list[float]] = {name: [] for name in runners}
@@ -108,8 +168,38 @@ def main() -> None:
     print(f"{'variant':28s} {'s/step':>8s} {'ratio':>8s}  (ratio to 'no technique')")
     for name, median in medians.items():
         print(f"{name:28s} {median:8.3f} {ratios[name]:8.3f}")
-    print(
-        f"overhead of our step vs hand-written: {1 / ratios['hand-written loop'] - 1:+.1%} (target: within 5%)"
+    hand_written = 1 / ratios["hand-written loop"] - 1
+    print(f"overhead of our step vs hand-written: {hand_written:+.1%} (target: within 5%)")
+    packed_ratios = {}
+    for density in DENSITIES:
+        packed, masked = (
+            times[f"sparse {density:.0%} packed"],
+            times[f"sparse {density:.0%} {MASKED}"],
+        )
+        packed_ratios[density] = statistics.median(a / b for a, b in zip(packed, masked))
+        print(f"packed / masked dense step at {density:.0%} nonzeros: {packed_ratios[density]:.3f}")
+    kernels = {density: sparse_kernel(density) for density in (0.3, 0.1, 0.05, 0.01)}
+    print("one 1024x512 layer on 4000 tokens: dense (with the weight built) vs torch.sparse.mm CSR")
+    for density, kernel in kernels.items():
+        print(
+            f"  {density:5.0%} nonzeros: dense {kernel['dense'] * 1e3:7.2f} ms, "
+            f"csr {kernel['csr'] * 1e3:7.2f} ms, csr / dense {kernel['csr'] / kernel['dense']:.2f}"
+        )
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(
+        json.dumps(
+            {
+                "setup": f"WRN-{args.depth}-{args.width}, batch {args.batch}, "
+                f"{torch.get_num_threads()} CPU threads, median of {args.rounds} rounds x "
+                f"{args.steps} steps",
+                "seconds_per_step": medians,
+                "ratio_to_no_technique": ratios,
+                "packed_over_masked_dense": {f"{d:.0%}": r for d, r in packed_ratios.items()},
+                "layer_kernel_seconds": {f"{d:.0%}": k for d, k in kernels.items()},
+            },
+            indent=1,
+        )
+        + "\n"
     )
 
 

@@ -1,4 +1,5 @@
-"""Dynamic sparse reparameterization: masks, rewiring, the schedule, and training with it."""
+"""Dynamic sparse reparameterization on packed layers: masks, rewiring, the schedule, and
+training with it."""
 
 import math
 
@@ -9,14 +10,9 @@ from torch import nn
 from tests.conftest import tiny_wrn_config
 from tune_lowmem.config import ConfigError, SparsityConfig, TrialConfig
 from tune_lowmem.models.wideresnet import WideResNet
+from tune_lowmem.techniques.packed import dense_shape, sparse_storage_bytes
 from tune_lowmem.techniques.rewiring import RunLength
-from tune_lowmem.techniques.sparsity import (
-    DynamicSparsity,
-    Sparsity,
-    apportion,
-    rewiring_period,
-    sparse_storage_bytes,
-)
+from tune_lowmem.techniques.sparsity import DynamicSparsity, Sparsity, apportion, rewiring_period
 from tune_lowmem.train import Trainer
 
 # 10 updates an epoch in the tiny config; rewire every other update, with plenty of churn.
@@ -28,20 +24,20 @@ CHURN = {
 }
 
 
-def assert_masked(sparsity: DynamicSparsity) -> None:
-    """Nonzero count on target; weights, gradients and optimizer state zero off the masks."""
+def assert_packed(sparsity: DynamicSparsity) -> None:
+    """Nonzero count on target; each layer's values, gradient and optimizer state hold exactly
+    its nonzeros (nothing dense is kept)."""
     assert sparsity.nonzeros() == sparsity.target_nonzeros
-    for name, param in sparsity._layers():
-        off = ~sparsity.masks[name]
-        assert not param.detach()[off].any(), name
-        if param.grad is not None:
-            assert not param.grad[off].any(), name
+    for name in sparsity.names:
+        layer = sparsity.layer(name)
+        values = layer.weight
+        assert values.dim() == 1 and int(layer.mask().sum()) == values.numel(), name
+        if values.grad is not None:
+            assert values.grad.shape == values.shape, name
         states = [
-            v
-            for v in sparsity.optimizer.state[param].values()
-            if torch.is_tensor(v) and v.shape == param.shape
+            v for v in sparsity.optimizer.state[values].values() if torch.is_tensor(v) and v.dim()
         ]
-        assert states and all(not s[off].any() for s in states), name
+        assert states and all(s.numel() <= values.numel() for s in states), name
 
 
 def two_layer_toy(**sparsity) -> tuple[nn.Module, DynamicSparsity]:
@@ -55,11 +51,10 @@ def two_layer_toy(**sparsity) -> tuple[nn.Module, DynamicSparsity]:
 def set_active(model, sparsity, small_counts: list[int]) -> None:
     """Give each layer's first `small` active weights 1e-4 (under H = 1e-3) and the rest 1.0."""
     with torch.no_grad():
-        for (name, param), small in zip(sparsity._layers(), small_counts):
-            active = sparsity.masks[name].view(-1).nonzero().squeeze(1)
-            values = torch.ones(active.numel())
+        for name, small in zip(sparsity.names, small_counts):
+            values = sparsity.values(name)
+            values.fill_(1.0)
             values[:small] = 1e-4
-            param.view(-1)[active] = values
 
 
 # ---- which weights are sparse -----------------------------------------------------------------
@@ -74,11 +69,15 @@ def test_wrn_sparsifies_block_convs_only_at_uniform_density():
     names = set(technique.engine.names)
     assert names == {f"blocks.{i}.conv{j}.weight" for i in range(6) for j in (1, 2)}
     for name, param in model.named_parameters():
-        if name in names:
-            assert int(param.count_nonzero()) == round(0.3 * param.numel()), name
+        if name in names:  # packed: the initial weights at the mask's positions
+            layer = technique.engine.layer(name)
+            assert param.numel() == round(0.3 * dense_before[name].numel()), name
+            assert torch.equal(param.detach(), dense_before[name][layer.mask()]), name
         else:  # stem, 1x1 shortcuts, classifier, batch norm: untouched
             assert torch.equal(param.detach(), dense_before[name]), name
-    assert set(model.state_dict()) == set(WideResNet(depth=16, width=2).state_dict())
+    buffers = ("weight_shape", "weight_columns", "weight_rows")
+    index = {f"{n.removesuffix('weight')}{b}" for n in names for b in buffers}
+    assert set(model.state_dict()) == set(WideResNet(depth=16, width=2).state_dict()) | index
 
 
 def test_transformer_selection_skips_embeddings_tied_projection_and_norms():
@@ -133,30 +132,36 @@ def test_apportion_is_exact_proportional_and_spills_over_full_layers():
 def test_regrowth_follows_surviving_nonzeros_with_new_weights_zero():
     model, sparsity = two_layer_toy()
     set_active(model, sparsity, [100, 300])  # survivors 400 and 200
-    old = {name: mask.clone() for name, mask in sparsity.masks.items()}
+    old = {name: sparsity.mask(name) for name in sparsity.names}
     assert sparsity.rewire() == 400
     # 400 regrown in proportion 400:200 -> 266.67 and 133.33 -> 267 and 133 (largest remainder)
     assert [s.nonzeros for s in sparsity.layer_stats()] == [400 + 267, 200 + 133]
-    for (name, param), survivors in zip(sparsity._layers(), (400, 200)):
-        mask, before = sparsity.masks[name], old[name]
+    for name, survivors in zip(sparsity.names, (400, 200)):
+        mask, before = sparsity.mask(name), old[name]
+        layer = sparsity.layer(name)
+        weight = layer.unpacked(layer.weight.detach())
+        assert layer.weight.numel() == int(mask.sum())  # the layer holds its new count
         grown = mask & ~before
         assert int((mask & before).sum()) == survivors  # no just-pruned position came back
-        assert torch.all(param.detach()[mask & before] == 1.0)  # survivors are the large ones
-        assert not param.detach()[~mask].any() and not param.detach()[grown].any()
+        assert torch.all(weight[mask & before] == 1.0)  # survivors are the large ones
+        assert not weight[~mask].any() and not weight[grown].any()
 
 
-def test_gradients_are_masked_as_they_accumulate_once_attached():
+def test_gradients_are_the_dense_gradients_at_the_nonzeros():
     model, sparsity = two_layer_toy()
+    dense = nn.Sequential(*(nn.Linear(a, b, bias=False) for a, b in ((100, 10), (10, 100))))
+    with torch.no_grad():
+        for index, name in enumerate(sparsity.names):
+            dense[index].weight.copy_(sparsity.layer(name).unpacked(sparsity.values(name)))
     x = torch.randn(8, 100, generator=torch.Generator().manual_seed(1))
-    model(x).pow(2).mean().backward()
-    assert all((p.grad != 0).float().mean() > 0.9 for p in model.parameters())  # dense before
-    model.zero_grad()
-    sparsity.attach(torch.optim.SGD(model.parameters(), lr=0.1))
-    for _ in range(2):  # a second microbatch's gradient is masked as it is added
-        model(x).pow(2).mean().backward()
-    for name, param in sparsity._layers():
-        assert not param.grad[~sparsity.masks[name]].any(), name
-        assert param.grad[sparsity.masks[name]].ne(0).float().mean() > 0.9, name
+    for net in (model, dense):
+        for _ in range(2):  # a second microbatch's gradient accumulates
+            net(x).pow(2).mean().backward()
+    assert torch.equal(model(x), dense(x))
+    for index, name in enumerate(sparsity.names):
+        values = sparsity.values(name)
+        assert values.grad.shape == values.shape
+        assert torch.equal(values.grad, dense[index].weight.grad[sparsity.mask(name)]), name
 
 
 def test_threshold_halves_when_too_many_fall_under_it_and_doubles_when_too_few():
@@ -177,9 +182,9 @@ def test_a_layer_is_never_emptied():
     model, sparsity = two_layer_toy()
     set_active(model, sparsity, [500, 0])
     with torch.no_grad():
-        model[0].weight.view(-1)[sparsity.masks["0.weight"].view(-1).nonzero()[7]] = 5e-4
+        sparsity.values("0.weight")[7] = 5e-4
     assert sparsity.rewire() == 499
-    kept = model[0].weight.detach()[sparsity.masks["0.weight"]]
+    kept = sparsity.values("0.weight").detach()
     assert int(kept.count_nonzero()) == 1 and float(kept.abs().max()) == pytest.approx(
         5e-4, rel=1e-3
     )
@@ -270,10 +275,9 @@ def test_the_objective_counts_sparse_weights_in_the_configs_storage_layout():
     predicted = {layout: predict(config) for layout, config in layouts.items()}
     run = dry_run(shape_key(layouts["csr"]))
     nonzeros = planned_nonzeros(layouts["csr"], run.model)
-    shapes = dict(run.model.named_parameters())
     saving = sum(
-        sparse_storage_bytes(n, shapes[name].shape, 4, "csr")
-        - sparse_storage_bytes(n, shapes[name].shape, 4, "bitmap")
+        sparse_storage_bytes(n, dense_shape(run.model, name), 4, "csr")
+        - sparse_storage_bytes(n, dense_shape(run.model, name), 4, "bitmap")
         for name, n in nonzeros.items()
     )
     assert saving > 0  # 30% dense fp32: a bitmap is smaller than CSR with uint16 indices
@@ -299,7 +303,7 @@ def test_adam_moments_share_the_mask():
         model(x).pow(2).mean().backward()
         optimizer.step()
         sparsity.after_step(0, update)
-        assert_masked(sparsity)
+        assert_packed(sparsity)
     assert sparsity.rewirings == 5 and sparsity.last_pruned > 0
     assert {"exp_avg", "exp_avg_sq"} <= set(optimizer.state[model[0].weight])
 
@@ -310,14 +314,14 @@ def test_adam_moments_share_the_mask():
 def test_masks_hold_through_training_steps(setting):
     trainer = Trainer(tiny_wrn_config(**CHURN, **setting))
     sparsity = trainer.technique(Sparsity).engine
-    masks_at_start = {name: mask.clone() for name, mask in sparsity.masks.items()}
+    masks_at_start = {name: sparsity.mask(name) for name in sparsity.names}
     for batch in trainer.task.train_batches(0):
         trainer.train_step(batch)
-        assert_masked(sparsity)
+        assert_packed(sparsity)
     assert sparsity.rewirings == 4 and sparsity.last_pruned > 0
-    assert any(not torch.equal(m, masks_at_start[n]) for n, m in sparsity.masks.items())
+    assert any(not torch.equal(sparsity.mask(n), m) for n, m in masks_at_start.items())
     dtype = torch.float16 if setting.get("precision") == "fp16" else torch.float32
-    assert all(p.dtype == dtype for _, p in sparsity._layers())
+    assert all(sparsity.values(name).dtype == dtype for name in sparsity.names)
 
 
 def test_resume_from_state_dict_continues_identically():
@@ -332,10 +336,8 @@ def test_resume_from_state_dict_continues_identically():
     resumed.load_state_dict(states[0])
     strip = lambda h: [{k: v for k, v in m.items() if k != "epoch_seconds"} for m in h]
     assert strip(resumed.run()) == strip(history)
-    assert all(
-        torch.equal(resumed.technique(Sparsity).engine.masks[n], m)
-        for n, m in straight.technique(Sparsity).engine.masks.items()
-    )
+    ours, theirs = resumed.technique(Sparsity).engine, straight.technique(Sparsity).engine
+    assert all(torch.equal(ours.mask(n), theirs.mask(n)) for n in theirs.names)
     assert (
         resumed.technique(Sparsity).engine.threshold
         == straight.technique(Sparsity).engine.threshold
@@ -374,4 +376,4 @@ def test_real_run_at_30_percent_density_learns_and_keeps_its_density():
     assert expected == sum(round(0.3 * s.numel) for s in sparsity.layer_stats())
     assert all(m["sparsity_nonzeros"] == expected for m in history)
     assert math.isclose(final["sparsity_density"], 0.3, abs_tol=1e-4)
-    assert_masked(sparsity)
+    assert_packed(sparsity)

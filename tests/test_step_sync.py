@@ -1,5 +1,5 @@
-"""A training step a GPU need not wait on: one host read per step, masks re-applied only when they
-change, one multi-tensor unscale; with results identical to the straightforward step."""
+"""A training step a GPU need not wait on: one host read per step (a packed sparse step has no
+masks to re-apply), one multi-tensor unscale; with results identical to the straightforward step."""
 
 from __future__ import annotations
 
@@ -8,9 +8,7 @@ import torch
 
 from tests.conftest import tiny_wrn_config
 from tests.test_sparsity import CHURN, two_layer_toy
-from tune_lowmem.optim import FairseqAdam
 from tune_lowmem.techniques.precision import DynamicLossScaler
-from tune_lowmem.techniques.sparsity import DynamicSparsity, Sparsity
 from tune_lowmem.torch_private import multiply_
 from tune_lowmem.train import Trainer, read_once
 
@@ -62,73 +60,6 @@ def test_rewiring_reads_every_layer_s_mask_sums_at_once(host_reads):
 
 def test_read_once_returns_each_value_and_none_as_one():
     assert read_once(torch.tensor(2.5), None, torch.tensor(True)) == [2.5, 1.0, 1.0]
-
-
-def _run(config, every_step: bool, steps: int):
-    trainer = Trainer(config)
-    engine = trainer.technique(Sparsity).engine
-    if every_step:  # the straightforward rule: every mask on weights and state after each step
-        original = engine.after_step
-
-        def after_step(epoch, update):
-            original(epoch, update)
-            engine.apply_masks()
-
-        engine.after_step = after_step
-    losses = []
-    for index, batch in enumerate(trainer.task.train_batches(0)):
-        losses.append(trainer.train_step(batch)["loss"])
-        if index + 1 == steps:
-            break
-    return trainer, engine, losses
-
-
-@pytest.mark.parametrize(
-    "setting",
-    [
-        {},
-        {"precision": "fp16", **SMALL_HALF},
-        {"precision": "bf16", "precision_update": "stochastic", **SMALL_HALF},
-        {"precision": "bf16", "precision_update": "kahan", **SMALL_HALF},
-        {"fused_step": "exact"},
-        {"fused_step": "heavy-ball", "microbatch.size": 10},
-    ],
-    ids=str,
-)
-def test_masks_applied_only_at_rewiring_give_the_results_of_applying_them_every_step(setting):
-    config = tiny_wrn_config(**CHURN, **setting)
-    lazy, lazy_engine, lazy_losses = _run(config, every_step=False, steps=7)
-    eager, eager_engine, eager_losses = _run(config, every_step=True, steps=7)
-    assert lazy_engine.rewirings == 3 and lazy_engine.last_pruned > 0
-    assert lazy_losses == eager_losses
-    for (name, a), b in zip(lazy.model.state_dict().items(), eager.model.state_dict().values()):
-        assert torch.equal(a, b), name
-    for param_a, param_b in zip(lazy.model.parameters(), eager.model.parameters()):
-        for key, value in lazy.optimizer.state[param_a].items():
-            assert torch.equal(value, eager.optimizer.state[param_b][key])
-    assert all(torch.equal(lazy_engine.masks[n], m) for n, m in eager_engine.masks.items())
-
-
-def _adam_run(adam: type, every_step: bool) -> tuple[torch.nn.Module, DynamicSparsity]:
-    model, sparsity = two_layer_toy(period_schedule="constant", constant_period=3, fraction=0.2)
-    optimizer = adam(model.parameters(), lr=1e-2, weight_decay=1e-2)
-    sparsity.attach(optimizer)
-    x = torch.randn(32, 100, generator=torch.Generator().manual_seed(1))
-    for update in range(8):
-        optimizer.zero_grad()
-        model(x).pow(2).mean().backward()
-        optimizer.step()
-        sparsity.after_step(0, update)
-        if every_step:
-            sparsity.apply_masks()
-    return model, sparsity
-
-
-@pytest.mark.parametrize("adam", [torch.optim.AdamW, FairseqAdam], ids=lambda c: c.__name__)
-def test_adam_keeps_masked_positions_zero_between_rewirings(adam):
-    (lazy, lazy_sparsity), (eager, _) = _adam_run(adam, False), _adam_run(adam, True)
-    assert lazy_sparsity.rewirings == 2
-    assert all(torch.equal(a, b) for a, b in zip(lazy.parameters(), eager.parameters()))
 
 
 def test_the_multi_tensor_unscale_equals_one_multiply_per_gradient():

@@ -1,11 +1,14 @@
 """Stored or accounted: how a memory figure counts a sparse weight, for every command's labels.
 
-Sparse layers are trained densely with masks. A figure is *accounted* when it counts a sparse
-weight compressed (CSR, the paper's accounting, unless the config's `sparsity.storage` says
-bitmap or best: what a sparse kernel would keep; the searched objective
-`memory.predicted_total_mb`), and *stored* when it counts what the step really holds
-(dense weights, gradients and state, plus a bool mask per sparse weight). Activations, and the
-allocator's own peaks, are held as counted. Without sparse weights the two are equal.
+A figure is *accounted* when it counts a sparse weight compressed in the config's
+`sparsity.storage` layout (CSR unless set; the searched objective `memory.predicted_total_mb`),
+and *stored* when it counts what the step really holds. Sparse layers are trained packed, in
+that very layout (values, indices, gradients and state of the nonzeros; the dense weight one
+layer at a time), so for runs of this version the two are equal. Stores written before sparse
+layers were packed hold a larger stored figure (their step kept dense weights, gradients and
+state plus a bool mask per sparse weight) beside the accounted one, and read labelled so.
+Activations, and the allocator's own peaks, are held as counted. Without sparse weights the two
+are equal.
 """
 
 from __future__ import annotations
@@ -23,10 +26,10 @@ STORED_TOTALS = {
 }
 _ACCOUNTED_PARTS = {f"{part}_mb" for part in ("model", "optimizer", "total")}
 LEGEND = (
-    "memory: accounted = sparse weights counted compressed (sparsity.storage: CSR unless set), "
-    "what a sparse kernel would keep (the "
-    "paper's accounting and the searched objective); stored = what the masked step holds (dense "
-    "weights, gradients and state, plus a bool mask per sparse weight)"
+    "memory: accounted = sparse weights counted compressed (sparsity.storage: CSR unless set; the "
+    "searched objective), which is how packed sparse layers hold them; stored = what the step "
+    "holds (equal for packed runs; a run written before packing held dense weights, gradients "
+    "and state plus a bool mask per sparse weight)"
 )
 
 

@@ -53,8 +53,10 @@ def run(args: argparse.Namespace) -> int:
 
     corpus = iwslt14.load(iwslt14.find_folder(data_root(config.data)))
     out = Path(args.out or Path("export") / args.trial_id)
-    path = export_checkpoint(
-        torch.load(weights, map_location="cpu", weights_only=True),
+    from ..techniques.packed import dense_state_dict
+
+    path = export_checkpoint(  # fairseq knows no packed layers: sparse weights densified
+        dense_state_dict(torch.load(weights, map_location="cpu", weights_only=True)),
         config.model,
         corpus.src_dict.symbols,
         corpus.tgt_dict.symbols,

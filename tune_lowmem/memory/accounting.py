@@ -1,7 +1,7 @@
 """How the paper counts model and optimizer memory, shared by the prediction and the measurement.
 
 A dense parameter takes numel x element size. A sparse weight takes its nonzero values plus CSR
-index storage (`techniques.sparsity.sparse_storage_bytes`: column indices in uint16 for rows of
+index storage (`techniques.packed.sparse_storage_bytes`: column indices in uint16 for rows of
 up to 65,536 columns, else int32, and int32 row pointers); its gradient and each optimizer-state
 buffer share the weight's pattern and take the nonzero values only (8-bit state: a byte per
 nonzero and a scale per block of the nonzeros). Everything is counted in
@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from ..techniques.blockwise import SCALES, blocks
-from ..techniques.sparsity import sparse_storage_bytes
+from ..techniques.packed import dense_shape, sparse_storage_bytes
 
 
 def value_bytes(tensor: torch.Tensor, nonzeros: int | None) -> int:
@@ -32,7 +32,8 @@ def model_bytes(model: nn.Module, nonzeros: Mapping[str, int], layout: str = "cs
     for name, param in model.named_parameters():
         if name in nonzeros:
             size = param.element_size()
-            total += sparse_storage_bytes(nonzeros[name], param.shape, size, layout)
+            shape = dense_shape(model, name)
+            total += sparse_storage_bytes(nonzeros[name], shape, size, layout)
         else:
             total += value_bytes(param, None)
     return total

@@ -16,7 +16,8 @@ parameter gradient before it is added to the accumulated one, gradients that a f
 (`techniques.fused_step`) applies and drops, the optimizer step's temporaries (torch's
 multi-tensor kernels where torch would choose them for the real weights, e.g. on CUDA: a
 gradient-sized copy; the fp32 copies of bf16 weights and gradients that stochastic and Kahan
-rounding step in). The input minibatch is the data pipeline's and is not counted (a copy the
+rounding step in; a packed sparse layer's dense weight and weight gradient while it computes,
+`techniques.packed`). The input minibatch is the data pipeline's and is not counted (a copy the
 model makes, such as the cast to half, is). Model and optimizer parts follow `accounting`, the
 state as the stepped optimizer holds it (Kahan's compensation buffers, low-precision Adam
 state (`techniques.adam_state`) included).

@@ -1,50 +1,60 @@
 """Stored against accounted: what a training step really holds, beside the paper's accounting.
 
-Sparse layers are trained densely with masks, so a sparse weight's compressed size (CSR, or a
-bitmap: `config.STORAGE_LAYOUTS`) is an accounting of what a sparse kernel would
-keep, not what the step holds. `predict` (the store's `memory.predicted_total_mb`) counts the
-paper's way, CSR; `stored` counts what the masked step holds, from the same dry run: dense
-weights, their gradients where the step keeps them and dense optimizer state, plus the bool
-masks (one byte per position of a sparse weight); `accounted` re-counts the sparse weights in
-another layout; `held` counts a measured step as stored. Without sparsity all of them agree.
-The store keeps both totals (`stored_totals`), and `analysis.counted` labels every figure.
+Sparse layers are trained packed (`techniques.packed`): a sparse weight is its nonzero values
+plus their indices in `sparsity.storage`'s layout, its gradient and optimizer state hold the
+nonzeros only, and the dense weight exists while its layer computes (the dry run's activation
+part sees it). So the prediction (`predict`, the store's `memory.predicted_total_mb`, the searched
+objective), which counts a sparse weight in the config's layout, is what the step holds; `stored`
+counts the dry run's own tensors instead of the layouts' formula (the parameters as they are,
+plus the packed layers' index buffers) and comes to the same bytes. `accounted` re-counts the
+sparse weights in another layout (csr: the paper's accounting, the comparison column of the
+ladder and the profiler); `held` counts a measured step as stored. Without sparsity all of them
+agree. The store keeps both totals (`stored_totals`), and `analysis.counted` labels every figure:
+stores written before sparse layers were packed hold a larger stored figure (the dense weights
+and bool masks the step then held) beside the accounted one.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-import torch
+from torch import nn
 
 from ..config import TrialConfig
+from ..techniques.packed import PackedLayer
 from .predict import dry_run, parts, planned_nonzeros, shape_key
 from .report import MemoryReport
 
-MASK_BYTES = torch.empty((), dtype=torch.bool).element_size()
+
+def index_bytes(model: nn.Module) -> int:
+    """The bytes of the packed layers' index buffers (CSR columns and row pointers, bitmaps)."""
+    return sum(
+        tensor.nbytes
+        for module in model.modules()
+        if isinstance(module, PackedLayer)
+        for tensor in module.index().values()
+    )
 
 
 def stored(config: TrialConfig, lengths: tuple[int, int] | None = None) -> MemoryReport:
-    """The predicted memory the step holds (sparse weights dense, masks included)."""
+    """The predicted memory the step holds, from the dry run's tensors: parameters (a packed
+    layer's values), gradients and optimizer state as they are, plus the index buffers."""
     run = dry_run(shape_key(config, lengths), lengths)
-    masks = sum(
-        run.model.get_parameter(name).numel() * MASK_BYTES
-        for name in planned_nonzeros(config, run.model, lengths)
-    )
-    return parts(run, {}, extra_model_bytes=masks)
+    return parts(run, {}, extra_model_bytes=index_bytes(run.model))
 
 
 def accounted(
     config: TrialConfig, layout: str = "csr", lengths: tuple[int, int] | None = None
 ) -> MemoryReport:
-    """The predicted memory with sparse weights counted in `layout` (csr: `predict`'s figure)."""
+    """The predicted memory with sparse weights counted in `layout` (csr: the paper's)."""
     run = dry_run(shape_key(config, lengths), lengths)
     return parts(run, planned_nonzeros(config, run.model, lengths), layout)
 
 
 def held(measured: MemoryReport, stored_report: MemoryReport) -> MemoryReport:
     """A measured step as it was held: its measured activation part, with the model and optimizer
-    parts of `stored_report` in place of `measure`'s accounted ones. Dense weights, gradients,
-    state and masks are fixed by the shapes and dtypes, so the dry run's count is the real step's
+    parts of `stored_report` in place of `measure`'s. Weights, gradients, state and indices are
+    fixed by the shapes and dtypes, so the dry run's count is the real step's
     (`tests/test_memory_labels.py` checks it against a real trainer's tensors)."""
     return dataclasses.replace(
         measured,

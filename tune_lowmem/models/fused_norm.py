@@ -15,6 +15,11 @@ BN input and the ReLU output (which the conv saves as its input). Two exact repl
   a convolution's input gradient twice (once for the BN reductions, once for the result): in
   all, 1 more convolution per block forward and 3 more per backward (2 in a shortcut block).
 
+A conv may hold its weight packed (a sparse layer's nonzero values: `techniques.packed`): the
+units then take the stored tensor, build the dense weight with the conv's `unpacked` while they
+compute, and give back its gradient through the conv's `packed` (`stored_weight`), so the dense
+weight is never saved between forward and backward.
+
 Both work on batch chunks, so a normalised tensor never exists at full size: the extra memory is
 a few chunk-sized temporaries. The results and every gradient are those of the plain modules in
 training mode (batch statistics) up to floating-point rounding; the running statistics are
@@ -63,10 +68,21 @@ def _statistics(parts, bn: nn.BatchNorm2d, dtype: torch.dtype):
 
 
 def geometry(conv: nn.Conv2d) -> tuple:
-    """The conv's (stride, padding, dilation, groups); refuses what the units do not compute."""
+    """The conv's (stride, padding, dilation, groups, weight codec); refuses what the units do
+    not compute."""
     if conv.bias is not None or conv.padding_mode != "zeros" or isinstance(conv.padding, str):
         raise ValueError("conv: only bias-free, zero-padded convolutions with numeric padding")
-    return conv.stride, conv.padding, conv.dilation, conv.groups
+    return conv.stride, conv.padding, conv.dilation, conv.groups, stored_weight(conv)
+
+
+def stored_weight(conv: nn.Conv2d) -> tuple:
+    """How the conv stores its weight: (stored tensor -> dense weight, dense gradient -> the
+    stored tensor's gradient); the identity for a plain conv."""
+    return getattr(conv, "unpacked", _same), getattr(conv, "packed", _same)
+
+
+def _same(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor
 
 
 def bn_relu_conv(
@@ -119,15 +135,17 @@ class BatchNormReluConv(torch.autograd.Function):
         ctx.save_for_backward(x, weight, bias, conv_weight, mean, invstd)
         ctx.shape, ctx.chunks = shape, chunks
         norm = (weight, bias, mean, invstd)
-        return _gather(_unit_chunks(_chunks(x, chunks), norm, conv_weight, shape), len(x))
+        dense = _dense(conv_weight, shape)
+        return _gather(_unit_chunks(_chunks(x, chunks), norm, dense, shape), len(x))
 
     @staticmethod
     def backward(ctx, grad_out):
         x, weight, bias, conv_weight, mean, invstd = ctx.saved_tensors
         norm = (weight, bias, mean, invstd)
         grad_x, grad_weight, grad_bias, (grad_conv,) = _unit_backward(
-            x, norm, [(conv_weight, ctx.shape, grad_out)], ctx.chunks
+            x, norm, [(_dense(conv_weight, ctx.shape), ctx.shape, grad_out)], ctx.chunks
         )
+        grad_conv = _stored_grad(grad_conv, ctx.shape)
         return grad_x, grad_weight, grad_bias, grad_conv, None, None, None, None
 
 
@@ -141,9 +159,13 @@ class FusedBlock(torch.autograd.Function):
         ctx, x, mean1, invstd1, w1, b1, conv1, w2, b2, conv2, shortcut, bn2, shapes, chunks
     ):
         norm1 = (w1, b1, mean1, invstd1)
+        stored = (w1, b1, conv1, w2, b2, conv2, shortcut)
+        dense1 = _dense(conv1, shapes[0])
+        conv2 = _dense(conv2, shapes[1])
+        shortcut = None if shortcut is None else _dense(shortcut, shapes[2])
 
         def mid():  # the middle activation chunk by chunk: computed twice, never whole
-            return _unit_chunks(_chunks(x, chunks), norm1, conv1, shapes[0])
+            return _unit_chunks(_chunks(x, chunks), norm1, dense1, shapes[0])
 
         mean2, invstd2 = _statistics((part for _, _, part in mid()), bn2, x.dtype)
         out = _gather(_unit_chunks(mid(), (w2, b2, mean2, invstd2), conv2, shapes[1]), len(x))
@@ -151,9 +173,7 @@ class FusedBlock(torch.autograd.Function):
             out += x
         else:
             _gather(_unit_chunks(_chunks(x, chunks), norm1, shortcut, shapes[2]), len(x), out)
-        ctx.save_for_backward(
-            x, mean1, invstd1, w1, b1, conv1, w2, b2, conv2, shortcut, mean2, invstd2
-        )
+        ctx.save_for_backward(x, mean1, invstd1, *stored, mean2, invstd2)
         ctx.shapes, ctx.chunks = shapes, chunks
         return out
 
@@ -164,6 +184,8 @@ class FusedBlock(torch.autograd.Function):
         )
         shapes, chunks = ctx.shapes, ctx.chunks
         norm1, norm2 = (w1, b1, mean1, invstd1), (w2, b2, mean2, invstd2)
+        conv1, conv2 = _dense(conv1, shapes[0]), _dense(conv2, shapes[1])
+        shortcut = None if shortcut is None else _dense(shortcut, shapes[2])
         buffer = _gather(_unit_chunks(_chunks(x, chunks), norm1, conv1, shapes[0]), len(x))
         buffer, grad_w2, grad_b2, (grad_conv2,) = _unit_backward(
             buffer, norm2, [(conv2, shapes[1], grad_out)], chunks, into=buffer
@@ -180,22 +202,32 @@ class FusedBlock(torch.autograd.Function):
             into=buffer if identity else None,
             residual=grad_out if identity else None,
         )
-        grad_shortcut = None if identity else grad_convs[1]
+        grad_shortcut = None if identity else _stored_grad(grad_convs[1], shapes[2])
         return (
             grad_x,
             None,
             None,
             grad_w1,
             grad_b1,
-            grad_convs[0],
+            _stored_grad(grad_convs[0], shapes[0]),
             grad_w2,
             grad_b2,
-            grad_conv2,
+            _stored_grad(grad_conv2, shapes[1]),
             grad_shortcut,
             None,
             None,
             None,
         )
+
+
+def _dense(stored: torch.Tensor, shape: tuple) -> torch.Tensor:
+    """The dense weight of a conv's stored weight (`geometry`'s codec)."""
+    return shape[4][0](stored)
+
+
+def _stored_grad(dense: torch.Tensor, shape: tuple) -> torch.Tensor:
+    """A dense weight gradient as the gradient of the conv's stored weight."""
+    return shape[4][1](dense)
 
 
 def _wide(t: torch.Tensor) -> torch.Tensor:
@@ -233,7 +265,7 @@ def _unit_chunks(parts, norm, conv_weight, shape):
     """(start, stop, conv(relu(bn(part)))) of each (start, stop, part) of `parts`."""
     for start, stop, part in parts:
         y = _activation(part, norm, keep_normalised=False)[0]
-        yield start, stop, F.conv2d(y, conv_weight, None, *shape)
+        yield start, stop, F.conv2d(y, conv_weight, None, *shape[:4])
         del y  # not held while the next chunk is computed
 
 
@@ -253,8 +285,8 @@ def _masked_grad(y, convs, start, stop, grad_convs=None):
     for index, (weight, shape, grad_out) in enumerate(convs):
         out = grad_out[start:stop]
         if grad_convs is not None:
-            grad_convs[index] += torch.nn.grad.conv2d_weight(y, weight.shape, out, *shape)
-        part = torch.nn.grad.conv2d_input(y.shape, weight, out, *shape)
+            grad_convs[index] += torch.nn.grad.conv2d_weight(y, weight.shape, out, *shape[:4])
+        part = torch.nn.grad.conv2d_input(y.shape, weight, out, *shape[:4])
         grad = part if grad is None else grad.add_(part)
     return grad.masked_fill_(y <= 0, 0)
 

@@ -7,6 +7,7 @@ picks a strategy that `forward` reads, so parameter names never change with it.
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
 import torch.nn.functional as F
@@ -175,7 +176,7 @@ class WideResNet(nn.Module):
                 + 1
                 for i, n in enumerate(size)
             )
-            return out, 2 * batch * out[0] * out[1] * conv.weight.numel()
+            return out, 2 * batch * out[0] * out[1] * weight_numel(conv)
 
         size, flops = convolve(self.stem, (height, width))
         costs = [StageCost(batch * channels * height * width * itemsize, 0, 0, flops)]
@@ -185,7 +186,7 @@ class WideResNet(nn.Module):
             out_size, flops = convolve(block.conv1, size)
             flops += sum(convolve(c, out_size if c is block.conv2 else size)[1] for c in convs[1:])
             out_bytes = batch * block.conv2.out_channels * out_size[0] * out_size[1] * itemsize
-            weights = 2 * wide * max(c.weight.numel() for c in convs)
+            weights = 2 * wide * max(weight_numel(c) for c in convs)
             # the fused units' fp32 temporaries: about 4 batch chunks of the wider activation
             chunk = -(-batch // DEFAULT_CHUNKS) * max(in_bytes, out_bytes) // batch
             chunked = 4 * chunk * wide // itemsize
@@ -215,6 +216,12 @@ class WideResNet(nn.Module):
             else:
                 x = _run_segment(segment, x)
         return x
+
+
+def weight_numel(conv: nn.Conv2d) -> int:
+    """The elements of the conv's dense weight (from its geometry: a packed sparse weight holds
+    fewer, and builds the dense one while it computes)."""
+    return conv.out_channels * conv.in_channels // conv.groups * math.prod(conv.kernel_size)
 
 
 class _Head(nn.Module):

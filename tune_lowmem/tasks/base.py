@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from ..config import DataConfig, TrialConfig
+from ..techniques.packed import PACKABLE
 from ..validation import ConfigError
 
 
@@ -186,7 +187,9 @@ def conv_and_linear_weights(model: nn.Module) -> list[str]:
     seen = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
     names = []
     for name, module in model.named_modules():
-        if isinstance(module, (nn.Linear, nn.Conv1d, nn.Conv2d)) and id(module.weight) not in seen:
+        # exact types (or their packed forms): a subclass such as MultiheadAttention's out_proj
+        # may be read by its weight alone, which a packed layer does not hold
+        if type(module) in PACKABLE and id(module.weight) not in seen:
             seen.add(id(module.weight))
             names.append(f"{name}.weight" if name else "weight")
     return names

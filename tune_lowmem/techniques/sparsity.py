@@ -1,12 +1,17 @@
-"""Dynamic sparse reparameterization (Mostafa & Wang, ICML 2019), as Sohoni et al. train it.
+"""Dynamic sparse reparameterization (Mostafa & Wang, ICML 2019), as Sohoni et al. train it,
+with the sparse layers held packed (`techniques.packed`).
 
 A fixed number of nonzeros lives in the sparse layers. Every rewiring period the active weights
 whose magnitude is under a global adaptive threshold H are pruned, and exactly as many zero
 positions are regrown, split across layers in proportion to each layer's surviving nonzeros;
 regrown weights start at exactly 0. H halves when more than 1.1 Np weights fell under it and
 doubles when fewer than 0.9 Np did (Np: the rewiring fraction of the sparse layers' size).
-Gradients and optimizer state (SGD momentum, Adam moments) share the weight's mask, so pruned
-weights stay zero and carry no stale state.
+
+Each sparse layer keeps only its nonzero values (its `weight` parameter, so its gradient and
+optimizer state hold the nonzeros only) and their positions in `sparsity.storage`'s layout; the
+dense weight is built while the layer computes. A rewiring moves each layer's values, gradient
+and optimizer state to their new slots (the count, and so every shape, stays): kept weights keep
+their values and state, regrown ones start at 0 with zero state.
 
 Rules taken from the reference code (IntelAI/dynamic-reparameterization), stated because the
 paper leaves them open:
@@ -19,18 +24,12 @@ paper leaves them open:
 - rewiring happens after update u when u > 0 and u % period == 0; the period follows the
   schedule of `techniques.rewiring`, scaled to the run (`SparsityConfig.schedule_units`).
 
-Masks are bool tensors kept here, not buffers of the model, so `model.state_dict()` keeps the
-dense model's keys; they follow the parameters to whatever device they are moved to.
-
-The memory profiler counts a sparse weight as it would be stored: CSR over the weight's 2-D view
-(shape[0] rows by prod(shape[1:]) columns), with column indices in the smallest unsigned type
-that holds a row's column count (uint16 up to 65,536 columns, which covers every sparse layer of
-both tasks, else int32) and int32 row pointers (`sparse_storage_bytes`).
+The paper's accounting counts a sparse weight as CSR over its 2-D view
+(`packed.sparse_storage_bytes`), which is what a csr-packed layer holds.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,8 +38,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..config import STORAGE_LAYOUTS, SparsityConfig
+from ..config import SparsityConfig
+from . import blockwise
+from .adam_state import QUANTIZED
 from .base import Technique
+from .packed import dense_shape, layer_of, pack_layer
 from .rewiring import RunLength, rewires_after, rewiring_period
 
 # Sohoni et al. A.3.1: Np = 20,000 of WRN-28-2's 1,451,520 sparse weights. The transformer uses
@@ -49,38 +51,6 @@ from .rewiring import RunLength, rewires_after, rewiring_period
 DEFAULT_FRACTION = 0.01377866
 # The mask positions come from their own stream, apart from the one that initialised the weights.
 MASK_SEED_OFFSET = 1_000_003
-
-# Index storage the profiler assumes for a sparse weight: CSR over its 2-D view (the paper's),
-# or a bitmap (`sparse_storage_bytes` layouts).
-UINT16_COLUMNS = 2**16  # the most columns whose indices 0 .. columns - 1 fit in a uint16
-ROW_POINTER_BYTES = 4  # int32
-
-
-def column_index_bytes(columns: int) -> int:
-    """Bytes of one column index: the smallest unsigned type holding 0 .. columns - 1 (uint16 up
-    to 65,536 columns, else int32, as index arrays rarely come in 3-byte types)."""
-    return 2 if columns <= UINT16_COLUMNS else 4
-
-
-def sparse_storage_bytes(
-    numel_nonzero: int, shape: Sequence[int], value_bytes: int, layout: str = "csr"
-) -> int:
-    """Bytes of one sparse weight in `layout` (STORAGE_LAYOUTS). csr (the paper's): CSR over the
-    weight viewed as shape[0] rows by prod(shape[1:]) columns; the nonzero values, one column
-    index per nonzero (`column_index_bytes`: uint16 for up to 65,536 columns, else int32),
-    shape[0] + 1 int32 row pointers. bitmap: the nonzero values and one bit per position. best:
-    the smaller of the two (bitmap wins above about 1/8 / index bytes of density, e.g. 6% with
-    uint16 indices). Its gradient and optimizer state share the pattern, so they need values
-    only (numel_nonzero * value_bytes each)."""
-    if layout not in STORAGE_LAYOUTS:
-        raise ValueError(
-            f"layout: {layout!r} is not allowed; allowed: {', '.join(STORAGE_LAYOUTS)}"
-        )
-    rows = shape[0] if len(shape) else 1
-    column_bytes = column_index_bytes(math.prod(shape[1:]))
-    csr = numel_nonzero * (value_bytes + column_bytes) + (rows + 1) * ROW_POINTER_BYTES
-    bitmap = numel_nonzero * value_bytes + math.ceil(math.prod(shape) / 8)
-    return {"csr": csr, "bitmap": bitmap, "best": min(csr, bitmap)}[layout]
 
 
 @dataclass(frozen=True)
@@ -148,11 +118,14 @@ def _read_sums(masks: list[torch.Tensor]) -> list[int]:
 
 
 class DynamicSparsity:
-    """Masks for a model's sparse weights and the rewiring that moves them during training.
+    """A model's sparse weights, packed, and the rewiring that moves them during training.
 
-    Hooks, in training-step order: `attach(optimizer)` once the optimizer exists (from then on
-    each gradient is masked as it accumulates in backward), then `after_step(epoch, update)`
-    after each `optimizer.step()`.
+    Hooks, in training-step order: `attach(optimizer)` once the optimizer exists (rewiring moves
+    its state), then `after_step(epoch, update)` after each `optimizer.step()`.
+
+    The three methods under "the layers' storage" are all that know how a layer holds its
+    weight; a subclass holding them another way (the masked dense reference of the exactness
+    tests) shares the masks, the threshold and the rewiring's random draws.
     """
 
     def __init__(
@@ -172,9 +145,9 @@ class DynamicSparsity:
         self.run = run
         self.generator = torch.Generator().manual_seed(seed + MASK_SEED_OFFSET)
         shapes = {name: model.get_parameter(name).shape for name in self.names}
-        self.masks = initial_masks(shapes, sparsity.density, self.generator)
-        self.sparse_numel = sum(mask.numel() for mask in self.masks.values())
-        self.target_nonzeros = sum(int(mask.sum()) for mask in self.masks.values())
+        masks = initial_masks(shapes, sparsity.density, self.generator)
+        self.sparse_numel = sum(mask.numel() for mask in masks.values())
+        self.target_nonzeros = sum(planned_nonzeros(sparsity.density, shapes).values())
         fraction = sparsity.fraction if sparsity.fraction is not None else DEFAULT_FRACTION
         self.target_pruned = max(
             1, round(fraction * sparsity.fraction_multiplier * self.sparse_numel)
@@ -184,69 +157,52 @@ class DynamicSparsity:
         self.last_pruned = 0
         self.period: int | None = rewiring_period(sparsity, run, 0, 0)
         self.optimizer: torch.optim.Optimizer | None = None
-        self.apply_masks()
+        self.store(masks)
 
     # ---- training-step hooks ------------------------------------------------------------------
 
     def attach(self, optimizer: torch.optim.Optimizer) -> None:
-        """Mask this optimizer's state (every state tensor shaped like its weight) from now on,
-        and each gradient as it accumulates (a post-accumulate-grad hook), so that an update
-        applied inside the backward pass (`techniques.fused_step`) sees it masked too."""
+        """The optimizer whose state a rewiring moves with the weights."""
         self.optimizer = optimizer
-        for name, param in self._layers():
-            param.register_post_accumulate_grad_hook(functools.partial(self._mask_gradient, name))
-
-    @torch.no_grad()
-    def _mask_gradient(self, name: str, param: nn.Parameter) -> None:
-        param.grad.mul_(self._mask(name, param))
 
     @torch.no_grad()
     def after_step(self, epoch: int, update: int) -> None:
-        """Rewire when the schedule says so. Between rewirings nothing needs re-masking: with
-        masked gradients an update leaves zero weights and zero optimizer state at zero (SGD
-        with momentum and weight decay, Adam, AdamW, fairseq's Adam, stochastic bf16 rounding),
-        and a rewiring zeroes what it prunes."""
+        """Rewire when the schedule says so."""
         self.period = rewiring_period(self.sparsity, self.run, epoch, update)
         if rewires_after(self.sparsity, self.run, epoch, update):
             self.rewire()
-
-    @torch.no_grad()
-    def apply_masks(self) -> None:
-        for name, param in self._layers():
-            self._zero_outside(param, self._mask(name, param))
 
     # ---- rewiring -----------------------------------------------------------------------------
 
     @torch.no_grad()
     def rewire(self) -> int:
         """Prune active weights under H, regrow as many at zero positions, adapt H; returns the
-        count. Everything outside the new masks is zero afterwards (weights, gradients, state)."""
-        layers = self._layers()
-        masks = [self._mask(name, param) for name, param in layers]
-        smalls = [mask & (p.detach().abs() < self.threshold) for mask, (_, p) in zip(masks, layers)]
-        counts = _read_sums([*masks, *smalls])  # one host read for every layer
-        pruned_masks, pruned, survivors, fresh_room = [], [], [], []
-        for index, (_, param) in enumerate(layers):
-            mask, small = masks[index], smalls[index]
-            active, count = counts[index], counts[len(layers) + index]
+        count. Regrown weights, their gradients and their state are zero afterwards."""
+        values = [self.values(name).detach() for name in self.names]
+        smalls = [v.abs() < self.threshold for v in values]
+        counts = _read_sums(smalls)  # one host read for every layer
+        pruned, survivors = [], []
+        for index, (small, value) in enumerate(zip(smalls, values)):
+            active, count = value.numel(), counts[index]
             if count and count == active:  # never empty a layer: its largest weight survives
-                small.view(-1)[torch.where(mask, param.detach().abs(), -1).argmax()] = False
+                small[value.abs().argmax()] = False
                 count -= 1
-            self._zero_outside(param, mask & ~small)
-            pruned_masks.append(small)
             pruned.append(count)
             survivors.append(active - count)
-            fresh_room.append(mask.numel() - active)
+        fresh_room = [math.prod(shape) - v.numel() for shape, v in zip(self.dense_shapes(), values)]
         total = sum(pruned)
         fresh = min(total, sum(fresh_room))
         grow_fresh = apportion(fresh, survivors, fresh_room)
         grow_back = apportion(total - fresh, survivors, pruned)
-        for (name, _), small, n_fresh, n_back in zip(layers, pruned_masks, grow_fresh, grow_back):
-            mask = self.masks[name]
-            grown = mask & ~small
+        for name, small, n_fresh, n_back in zip(self.names, smalls, grow_fresh, grow_back):
+            mask = self.mask(name)
+            small_mask = torch.zeros_like(mask)
+            small_mask.view(-1)[mask.view(-1).nonzero()[small, 0]] = True
+            kept = mask & ~small_mask
+            grown = kept.clone()
             grown.view(-1)[self._sample(~mask, n_fresh)] = True
-            grown.view(-1)[self._sample(small, n_back)] = True
-            self.masks[name] = grown
+            grown.view(-1)[self._sample(small_mask, n_back)] = True
+            self.move(name, kept, grown)
         self._adapt_threshold(total)
         self.rewirings += 1
         self.last_pruned = total
@@ -266,36 +222,73 @@ class DynamicSparsity:
         chosen = torch.randperm(positions.numel(), generator=self.generator)[:count]
         return positions[chosen.to(positions.device)]
 
+    # ---- the layers' storage ------------------------------------------------------------------
+
+    def store(self, masks: dict[str, torch.Tensor]) -> None:
+        """Keep each sparse weight at the True positions of its initial mask: packed."""
+        for name, mask in masks.items():
+            pack_layer(self.layer(name), mask, self.sparsity.storage)
+
+    def values(self, name: str) -> torch.Tensor:
+        """The active weights of one layer, in row-major position order."""
+        return self.layer(name).weight
+
+    def mask(self, name: str) -> torch.Tensor:
+        """The dense bool mask of one layer's active positions (a transient tensor)."""
+        return self.layer(name).mask()
+
+    def move(self, name: str, kept: torch.Tensor, grown: torch.Tensor) -> None:
+        """Point one layer at the positions of `grown`: the weights, gradient and optimizer
+        state at the positions of `kept` move to their new slots, the others are 0. A layer's
+        count changes when regrowth lands elsewhere than pruning did (the total stays): the
+        parameter object stays (so the optimizer, its hooks and its state keys hold), its data,
+        gradient and state are replaced by tensors of the new count."""
+        layer = self.layer(name)
+        old, new = layer.positions(), grown.reshape(-1).nonzero()[:, 0]
+        where = kept.reshape(-1).nonzero()[:, 0]
+        source, target = torch.searchsorted(old, where), torch.searchsorted(new, where)
+
+        def moved(tensor: torch.Tensor) -> torch.Tensor:
+            result = tensor.new_zeros(new.numel())
+            result[target] = tensor[source]
+            return result
+
+        param = layer.weight
+        state = self.optimizer.state.get(param, {}) if self.optimizer is not None else {}
+        grad = param.grad
+        shaped = [k for k, v in state.items() if torch.is_tensor(v) and v.shape == param.shape]
+        for key, code in QUANTIZED:  # 8-bit moments: moved as values, requantized in new blocks
+            if key + blockwise.SCALES in state:
+                values = moved(code.dequantize(state[key], state[key + blockwise.SCALES]))
+                state[key] = torch.zeros_like(values, dtype=torch.uint8)
+                state[key + blockwise.SCALES] = values.new_zeros(blockwise.blocks(new.numel()))
+                code.quantize_(values, state[key], state[key + blockwise.SCALES])
+                shaped.remove(key)
+        for key in shaped:
+            state[key] = moved(state[key])
+        param.data = moved(param.data)
+        param.grad = None if grad is None else moved(grad)
+        layer.set_index(grown)
+
     # ---- plumbing -----------------------------------------------------------------------------
 
-    def _layers(self) -> list[tuple[str, nn.Parameter]]:
-        """Looked up by name each time, so casting or moving the model cannot leave stale handles."""
-        return [(name, self.model.get_parameter(name)) for name in self.names]
+    def layer(self, name: str) -> nn.Module:
+        """The module holding weight `name`, looked up each time (casts and moves replace it)."""
+        return layer_of(self.model, name)
 
-    def _mask(self, name: str, param: torch.Tensor) -> torch.Tensor:
-        mask = self.masks[name]
-        if mask.device != param.device:
-            mask = self.masks[name] = mask.to(param.device)
-        return mask
-
-    def _zero_outside(self, param: nn.Parameter, mask: torch.Tensor) -> None:
-        """Zero the weight, its gradient and its optimizer state where `mask` is False."""
-        state = self.optimizer.state.get(param, {}) if self.optimizer is not None else {}
-        for tensor in (param, param.grad, *state.values()):
-            if torch.is_tensor(tensor) and tensor.shape == param.shape:
-                tensor.mul_(mask)
+    def dense_shapes(self) -> list[tuple[int, ...]]:
+        return [dense_shape(self.model, name) for name in self.names]
 
     # ---- reporting and checkpoints ------------------------------------------------------------
 
     def layer_stats(self) -> list[LayerStats]:
-        counts = _read_sums(list(self.masks.values()))
         return [
-            LayerStats(name, tuple(mask.shape), mask.numel(), count)
-            for (name, mask), count in zip(self.masks.items(), counts)
+            LayerStats(name, shape, math.prod(shape), self.values(name).numel())
+            for name, shape in zip(self.names, self.dense_shapes())
         ]
 
     def nonzeros(self) -> int:
-        return sum(_read_sums(list(self.masks.values())))
+        return sum(self.values(name).numel() for name in self.names)
 
     def metrics(self) -> dict[str, float]:
         nonzeros = self.nonzeros()
@@ -309,8 +302,9 @@ class DynamicSparsity:
         }
 
     def state_dict(self) -> dict[str, Any]:
+        """The rewiring's own state; the positions are the packed layers' buffers, in the
+        model's state_dict."""
         return {
-            "masks": {name: mask.cpu().clone() for name, mask in self.masks.items()},
             "threshold": self.threshold,
             "rewirings": self.rewirings,
             "last_pruned": self.last_pruned,
@@ -318,21 +312,10 @@ class DynamicSparsity:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        masks = state["masks"]
-        if set(masks) != set(self.masks) or any(
-            masks[n].shape != m.shape for n, m in self.masks.items()
-        ):
-            raise ValueError(
-                "sparsity: the checkpoint's masks do not match this model's sparse weights"
-            )
-        self.masks = {
-            name: masks[name].to(self.masks[name].device, torch.bool) for name in self.names
-        }
         self.threshold = state["threshold"]
         self.rewirings = state["rewirings"]
         self.last_pruned = state["last_pruned"]
         self.generator.set_state(state["rng"])
-        self.apply_masks()
 
 
 class Sparsity(Technique):
@@ -355,7 +338,13 @@ class Sparsity(Technique):
 
     @classmethod
     def shape_settings(cls, config) -> dict[str, Any]:
-        return {}  # masked weights are computed densely: the step's tensors do not change
+        """Packed layers hold (and build transiently) tensors sized by the density and layout."""
+        if not config.sparsity.enabled:
+            return {}
+        return {
+            "sparsity.density": config.sparsity.density,
+            "sparsity.storage": config.sparsity.storage,
+        }
 
     @classmethod
     def off_metrics(cls, config) -> dict[str, float]:
@@ -366,7 +355,7 @@ class Sparsity(Technique):
         if not config.sparsity.enabled:
             return {}
         names = task.sparse_parameter_names(model)
-        shapes = {name: model.get_parameter(name).shape for name in names}
+        shapes = {name: dense_shape(model, name) for name in names}
         return planned_nonzeros(config.sparsity.density, shapes)
 
     def apply(self, model: nn.Module) -> nn.Module:
@@ -387,9 +376,6 @@ class Sparsity(Technique):
 
     def metrics(self) -> dict[str, float]:
         return self.engine.metrics()
-
-    def held_tensors(self) -> list[torch.Tensor]:
-        return list(self.engine.masks.values())
 
     def stored_nonzeros(self) -> dict[str, int]:
         return {stats.name: stats.nonzeros for stats in self.engine.layer_stats()}

@@ -1,0 +1,129 @@
+"""The reference that packed sparse training is checked against: masked dense training, a dense
+weight with a bool mask per sparse layer and gradients masked as they accumulate, as the project
+trained before its sparse layers were packed. It shares the rewiring's decisions (masks,
+threshold, random draws) with `DynamicSparsity` and differs only in how a layer holds its weight.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+
+import torch
+
+from tune_lowmem.memory.synthetic import synthetic_task
+from tune_lowmem.techniques import sparsity as sparsity_module
+from tune_lowmem.techniques.packed import PackedLayer, scatter
+from tune_lowmem.train import Trainer
+
+
+class MaskedDense(sparsity_module.DynamicSparsity):
+    """Dense weights zero outside their masks; gradients and optimizer state masked likewise."""
+
+    def store(self, masks):
+        self.masks = masks
+        with torch.no_grad():
+            for name, mask in masks.items():
+                self.model.get_parameter(name).mul_(mask)
+
+    def attach(self, optimizer):
+        super().attach(optimizer)
+        for name in self.names:
+            param = self.model.get_parameter(name)
+            param.register_post_accumulate_grad_hook(functools.partial(self._mask_gradient, name))
+
+    @torch.no_grad()
+    def _mask_gradient(self, name, param):
+        param.grad.mul_(self.masks[name].to(param.device))
+
+    def values(self, name):
+        param = self.model.get_parameter(name)
+        return param.detach().reshape(-1)[self.mask(name).reshape(-1)]
+
+    def mask(self, name):
+        return self.masks[name]
+
+    @torch.no_grad()
+    def move(self, name, kept, grown):
+        param = self.model.get_parameter(name)
+        state = self.optimizer.state.get(param, {})
+        for tensor in (param, param.grad, *state.values()):
+            if torch.is_tensor(tensor) and tensor.shape == param.shape:
+                tensor.mul_(kept)
+        self.masks[name] = grown
+
+
+def trainer(config, reference: bool, monkeypatch) -> Trainer:
+    """A trainer of `config` on its synthetic task (random minibatches of the real shapes),
+    packed, or with the masked dense reference in place of packing."""
+    with monkeypatch.context() as patch:
+        if reference:
+            patch.setattr(sparsity_module, "DynamicSparsity", MaskedDense)
+        return Trainer(config, task=synthetic_task(config, torch.device("cpu")))
+
+
+def minibatches(config, count: int) -> list:
+    task = synthetic_task(config, torch.device("cpu"))
+    epochs = map(task.train_batches, itertools.count())
+    return list(itertools.islice(itertools.chain.from_iterable(epochs), count))
+
+
+def dense_views(trainer: Trainer) -> dict[str, torch.Tensor]:
+    """Every parameter, gradient, optimizer-state tensor and buffer of a trainer, by name, with
+    packed ones scattered to their dense shape."""
+    views = {}
+    model, state = trainer.model, trainer.optimizer.state
+    for name, param in model.named_parameters():
+        layer = model.get_submodule(name.rpartition(".")[0])
+        packed = isinstance(layer, PackedLayer) and name.endswith("weight")
+
+        def dense(tensor, layer=layer, packed=packed):
+            if not packed or tensor.shape != layer.weight.shape:
+                return tensor
+            return scatter(tensor, layer.positions(), layer.dense_shape)
+
+        views[name] = dense(param.detach())
+        if packed:
+            views[f"{name}:mask"] = layer.mask()
+        if param.grad is not None:
+            views[f"{name}:grad"] = dense(param.grad)
+        for key, value in state.get(param, {}).items():
+            if torch.is_tensor(value):
+                views[f"{name}:{key}"] = dense(value)
+    for name, buffer in model.named_buffers():
+        if not name.rpartition(".")[2].startswith("weight_"):  # packed index buffers
+            views[name] = buffer
+    return views
+
+
+def reference_views(trainer: Trainer) -> dict[str, torch.Tensor]:
+    views = dense_views(trainer)
+    engine = trainer.technique(sparsity_module.Sparsity).engine
+    for name, mask in engine.masks.items():
+        views[f"{name}:mask"] = mask
+    return views
+
+
+RELATIVE = 1e-4  # within rounding: a tensor's error norm against its norm (half: ulp 1e-3, 4e-3)
+
+
+def differences(packed: dict, reference: dict, exact: bool) -> list[str]:
+    """Names whose tensors differ (bitwise, or when not `exact`, floats beyond `RELATIVE`)."""
+    assert packed.keys() == reference.keys(), set(packed) ^ set(reference)
+    wrong = []
+    for name, ours in packed.items():
+        theirs = reference[name]
+        if (
+            ours.shape != theirs.shape
+            or ours.dtype != theirs.dtype
+            or exact
+            and not torch.equal(ours, theirs)
+        ):
+            wrong.append(name)
+        elif not exact and ours.is_floating_point():
+            error = (ours.double() - theirs.double()).norm()
+            if error > RELATIVE * theirs.double().norm():
+                wrong.append(name)
+        elif not exact and not torch.equal(ours, theirs):
+            wrong.append(name)
+    return wrong
