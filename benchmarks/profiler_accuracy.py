@@ -34,10 +34,11 @@ import time
 
 import torch
 
-from tune_lowmem.config import DynamicConvConfig, TrialConfig
+from tune_lowmem.config import TrialConfig
 from tune_lowmem.memory import MB, MemoryReport
 from tune_lowmem.memory.measure import measure
 from tune_lowmem.memory.predict import predict
+from tune_lowmem.models.dynamicconv import DynamicConvConfig
 from tune_lowmem.tasks import get_task
 
 PRECISIONS = ("fp32", "fp16", "bf16")

@@ -9,6 +9,7 @@ from torch import nn
 from tests.conftest import tiny_wrn_config
 from tune_lowmem.memory import MB
 from tune_lowmem.memory.cuda import (
+    CUDA_CONTEXT_MB,
     allocated_size,
     cublas_workspace_bytes,
     cuda_prediction,
@@ -18,7 +19,6 @@ from tune_lowmem.memory.cuda import (
     segment_size,
 )
 from tune_lowmem.memory.predict import heap_object_bytes, predict
-from tune_lowmem.memory.share import CUDA_CONTEXT_MB
 
 MiB = 1 << 20
 

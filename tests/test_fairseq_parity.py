@@ -11,8 +11,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tune_lowmem.config import DataConfig, DynamicConvConfig, TrialConfig
-from tune_lowmem.data import data_root, iwslt14
+from tune_lowmem.config import TrialConfig
+from tune_lowmem.data import DataConfig, data_root, iwslt14
 from tune_lowmem.fairseq_interop import (
     INSTALL_HINT,
     fairseq_arguments,
@@ -21,7 +21,7 @@ from tune_lowmem.fairseq_interop import (
     to_fairseq,
 )
 from tune_lowmem.fairseq_tools import build_fairseq
-from tune_lowmem.models.dynamicconv import DynamicConvTransformer
+from tune_lowmem.models.dynamicconv import DynamicConvConfig, DynamicConvTransformer
 from tune_lowmem.tasks.translation import DynamicConvIwslt14
 
 pytest.importorskip("fairseq", reason=INSTALL_HINT)

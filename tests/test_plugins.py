@@ -21,7 +21,8 @@ from tune_lowmem.memory.measure import measure
 from tune_lowmem.memory.predict import predict
 from tune_lowmem.tasks import BUILTIN_TASKS, get_task
 from tune_lowmem.tasks.base import Task
-from tune_lowmem.techniques import TECHNIQUES, Technique
+from tune_lowmem.techniques import registered, settings
+from tune_lowmem.techniques.base import Technique
 from tune_lowmem.train import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -116,9 +117,8 @@ def test_every_registered_technique_has_config_validation_and_memory_contributio
     task = get_task(config.task)
     flat = config.to_flat()
     names = set()
-    for technique in TECHNIQUES:
+    for technique in registered():
         assert issubclass(technique, Technique)
-        assert technique.NAME in {f.name for f in dataclasses.fields(TrialConfig)}
         names.add(technique.NAME)
         for method in ("enabled", "validate", "shape_settings"):  # each overrides the interface
             assert getattr(technique, method).__func__ is not getattr(Technique, method).__func__
@@ -129,7 +129,12 @@ def test_every_registered_technique_has_config_validation_and_memory_contributio
         assert isinstance(
             technique.accounted_nonzeros(config, task(config, torch.device("cpu")), model), dict
         )
-    assert len(names) == len(TECHNIQUES)
+    assert len(names) == len(registered())
+    # the config's technique fields are exactly the registered settings, each at its default
+    assert [name for name, _ in config.settings] == [s.name for s in settings()]
+    for setting in settings():
+        assert getattr(config, setting.name) == setting.default_value()
+    assert sum(t.RUNS_STEP for t in registered()) == 1  # one technique takes every step
 
 
 def test_profile_json_of_a_user_task(capsys):

@@ -54,7 +54,8 @@ from typing import Any
 
 import torch
 
-from .config import ConfigError, DynamicConvConfig
+from .models.dynamicconv import DynamicConvConfig
+from .validation import ConfigError
 
 INSTALL_HINT = (
     "fairseq is not installed; install the extra with `./setup.sh --fairseq` (or `pip install numpy "

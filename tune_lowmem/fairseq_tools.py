@@ -14,7 +14,6 @@ from typing import Any
 
 import torch
 
-from .config import DynamicConvConfig
 from .fairseq_interop import (
     CHECKPOINT_NAME,
     fairseq_arguments,
@@ -23,6 +22,7 @@ from .fairseq_interop import (
     to_fairseq,
     write_dictionary,
 )
+from .models.dynamicconv import DynamicConvConfig
 
 
 def build_fairseq(

@@ -65,8 +65,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .config import ConfigError, TrialConfig
-from .schema import Kind, config_kinds, scalar_fits
+from .config import ConfigError, TrialConfig, config_kinds, older_store_values
+from .schema import Kind, scalar_fits
 
 SCHEMA_VERSION = 1
 STATUSES = ("completed", "failed", "infeasible", "stopped")  # stopped: by early stopping
@@ -92,17 +92,14 @@ VERSIONED_PACKAGES = {
     "sacrebleu": "sacrebleu",  # completes the signature of metric.*_sacrebleu
 }
 TRIALS, EPOCHS, MODELS = "trials", "epochs", "models"
-# Config fields newer than the first stores, with the value every older row implicitly had.
-LATER_FIELDS = {
-    "model.init_checkpoint": None,
-    "model.fused_norm": "none",
-    "sparsity.schedule_units": "absolute",  # the first version scaled only the boundaries
-    "precision_update": "nearest",
-    "fused_step": "none",
-    "momentum_dtype": "param",
-    "adam_state": "param",
-    "sparsity.storage": "csr",
-}
+
+
+def later_fields() -> dict[str, Any]:
+    """Config fields newer than the first stores, with the value every older row implicitly had:
+    the built-in tasks' two, and what each technique declares (`Setting.older_stores`)."""
+    return {"model.init_checkpoint": None, "model.fused_norm": "none", **older_store_values()}
+
+
 # Config fields removed since, with the value every row that had them held.
 REMOVED_FIELDS = {"data.num_workers": 0}
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
@@ -370,12 +367,13 @@ def _numbers(values: list[Any], field_name: str) -> pa.Array:
 def _seed_group(config: Mapping[str, pa.Array]) -> str:
     """The same point with another seed gets the same id: a hash of the typed config but seed.
     Lists enter as the JSON text that stores before list columns held, and fields added later
-    (`LATER_FIELDS`) count only when they differ from the value every older row had, and removed
+    (`later_fields`) count only when they differ from the value every older row had, and removed
     ones (`REMOVED_FIELDS`) with the value they had, so ids stay the same across versions."""
+    later = later_fields()
     point = {
         key: _hashable(array[0].as_py())
         for key, array in config.items()
-        if key != "seed" and not (key in LATER_FIELDS and array[0].as_py() == LATER_FIELDS[key])
+        if key != "seed" and not (key in later and array[0].as_py() == later[key])
     }
     for key, value in REMOVED_FIELDS.items():
         point.setdefault(key, value)
@@ -868,7 +866,7 @@ def config_values(row: Mapping[str, Any]) -> dict[str, Any]:
             value = value.tolist()
         key = column.removeprefix("config.")
         if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
-            value = LATER_FIELDS.get(key)  # a field added since: what the row trained with
+            value = later_fields().get(key)  # a field added since: what the row trained with
         elif isinstance(value, np.generic):
             value = value.item()
         values[key] = value
@@ -883,8 +881,9 @@ def trial_config(row: Mapping[str, Any]) -> TrialConfig:
         if isinstance(value, str) and kind.is_list:  # a row of a store older than list columns
             value = json.loads(value)
         if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
-            if key in LATER_FIELDS:  # added since the row was written: what it trained with
-                flat[key] = LATER_FIELDS[key]
+            later = later_fields()
+            if key in later:  # added since the row was written: what it trained with
+                flat[key] = later[key]
             continue  # unset: the field's default
         elif kind.is_list:
             flat[key] = [kind.scalar(v) for v in value]

@@ -23,9 +23,10 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from .. import store
-    from ..config import ConfigError, DynamicConvConfig
+    from ..config import ConfigError
     from ..data import data_root, iwslt14
     from ..fairseq_interop import require_fairseq
+    from ..models.dynamicconv import DynamicConvConfig
 
     if args.format not in FORMATS:
         raise ConfigError(

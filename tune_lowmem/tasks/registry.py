@@ -1,4 +1,4 @@
-"""Task names to task classes, as timm's registry maps model names to builders.
+"""Task names to task classes (`tune_lowmem.plugins` finds them).
 
 A task is named in three ways, tried in this order:
 - a built-in name (`BUILTIN_TASKS`);
@@ -7,17 +7,16 @@ A task is named in three ways, tried in this order:
 - ``package.module:attribute``, imported from the working directory or an installed package.
 
 The class is imported only when first asked for, so naming a task costs nothing until a trial
-needs it, and this module imports nothing of the project (the config layer asks it).
+needs it, and this module imports nothing of the project but `plugins` (the config layer asks it).
 """
 
 from __future__ import annotations
 
 import functools
-import importlib
-import importlib.metadata
 import os
 import sys
 
+from ..plugins import entry_points, load, subclass_of
 from ..validation import ConfigError
 
 DEFAULT_TASK = "wrn-cifar10"
@@ -27,11 +26,12 @@ BUILTIN_TASKS = {
     "dct-iwslt14": "tune_lowmem.tasks.translation:DynamicConvIwslt14",
 }
 ENTRY_POINT_GROUP = "tune_lowmem.tasks"
+TASK_BASE = "tune_lowmem.tasks.base:Task"
 
 
 def registered_names() -> list[str]:
     """Built-in names, then those of installed packages' entry points."""
-    plugins = [e.name for e in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)]
+    plugins = entry_points(ENTRY_POINT_GROUP)
     return [*BUILTIN_TASKS, *sorted(set(plugins) - set(BUILTIN_TASKS))]
 
 
@@ -40,13 +40,15 @@ def get_task(name: str) -> type:
     """The task class named `name`; `ConfigError` on the field ``task`` when there is none."""
     if not isinstance(name, str) or not name:
         raise ConfigError("task", f"{name!r} is not allowed; {_allowed()}")
-    target = BUILTIN_TASKS.get(name) or _entry_point(name) or (name if ":" in name else None)
+    target = (
+        BUILTIN_TASKS.get(name)
+        or entry_points(ENTRY_POINT_GROUP).get(name)
+        or (name if ":" in name else None)
+    )
     if target is None:
         raise ConfigError("task", f"{name!r} is not a registered task; {_allowed()}")
-    task = _import(target)
-    from .base import Task  # the base class imports torch: only once a task is really wanted
-
-    if not (isinstance(task, type) and issubclass(task, Task)):
+    task = load(target, "task")
+    if not subclass_of(task, TASK_BASE):
         raise ConfigError("task", f"{name!r} is {task!r}, not a subclass of tune_lowmem Task")
     return task
 
@@ -60,25 +62,6 @@ def module_directory(name: str) -> str | None:
     path = getattr(module, "__file__", None)
     cwd = os.getcwd()
     return cwd if path is not None and os.path.abspath(path).startswith(cwd + os.sep) else None
-
-
-def _entry_point(name: str) -> str | None:
-    found = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP, name=name)
-    return next((entry.value for entry in found), None)
-
-
-def _import(target: str) -> object:
-    module_name, _, attribute = target.partition(":")
-    if os.getcwd() not in sys.path:  # the console script's path lacks it; `python -m` has it
-        sys.path.append(os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise ConfigError("task", f"{target!r} cannot be imported: {error}") from None
-    try:
-        return getattr(module, attribute)
-    except AttributeError:
-        raise ConfigError("task", f"{target!r}: {module_name} has no {attribute!r}") from None
 
 
 def _allowed() -> str:

@@ -23,9 +23,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..finite import all_finite
 from ..torch_private import multiply_
 from ..validation import choice, require
 from .base import Technique
+from .setting import Setting
 
 PRECISIONS = ("fp32", "fp16", "bf16", "amp-fp16", "amp-bf16")
 # How a pure half step writes its update into the half weights: round to nearest, or
@@ -81,20 +83,6 @@ def cast_input(tensor: torch.Tensor, precision: str) -> torch.Tensor:
     if tensor.is_floating_point():
         return tensor.to(storage_dtype(precision))
     return tensor
-
-
-def finite_flag(tensors: list[torch.Tensor]) -> torch.Tensor | None:
-    """Whether no element is inf or NaN, as one bool on the tensors' device (no host sync);
-    None for no tensors."""
-    if not tensors:
-        return None
-    return torch.stack([torch.isfinite(t).all() for t in tensors]).all()
-
-
-def all_finite(tensors: list[torch.Tensor]) -> bool:
-    """`finite_flag` read on the host: one device-to-host sync for all the tensors."""
-    flag = finite_flag(tensors)
-    return True if flag is None else bool(flag)
 
 
 class DynamicLossScaler:
@@ -161,6 +149,15 @@ class Precision(Technique):
     """
 
     NAME = "precision"
+    RUNS_STEP = True
+    SETTINGS = (
+        # fp16/bf16: all storage in half, norms fp32; amp-*: fp32 masters
+        Setting("precision", str, "fp32", older_stores={}),
+        # bf16 only: stochastic rounds each weight update (unbiased; no extra state), kahan
+        # carries what rounding lost to the next update (+2 bytes of state per half weight); both
+        # hold the half weights and gradients in fp32 while the step runs; nearest as plain bf16
+        Setting("precision_update", str, "nearest"),
+    )
 
     def __init__(self, config, task):
         super().__init__(config, task)
