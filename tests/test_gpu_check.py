@@ -12,8 +12,8 @@ import pytest
 
 from tune_lowmem.config import TrialConfig
 from tune_lowmem.memory.share import trial_share
+from tune_lowmem.plugins import techniques
 from tune_lowmem.space import SearchSpace
-from tune_lowmem.techniques import registered
 from tune_lowmem.techniques.precision import PRECISIONS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -45,7 +45,7 @@ def test_memory_configurations_cover_both_tasks_every_technique_and_precision():
     assert len(configs) >= 12
     assert {c.task for c in configs} == {"wrn-cifar10", "dct-iwslt14"}
     assert {c.precision for c in configs} == set(PRECISIONS)
-    for technique in registered():
+    for technique in techniques():
         if technique.NAME != "precision":  # always bound; its values are checked above
             assert any(technique.enabled(c) for c in configs), technique.NAME
     assert all(c.device == "cuda" for c in configs)
@@ -56,7 +56,7 @@ def test_the_step_configurations_turn_each_technique_on_alone():
     enabled = [
         {
             t.NAME
-            for t in registered()
+            for t in techniques()
             if t.NAME != "precision"
             and t.enabled(gpu_check.config_of({**gpu_check.WRN, "model.depth": 28}, fields))
         }
@@ -65,7 +65,7 @@ def test_the_step_configurations_turn_each_technique_on_alone():
     assert base.model.depth == 28 and base.model.width == 2
     assert enabled[0] == set() and all(len(e) <= 1 for e in enabled)
     adams = {"adam_state"}  # the WRN's optimizer is SGD
-    assert set().union(*enabled) == {t.NAME for t in registered() if t.NAME != "precision"} - adams
+    assert set().union(*enabled) == {t.NAME for t in techniques() if t.NAME != "precision"} - adams
 
 
 def test_the_packing_space_is_valid_and_asks_for_gpu_shares(tmp_path):

@@ -19,9 +19,9 @@ from tune_lowmem import store
 from tune_lowmem.config import ConfigError, TrialConfig
 from tune_lowmem.memory.measure import measure
 from tune_lowmem.memory.predict import predict
+from tune_lowmem.plugins import technique_settings, techniques
 from tune_lowmem.tasks import BUILTIN_TASKS, get_task
 from tune_lowmem.tasks.base import Task
-from tune_lowmem.techniques import registered, settings
 from tune_lowmem.techniques.base import Technique
 from tune_lowmem.train import Trainer
 
@@ -117,7 +117,7 @@ def test_every_registered_technique_has_config_validation_and_memory_contributio
     task = get_task(config.task)
     flat = config.to_flat()
     names = set()
-    for technique in registered():
+    for technique in techniques():
         assert issubclass(technique, Technique)
         names.add(technique.NAME)
         for method in ("enabled", "validate", "shape_settings"):  # each overrides the interface
@@ -129,12 +129,14 @@ def test_every_registered_technique_has_config_validation_and_memory_contributio
         assert isinstance(
             technique.accounted_nonzeros(config, task(config, torch.device("cpu")), model), dict
         )
-    assert len(names) == len(registered())
+    assert len(names) == len(techniques())
     # the config's technique fields are exactly the registered settings, each at its default
-    assert [name for name, _ in config.settings] == [s.name for s in settings()]
-    for setting in settings():
+    assert [name for name, _ in config.settings] == [s.name for s in technique_settings()]
+    for setting in technique_settings():
         assert getattr(config, setting.name) == setting.default_value()
-    assert sum(t.RUNS_STEP for t in registered()) == 1  # one technique takes every step
+    assert sum(t.RUNS_STEP for t in techniques()) == 1  # one technique takes every step
+    listed = {t.NAME: t.SETTINGS for t in techniques() if "SETTINGS" in t.__dict__}
+    assert all(s in technique_settings() for own in listed.values() for s in own)
 
 
 def test_profile_json_of_a_user_task(capsys):

@@ -16,7 +16,7 @@ import yaml
 from tune_lowmem import store
 from tune_lowmem.config import ConfigError, TrialConfig
 from tune_lowmem.memory.predict import predict
-from tune_lowmem.techniques import registered
+from tune_lowmem.plugins import techniques
 from tune_lowmem.train import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,7 +52,7 @@ def test_the_package_names_no_plugin_technique():
 
 
 def test_an_installed_technique_is_a_config_field_profiled_and_trained(installed):
-    names = [t.NAME for t in registered()]
+    names = [t.NAME for t in techniques()]
     assert names[-1] == "int8_activations" and "precision" in names
     plain = TrialConfig.from_dict({"task": TINY_TASK, "device": "cpu", "schedule.epochs": 3})
     assert plain.int8_activations is False and plain.to_flat()["int8_activations"] is False

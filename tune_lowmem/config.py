@@ -23,9 +23,8 @@ from typing import Any
 
 import yaml
 
+from .plugins import DEFAULT_TASK, get_task, technique_settings, techniques
 from .schema import Kind, check_types, kind_of, section_kinds
-from .tasks.registry import DEFAULT_TASK, get_task
-from .techniques import registry
 
 # Until the merge points sparsity.py and rewiring.py at techniques.sparsity_config, they import
 # these two names from here.
@@ -65,7 +64,7 @@ class TrialConfig:
         data: Any = None,
         **settings: Any,
     ):
-        declared = {s.name: s for s in registry.settings()}
+        declared = {s.name: s for s in technique_settings()}
         unknown = sorted(set(settings) - set(declared))
         if unknown:
             allowed = ", ".join(sorted([*TRIAL_FIELDS, *TASK_SECTIONS, *declared]))
@@ -101,7 +100,7 @@ class TrialConfig:
         for name in TASK_SECTIONS:
             value = getattr(self, name)
             yield name, type(value), value
-        types = {s.name: s.type for s in registry.settings()}
+        types = {s.name: s.type for s in technique_settings()}
         for name, value in self.settings:
             yield name, types[name], value
 
@@ -133,7 +132,7 @@ class TrialConfig:
         for name, _, value in self.items():
             if is_dataclass(value):
                 value.validate(name)
-        for technique in registry.registered():
+        for technique in techniques():
             technique.validate(self, task)
         task.validate_config(self)
 
@@ -146,7 +145,7 @@ class TrialConfig:
         task = get_task(nested.get("task", cls.task))
         sections = {
             **task.sections(),
-            **{s.name: s.type for s in registry.settings() if s.is_section},
+            **{s.name: s.type for s in technique_settings() if s.is_section},
         }
         kwargs: dict[str, Any] = {}
         for key, value in nested.items():
@@ -191,7 +190,7 @@ class TrialConfig:
 
 def config_kinds(task: str) -> dict[str, Kind]:
     """Dotted config key -> `Kind`, for every field of the task's `TrialConfig`."""
-    return _config_kinds(task, registry.registered())
+    return _config_kinds(task, techniques())
 
 
 @functools.cache
@@ -202,7 +201,7 @@ def _config_kinds(task: str, techniques: tuple[type, ...]) -> dict[str, Kind]:
 def older_store_values() -> dict[str, Any]:
     """Config fields newer than the first stores -> the value every older row implicitly had,
     as each technique declares them (`Setting.older_stores`)."""
-    return {k: v for s in registry.settings() for k, v in s.older_values().items()}
+    return {k: v for s in technique_settings() for k, v in s.older_values().items()}
 
 
 def _build_section(section_cls: type, values: Mapping[str, Any], prefix: str) -> Any:

@@ -66,12 +66,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .config import ConfigError, TrialConfig, config_kinds, older_store_values
+from .results import CUDA_PEAK_COLUMNS
 from .schema import Kind, scalar_fits
 
 SCHEMA_VERSION = 1
 STATUSES = ("completed", "failed", "infeasible", "stopped")  # stopped: by early stopping
-# A CUDA trial's peaks as its caching allocator saw them: live tensors, and what it reserved.
-CUDA_PEAK_COLUMNS = ("cuda_max_allocated_mb", "cuda_max_reserved_mb")
 MEMORY_COLUMNS: dict[str, pa.DataType] = {
     **{
         f"{kind}_{part}_mb": pa.float64()

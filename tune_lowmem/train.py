@@ -20,8 +20,8 @@ from torch import nn
 
 from .config import TrialConfig
 from .finite import finite_flag
+from .plugins import techniques
 from .tasks.base import Task
-from .techniques import registered
 from .techniques.base import Technique
 
 EpochCallback = Callable[[dict[str, float], "Trainer"], None]
@@ -61,7 +61,7 @@ class Trainer:
         seed_everything(config.seed)
         self.task = task or config.task_type()(config, self.device)
         self.techniques: list[Technique] = [
-            technique(config, self.task) for technique in registered() if technique.enabled(config)
+            technique(config, self.task) for technique in techniques() if technique.enabled(config)
         ]
         model = self.task.build_model()
         for technique in self.techniques:
@@ -154,7 +154,7 @@ class Trainer:
                 epoch_seconds=train_seconds,
                 skipped_steps=self.step_runner.skipped_steps,
             )
-            for technique in registered():
+            for technique in techniques():
                 own = self.technique(technique)
                 metrics.update(own.metrics() if own else technique.off_metrics(self.config))
             self.history.append(metrics)

@@ -18,9 +18,10 @@ import pandas as pd
 import yaml
 
 from ..config import ConfigError
+from ..results import MEMORY_OBJECTIVE
 
 VALIDATION, TEST = "metric.val_", "metric.test_"
-MEMORY = "memory.predicted_total_mb"
+MEMORY = MEMORY_OBJECTIVE
 # Old stores only: words in a metric's name that say more is better (accuracy, BLEU).
 HIGHER_IS_BETTER = ("accuracy", "bleu")
 RULE = (

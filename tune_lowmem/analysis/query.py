@@ -15,6 +15,7 @@ import yaml
 
 from .. import pareto
 from ..config import ConfigError
+from ..results import MEASURED_TOTAL, MEMORY_OBJECTIVE
 from . import counted
 from . import objectives as chosen
 from .points import (
@@ -27,7 +28,7 @@ from .points import (
     trial_config,
 )
 
-PREDICTED, MEASURED = "memory.predicted_total_mb", "memory.measured_total_mb"
+PREDICTED, MEASURED = MEMORY_OBJECTIVE, MEASURED_TOTAL
 
 
 def answer(

@@ -159,14 +159,14 @@ def cuda_prediction(
 
 def predict_cuda(config: TrialConfig, capability: tuple[int, int] = (9, 0)) -> CudaPrediction:
     """`cuda_prediction` of a config, from the profiler's cached dry run (no GPU needed)."""
-    from ..techniques import registered
+    from ..plugins import techniques
     from .predict import dry_run, shape_key
     from .synthetic import synthetic_task
 
     run = dry_run(shape_key(config))
     task = synthetic_task(config, torch.device("cpu"))
     sparse: dict[str, int] = {}
-    for technique in registered():  # weights stored sparsely: a bool mask each on the device
+    for technique in techniques():  # weights stored sparsely: a bool mask each on the device
         sparse.update(technique.accounted_nonzeros(config, task, run.model))
     masks = [run.model.get_parameter(name).numel() for name in sparse]
     optimizer = task.build_optimizer(run.model)

@@ -44,8 +44,8 @@ from torch import nn
 
 from ..config import TrialConfig
 from ..finite import finite_flag
+from ..plugins import techniques
 from ..tasks.base import batch_tensors, map_tensors
-from ..techniques import registered
 from ..torch_private import FakeTensorMode, default_foreach
 from ..train import Trainer
 from . import accounting
@@ -118,7 +118,7 @@ def planned_nonzeros(
     """The nonzeros of each weight the techniques store sparsely (the paper's accounting)."""
     task = synthetic_task(config, torch.device("cpu"), lengths)
     nonzeros: dict[str, int] = {}
-    for technique in registered():
+    for technique in techniques():
         nonzeros.update(technique.accounted_nonzeros(config, task, model))
     return nonzeros
 
@@ -134,7 +134,7 @@ def shape_key(config: TrialConfig, lengths: tuple[int, int] | None = None) -> Tr
     reduced = TrialConfig(
         task=config.task, device=device, model=config.model, schedule=type(schedule)(**shapes)
     ).to_flat()
-    for technique in registered():
+    for technique in techniques():
         reduced.update(technique.shape_settings(config))
     return TrialConfig.from_dict(reduced)
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config import TrialConfig
+from ..results import PARTS
 
 MB = 10**6
 SOURCES = ("predicted", "measured")
-PARTS = ("model", "optimizer", "activation", "total")
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from typing import Protocol
 import torch
 
 from ..config import TrialConfig
-from ..store import CUDA_PEAK_COLUMNS
+from ..results import CUDA_PEAK_COLUMNS
 from .cuda import CUDA_CONTEXT_MB, predict_cuda
 from .predict import predict
 from .report import MB

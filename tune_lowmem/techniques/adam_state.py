@@ -26,10 +26,9 @@ import torch
 
 from ..optim import FairseqAdam, Moments, Rule
 from ..validation import choice, require
-from . import blockwise
+from . import blockwise, settings
 from .base import Technique
 from .precision import storage_dtype
-from .setting import Setting
 
 ADAM_STATES = ("param", "bf16", "int8")
 MIN_QUANTIZED = 4096  # bitsandbytes' min_8bit_size: smaller tensors keep their moments unquantized
@@ -92,9 +91,7 @@ class AdamState(Technique):
     """The `adam_state` field: the task's Adam with its moments stored as the field says."""
 
     NAME = "adam_state"
-    # Adam tasks: param (the parameter's dtype); bf16 (lossy, fp32 weights only); int8 (lossy:
-    # 8-bit blockwise-quantized moments, after bitsandbytes)
-    SETTINGS = (Setting("adam_state", str, "param"),)
+    SETTINGS = settings.ADAM_STATE
     LOSSY = True
 
     @classmethod

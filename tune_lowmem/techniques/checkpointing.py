@@ -28,8 +28,8 @@ from torch import nn
 
 from ..models.segments import run_checkpointed
 from ..validation import choice
+from . import settings
 from .base import Technique
-from .setting import Setting
 
 GENERIC_STRATEGIES = ("none", "blocks-1", "blocks-2")
 
@@ -103,8 +103,7 @@ class Checkpointing(Technique):
     """The `checkpoint` field: a strategy the task's model supports."""
 
     NAME = "checkpoint"
-    # gradient checkpointing strategy; the task lists its strategies
-    SETTINGS = (Setting("checkpoint", str, "none", older_stores={}),)
+    SETTINGS = settings.CHECKPOINT
 
     @classmethod
     def enabled(cls, config) -> bool:

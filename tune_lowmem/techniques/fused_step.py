@@ -40,10 +40,10 @@ from torch import nn
 
 from ..optim import FairseqAdam
 from ..validation import choice, require
+from . import settings
 from .base import Technique
 from .fused_adam import FusedAdam
 from .precision import storage_dtype, uses_loss_scaling
-from .setting import Setting
 
 KEY = "momentum_buffer"  # torch.optim.SGD's name for it
 
@@ -142,13 +142,7 @@ class FusedStep(Technique):
     """
 
     NAME = "fused_step"
-    SETTINGS = (
-        # none; exact (the task's SGD applied per parameter in the backward pass); heavy-ball
-        # (lossy: momentum without Nesterov, so microbatch gradients go straight into the
-        # momentum buffer and no gradient buffer exists)
-        Setting("fused_step", str, "none"),
-        Setting("momentum_dtype", str, "param"),  # param: the parameter's; bf16 (lossy; fp32)
-    )
+    SETTINGS = settings.FUSED_STEP
 
     def __init__(self, config, task):
         super().__init__(config, task)

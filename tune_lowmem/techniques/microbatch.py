@@ -10,31 +10,14 @@ as in the paper's Table 2.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
-from ..validation import choice, optional_positive_int
+from ..validation import choice
+from . import settings
 from .base import Technique
-from .setting import Setting
-
-MICROBATCH_MODES = ("true", "simulated")
-
-
-@dataclass(frozen=True)
-class MicrobatchConfig:
-    """Microbatching: split each minibatch, one optimizer step per minibatch."""
-
-    size: int | None = None  # examples or tokens per microbatch (the task's unit); None: off
-    mode: str = (
-        "true"  # true: sequential, gradients accumulated; simulated: BN over groups of the batch
-    )
-
-    def validate(self, prefix: str) -> None:
-        optional_positive_int(self.size, f"{prefix}.size")
-        choice(self.mode, MICROBATCH_MODES, f"{prefix}.mode")
 
 
 def split(tensors: tuple[torch.Tensor, ...], size: int | None) -> list[tuple[torch.Tensor, ...]]:
@@ -74,7 +57,7 @@ class Microbatching(Technique):
     """The `microbatch` section; the task cuts its own batches (it knows what a batch holds)."""
 
     NAME = "microbatch"
-    SETTINGS = (Setting("microbatch", MicrobatchConfig, older_stores={}),)
+    SETTINGS = settings.MICROBATCH
 
     @classmethod
     def enabled(cls, config) -> bool:

@@ -26,8 +26,8 @@ from torch import nn
 from ..finite import all_finite
 from ..torch_private import multiply_
 from ..validation import choice, require
+from . import settings
 from .base import Technique
-from .setting import Setting
 
 PRECISIONS = ("fp32", "fp16", "bf16", "amp-fp16", "amp-bf16")
 # How a pure half step writes its update into the half weights: round to nearest, or
@@ -150,14 +150,7 @@ class Precision(Technique):
 
     NAME = "precision"
     RUNS_STEP = True
-    SETTINGS = (
-        # fp16/bf16: all storage in half, norms fp32; amp-*: fp32 masters
-        Setting("precision", str, "fp32", older_stores={}),
-        # bf16 only: stochastic rounds each weight update (unbiased; no extra state), kahan
-        # carries what rounding lost to the next update (+2 bytes of state per half weight); both
-        # hold the half weights and gradients in fp32 while the step runs; nearest as plain bf16
-        Setting("precision_update", str, "nearest"),
-    )
+    SETTINGS = settings.PRECISION
 
     def __init__(self, config, task):
         super().__init__(config, task)
