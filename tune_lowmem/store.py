@@ -17,7 +17,7 @@ Both tables are Hive-partitioned Parquet datasets that need nothing of this proj
 Translation trials' `metric.val_bleu` / `metric.test_bleu` are tokenised BLEU (BPE removed,
 text still Moses-tokenised and lower-cased, as fairseq-generate --remove-bpe and the paper score
 it); `metric.*_sacrebleu` (stores from this version on) are detokenised sacreBLEU, signature
-`tune_lowmem.decode.sacrebleu_signature()` with `version.sacrebleu`.
+`tune_lowmem.tasks.translation.decode.sacrebleu_signature()` with `version.sacrebleu`.
 
 ``sweep`` is the partition key and lives in the path only (a copy inside the files would clash
 with it in pyarrow). Config columns have the types of the `TrialConfig` fields, so every trial

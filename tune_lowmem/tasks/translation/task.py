@@ -17,12 +17,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..config import TrialConfig
-from ..data import data_root, iwslt14
-from ..decode import bleu, detok_bleu, references, translate
-from ..models.dynamicconv import DynamicConvConfig, DynamicConvTransformer
-from ..optim import FairseqAdam
-from ..validation import (
+from ...config import TrialConfig
+from ...data import data_root, iwslt14
+from ...models.dynamicconv import DynamicConvConfig, DynamicConvTransformer
+from ...optim import FairseqAdam
+from ...validation import (
     ConfigError,
     nonnegative_float,
     nonnegative_int,
@@ -32,7 +31,8 @@ from ..validation import (
     probability,
     require,
 )
-from .base import Metric, Task, conv_and_linear_weights
+from ..base import Metric, Task, conv_and_linear_weights
+from .decode import bleu, detok_bleu, references, translate
 
 # The profiler's stand-in data: fairseq's IWSLT'14 de-en after prepare-iwslt14.sh and
 # fairseq-preprocess (separate dictionaries, specials included, padded to a multiple of 8):
@@ -184,7 +184,7 @@ class DynamicConvIwslt14(Task):
             self.config.model, *self.vocab_sizes(), iwslt14.PAD
         )
         if self.config.model.init_checkpoint is not None:
-            from ..fairseq_interop import init_from_checkpoint
+            from .fairseq_interop import init_from_checkpoint
 
             source, target = self.corpus.src_dict.symbols, self.corpus.tgt_dict.symbols
             init_from_checkpoint(model, self.config.model, source, target)
@@ -302,7 +302,7 @@ class DynamicConvIwslt14(Task):
 
     def bleu(self, model: nn.Module, split: iwslt14.ParallelText, name: str) -> dict[str, float]:
         """`<name>_bleu`, tokenised BLEU as the paper reports it, and `<name>_sacrebleu`,
-        detokenised sacreBLEU (see tune_lowmem.decode)."""
+        detokenised sacreBLEU (see tune_lowmem.tasks.translation.decode)."""
         s = self.config.schedule
         hypotheses = translate(
             model,
