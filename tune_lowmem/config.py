@@ -65,6 +65,9 @@ class TrialConfig:
         **settings: Any,
     ):
         declared = {s.name: s for s in technique_settings()}
+        taken = sorted(set(declared) & {*TRIAL_FIELDS, *TASK_SECTIONS, "settings"})
+        if taken:
+            raise ConfigError(taken[0], "a technique declares it, but it is a trial's own field")
         unknown = sorted(set(settings) - set(declared))
         if unknown:
             allowed = ", ".join(sorted([*TRIAL_FIELDS, *TASK_SECTIONS, *declared]))
