@@ -22,9 +22,15 @@ import torch
 from tune_lowmem import cli, store
 from tune_lowmem.config import TrialConfig
 from tune_lowmem.data import data_root, iwslt14
-from tune_lowmem.decode import bleu, detok_bleu, references, sacrebleu_signature, translate
-from tune_lowmem.fairseq_tools import fairseq_generate
 from tune_lowmem.tasks.translation import DynamicConvIwslt14
+from tune_lowmem.tasks.translation.decode import (
+    bleu,
+    detok_bleu,
+    references,
+    sacrebleu_signature,
+    translate,
+)
+from tune_lowmem.tasks.translation.fairseq_tools import fairseq_generate
 from tune_lowmem.train import Trainer
 
 SWEEP, TRIAL = "bench", "t1"

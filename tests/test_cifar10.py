@@ -2,8 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from tune_lowmem.config import DataConfig
-from tune_lowmem.data import cifar10
+from tune_lowmem.data import DataConfig, cifar10
 
 
 def test_search_split_is_45000_5000_seeded_and_disjoint():

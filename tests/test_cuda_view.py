@@ -11,6 +11,7 @@ from tune_lowmem.memory import MB
 from tune_lowmem.memory.allocations import measure_allocations
 from tune_lowmem.memory.cuda import (
     BLAS_THREADS,
+    CUDA_CONTEXT_MB,
     allocated_size,
     blas_workspace_bytes,
     blas_workspaces,
@@ -24,7 +25,6 @@ from tune_lowmem.memory.cuda import (
     segment_size,
 )
 from tune_lowmem.memory.predict import predict
-from tune_lowmem.memory.share import CUDA_CONTEXT_MB
 
 MiB = 1 << 20
 

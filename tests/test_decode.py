@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from tune_lowmem.data.iwslt14 import EOS, PAD, Dictionary, ParallelText
-from tune_lowmem.decode import (
+from tune_lowmem.tasks.translation.decode import (
     beam_search,
     bleu,
     detok_bleu,

@@ -6,9 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tune_lowmem.config import DynamicConvConfig
 from tune_lowmem.models import dynamicconv
-from tune_lowmem.models.dynamicconv import DynamicConv, DynamicConvTransformer, LayerNorm
+from tune_lowmem.models.dynamicconv import (
+    DynamicConv,
+    DynamicConvConfig,
+    DynamicConvTransformer,
+    LayerNorm,
+)
 from tune_lowmem.techniques.precision import cast_model
 
 PAD, EOS = 1, 2

@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from tests.test_translation_task import tiny_dct
-from tune_lowmem import cli, fairseq_interop, fairseq_tools, store
+from tune_lowmem import cli, store
 from tune_lowmem.config import ConfigError
 from tune_lowmem.data import data_root, iwslt14
-from tune_lowmem.decode import bleu, references, translate
-from tune_lowmem.tasks.translation import DynamicConvIwslt14
+from tune_lowmem.tasks.translation import DynamicConvIwslt14, fairseq_interop, fairseq_tools
+from tune_lowmem.tasks.translation.decode import bleu, references, translate
 
 SWEEP = "s"
 HAS_FAIRSEQ = fairseq_interop.fairseq_available()

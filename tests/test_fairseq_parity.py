@@ -1,5 +1,5 @@
 """The project's DynamicConv Transformer computes fairseq's `lightconv_iwslt_de_en` (dynamic):
-same weights (copied by tune_lowmem.fairseq_interop's name mapping), same log-probabilities, same
+same weights (copied by tune_lowmem.tasks.translation.fairseq_interop's name mapping), same log-probabilities, same
 loss and same parameters after optimizer steps, on real IWSLT'14 batches. Skipped without the
 `fairseq` extra (./setup.sh --fairseq)."""
 
@@ -11,18 +11,18 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tune_lowmem.config import DataConfig, DynamicConvConfig, TrialConfig
-from tune_lowmem.data import data_root, iwslt14
-from tune_lowmem.fairseq_interop import (
+from tune_lowmem.config import TrialConfig
+from tune_lowmem.data import DataConfig, data_root, iwslt14
+from tune_lowmem.models.dynamicconv import DynamicConvConfig, DynamicConvTransformer
+from tune_lowmem.tasks.translation import DynamicConvIwslt14
+from tune_lowmem.tasks.translation.fairseq_interop import (
     INSTALL_HINT,
     fairseq_arguments,
     fairseq_name,
     from_fairseq,
     to_fairseq,
 )
-from tune_lowmem.fairseq_tools import build_fairseq
-from tune_lowmem.models.dynamicconv import DynamicConvTransformer
-from tune_lowmem.tasks.translation import DynamicConvIwslt14
+from tune_lowmem.tasks.translation.fairseq_tools import build_fairseq
 
 pytest.importorskip("fairseq", reason=INSTALL_HINT)
 

@@ -16,7 +16,7 @@ import pytest
 from tune_lowmem import store
 from tune_lowmem.config import TrialConfig
 from tune_lowmem.memory.share import trial_share
-from tune_lowmem.techniques import TECHNIQUES
+from tune_lowmem.plugins import techniques
 from tune_lowmem.techniques.precision import PRECISIONS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -133,7 +133,7 @@ def test_memory_configurations_cover_both_tasks_every_technique_and_precision():
     assert len(configs) >= 15
     assert {c.task for c in configs} == {"wrn-cifar10", "dct-iwslt14"}
     assert {c.precision for c in configs} == set(PRECISIONS)
-    for technique in TECHNIQUES:
+    for technique in techniques():
         if technique.NAME != "precision":  # always bound; its values are checked above
             assert any(technique.enabled(c) for c in configs), technique.NAME
     assert all(c.device == "cuda" for c in configs)
@@ -145,12 +145,12 @@ def test_the_step_configurations_turn_each_technique_on_alone():
     base = gpu_check.SIZES["full"].step
     configs = [gpu_check.config_of(base, fields, "cuda") for _, fields in gpu_check.STEP_CONFIGS]
     enabled = [
-        {t.NAME for t in TECHNIQUES if t.NAME != "precision" and t.enabled(c)} for c in configs
+        {t.NAME for t in techniques() if t.NAME != "precision" and t.enabled(c)} for c in configs
     ]
     assert configs[0].model.depth == 28 and configs[0].model.width == 2
     assert enabled[0] == set() and all(len(e) <= 1 for e in enabled)
     adams = {"adam_state"}  # the WRN's optimizer is SGD
-    assert set().union(*enabled) == {t.NAME for t in TECHNIQUES if t.NAME != "precision"} - adams
+    assert set().union(*enabled) == {t.NAME for t in techniques() if t.NAME != "precision"} - adams
 
 
 def test_the_packing_plan_asks_for_gpu_shares_the_mispredicted_point_outgrows():

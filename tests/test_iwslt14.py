@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from tune_lowmem.config import DataConfig
-from tune_lowmem.data import data_root, iwslt14
+from tune_lowmem.data import DataConfig, data_root, iwslt14
 from tune_lowmem.data.iwslt14 import (
     BOS,
     EOS,

@@ -3,8 +3,7 @@
 import pytest
 
 from tests.conftest import tiny_wrn_config
-from tune_lowmem.config import StepScheduleConfig
-from tune_lowmem.tasks.classification import step_learning_rate
+from tune_lowmem.tasks.classification import StepScheduleConfig, step_learning_rate
 from tune_lowmem.train import Trainer
 
 # (epochs, updates per epoch) -> the first update of each lr level after 0.1, worked out by hand

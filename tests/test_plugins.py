@@ -19,9 +19,10 @@ from tune_lowmem import store
 from tune_lowmem.config import ConfigError, TrialConfig
 from tune_lowmem.memory.measure import measure
 from tune_lowmem.memory.predict import predict
+from tune_lowmem.plugins import technique_settings, techniques
 from tune_lowmem.tasks import BUILTIN_TASKS, get_task
 from tune_lowmem.tasks.base import Task
-from tune_lowmem.techniques import TECHNIQUES, Technique
+from tune_lowmem.techniques.base import Technique
 from tune_lowmem.train import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -116,9 +117,8 @@ def test_every_registered_technique_has_config_validation_and_memory_contributio
     task = get_task(config.task)
     flat = config.to_flat()
     names = set()
-    for technique in TECHNIQUES:
+    for technique in techniques():
         assert issubclass(technique, Technique)
-        assert technique.NAME in {f.name for f in dataclasses.fields(TrialConfig)}
         names.add(technique.NAME)
         for method in ("enabled", "validate", "shape_settings"):  # each overrides the interface
             assert getattr(technique, method).__func__ is not getattr(Technique, method).__func__
@@ -129,7 +129,14 @@ def test_every_registered_technique_has_config_validation_and_memory_contributio
         assert isinstance(
             technique.accounted_nonzeros(config, task(config, torch.device("cpu")), model), dict
         )
-    assert len(names) == len(TECHNIQUES)
+    assert len(names) == len(techniques())
+    # the config's technique fields are exactly the registered settings, each at its default
+    assert [name for name, _ in config.settings] == [s.name for s in technique_settings()]
+    for setting in technique_settings():
+        assert getattr(config, setting.name) == setting.default_value()
+    assert sum(t.RUNS_STEP for t in techniques()) == 1  # one technique takes every step
+    listed = {t.NAME: t.SETTINGS for t in techniques() if "SETTINGS" in t.__dict__}
+    assert all(s in technique_settings() for own in listed.values() for s in own)
 
 
 def test_profile_json_of_a_user_task(capsys):

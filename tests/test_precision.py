@@ -43,15 +43,15 @@ def test_overflow_skips_the_step_and_lowers_the_scale(tiny_config):
     trainer = Trainer(tiny_config(precision="fp16"))
     batch = next(iter(trainer.task.train_batches(0)))
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
-    scale = trainer.precision.loss_scale
-    trainer.precision.scaler.scale = 1e30  # the scaled loss overflows fp16 gradients
+    scale = trainer.step_runner.loss_scale
+    trainer.step_runner.scaler.scale = 1e30  # the scaled loss overflows fp16 gradients
     out = trainer.train_step(batch)
     assert out["stepped"] == 0.0
-    assert trainer.precision.skipped_steps == 1
-    assert trainer.precision.loss_scale == 1e30 * 0.5
+    assert trainer.step_runner.skipped_steps == 1
+    assert trainer.step_runner.loss_scale == 1e30 * 0.5
     for n, p in trainer.model.named_parameters():
         assert torch.equal(p.detach(), before[n]), n  # no update was applied
-    trainer.precision.scaler.scale = scale
+    trainer.step_runner.scaler.scale = scale
     assert trainer.train_step(batch)["stepped"] == 1.0
 
 

@@ -6,7 +6,6 @@ import pytest
 
 from tests.conftest import tiny_wrn_config
 from tune_lowmem import store
-from tune_lowmem.config import ConfigError, SparsityConfig
 from tune_lowmem.space import SearchSpace
 from tune_lowmem.tasks.translation import DynamicConvIwslt14
 from tune_lowmem.techniques.rewiring import (
@@ -16,8 +15,10 @@ from tune_lowmem.techniques.rewiring import (
     rewiring_updates,
 )
 from tune_lowmem.techniques.sparsity import Sparsity
+from tune_lowmem.techniques.sparsity_config import SparsityConfig
 from tune_lowmem.train import Trainer
 from tune_lowmem.trainable import store_record
+from tune_lowmem.validation import ConfigError
 
 RELATIVE = SparsityConfig(density=0.3)
 ABSOLUTE = SparsityConfig(density=0.3, schedule_units="absolute")

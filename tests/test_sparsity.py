@@ -8,11 +8,12 @@ import torch
 from torch import nn
 
 from tests.conftest import tiny_wrn_config
-from tune_lowmem.config import ConfigError, SparsityConfig, TrialConfig
+from tune_lowmem.config import ConfigError, TrialConfig
 from tune_lowmem.models.wideresnet import WideResNet
 from tune_lowmem.techniques.packed import dense_shape, sparse_storage_bytes
 from tune_lowmem.techniques.rewiring import RunLength
 from tune_lowmem.techniques.sparsity import DynamicSparsity, Sparsity, apportion, rewiring_period
+from tune_lowmem.techniques.sparsity_config import SparsityConfig
 from tune_lowmem.train import Trainer
 
 # 10 updates an epoch in the tiny config; rewire every other update, with plenty of churn.

@@ -19,14 +19,15 @@ from tune_lowmem.validation import positive_float, positive_int
 
 @dataclass(frozen=True)
 class BlobModel:
-    """An MLP: two hidden blocks of `hidden` units."""
+    """An MLP: `blocks` hidden blocks (at least two) of `hidden` units."""
 
     features: int = 8
     hidden: int = 16
     classes: int = 3
+    blocks: int = 2
 
     def validate(self, prefix: str) -> None:
-        for name in ("features", "hidden", "classes"):
+        for name in ("features", "hidden", "classes", "blocks"):
             positive_int(getattr(self, name), f"{prefix}.{name}")
 
 
@@ -83,7 +84,9 @@ class TinyBlobs(Task):
     def build_model(self) -> nn.Module:
         m = self.config.model
         blocks = [nn.Sequential(nn.Linear(m.features, m.hidden), nn.ReLU())]
-        blocks.append(nn.Sequential(nn.Linear(m.hidden, m.hidden), nn.ReLU()))
+        blocks += [
+            nn.Sequential(nn.Linear(m.hidden, m.hidden), nn.ReLU()) for _ in range(1, m.blocks)
+        ]
         return nn.Sequential(nn.Sequential(*blocks), nn.Linear(m.hidden, m.classes))
 
     def build_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:

@@ -23,7 +23,8 @@ from ray.tune.experiment import Trial
 
 from . import pareto, store
 from .analysis.counted import labelled
-from .space import SearchSpace, store_column
+from .results import store_column
+from .space import SearchSpace
 
 BEST_SHOWN = 3  # points of the running Pareto front printed after each finished trial
 

@@ -10,7 +10,6 @@ numbers, integers fit int64, floats are finite, lists are lists (a list column i
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import types
 import typing
@@ -113,18 +112,10 @@ def section_kinds(section: Any, prefix: str = "") -> Iterable[tuple[str, Kind]]:
             yield f"{prefix}{f.name}", kind_of(hints[f.name])
 
 
-def check_types(config: Any) -> None:
-    """Every leaf field of `config` against its annotation, naming the first that is wrong."""
-    for name, kind in section_kinds(config):
+def check_types(config: Any, kinds: Iterable[tuple[str, Kind]]) -> None:
+    """Every leaf field of `config` against its kind, naming the first that is wrong."""
+    for name, kind in kinds:
         value = config
         for part in name.split("."):
             value = getattr(value, part)
         kind.check(value, name)
-
-
-@functools.cache
-def config_kinds(task: str) -> dict[str, Kind]:
-    """Dotted config key -> `Kind`, for every field of the task's `TrialConfig`."""
-    from .config import TrialConfig
-
-    return dict(section_kinds(TrialConfig.from_dict({"task": task})))

@@ -44,8 +44,14 @@ from pathlib import Path
 from typing import Any
 
 from .config import SEED_LIMIT, ConfigError, TrialConfig
-from .memory.report import PARTS
-from .store import CUDA_PEAK_COLUMNS, check_name
+from .plugins import techniques
+from .results import (
+    DIRECTIONS,
+    LEGACY_METRICS,
+    MEASURED_METRICS,
+    PREDICTED_METRICS,
+)
+from .store import check_name
 from .validation import (
     is_int,
     is_number,
@@ -59,24 +65,7 @@ from .validation import (
 )
 from .yaml_loading import load_file, load_text
 
-SAMPLERS = ("nsga2", "tpe", "gp", "random", "grid")
 PARAM_TYPES = ("uniform", "loguniform", "int", "choice")
-DIRECTIONS = ("maximize", "minimize")
-
-# The profiler's prediction (known before training) and the measured step (known once it
-# starts), named as the store's columns: `memory.predicted_total_mb` is the memory objective.
-PREDICTED_METRICS = (*(f"memory.predicted_{part}_mb" for part in PARTS), "memory.flops_per_step")
-MEASURED_METRICS = tuple(f"memory.measured_{part}_mb" for part in PARTS)
-# Both totals as the masked step holds them (the ones above count sparse weights as CSR)
-STORED_METRICS = tuple(f"memory.{kind}_stored_total_mb" for kind in ("predicted", "measured"))
-CUDA_PEAK_METRICS = tuple(f"memory.{column}" for column in CUDA_PEAK_COLUMNS)  # GPU trials
-MEMORY_OBJECTIVE = "memory.predicted_total_mb"
-# Names of the first version, still read in old spaces and sweep folders.
-LEGACY_METRICS = {
-    **{f"memory_{part}_mb": f"memory.predicted_{part}_mb" for part in PARTS},
-    "flops_per_step": "memory.flops_per_step",
-    **{f"measured_{part}_mb": f"memory.measured_{part}_mb" for part in PARTS},
-}
 UNKNOWN_WORST = 1e9  # what a never-trained point is told for a metric without bounds
 CONSTRAINT = "memory_over_budget_mb"  # Optuna constraint: predicted MB - budget, > 0 is infeasible
 
@@ -124,22 +113,17 @@ _CONDITION = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(<=|>=|==|!=|<|>|not in|in)\s*
 _GRID_LIMIT = 1_000_000
 SCHEDULERS = ("mo-asha",)
 _SCHEDULER_KEYS = ("type", "grace_epochs", "reduction_factor")
-_SAMPLER_CLASSES = {
+SAMPLER_CLASSES = {  # the sampler names of a space, and their Optuna classes
     "nsga2": "NSGAIISampler",
     "tpe": "TPESampler",
     "gp": "GPSampler",
     "random": "RandomSampler",
     "grid": "GridSampler",
 }
+SAMPLERS = tuple(SAMPLER_CLASSES)
 _NOT_OPTIONS = ("self", "seed", "search_space")  # set by the space itself
 _AT_LEAST_ONE = ("n_ei_candidates", "population_size", "n_candidates")  # options counting draws
 _PROBE_COMBINATIONS = 256  # other params' probe values tried before a value is declared impossible
-
-
-def store_column(metric: str) -> str:
-    """The column of the store's trials table that holds a reported metric."""
-    metric = LEGACY_METRICS.get(metric, metric)
-    return metric if metric.startswith("memory.") else f"metric.{metric}"
 
 
 def worst_value(metric: str, direction: str, task: str | None = None) -> float:
@@ -391,17 +375,14 @@ class SearchSpace:
 
         options = dict(self.sampler_options)
         seed = None if self.sampler_seed is None else (self.sampler_seed + seed_offset) % SEED_LIMIT
-        makers = {
-            "nsga2": lambda: optuna.samplers.NSGAIISampler(seed=seed, **options),
-            "tpe": lambda: optuna.samplers.TPESampler(seed=seed, **options),
-            "gp": lambda: optuna.samplers.GPSampler(seed=seed, **options),
-            "random": lambda: optuna.samplers.RandomSampler(seed=seed, **options),
-            "grid": lambda: optuna.samplers.GridSampler(
-                {p.name: list(p.values) for p in self.params}, seed=seed, **options
-            ),
-        }
+        sampler = getattr(optuna.samplers, SAMPLER_CLASSES[self.sampler])
+        grid = {p.name: list(p.values) for p in self.params} if self.sampler == "grid" else None
         try:
-            return makers[self.sampler]()
+            return (
+                sampler(seed=seed, **options)
+                if grid is None
+                else sampler(grid, seed=seed, **options)
+            )
         except (TypeError, ValueError) as error:
             raise ConfigError(
                 "sampler_options", f"{error}; see optuna.samplers for {self.sampler}'s options"
@@ -428,7 +409,7 @@ def _sampler_options(sampler: str, raw: Any) -> dict[str, Any]:
     import optuna
 
     options = mapping(raw, "sampler_options")
-    parameters = inspect.signature(getattr(optuna.samplers, _SAMPLER_CLASSES[sampler])).parameters
+    parameters = inspect.signature(getattr(optuna.samplers, SAMPLER_CLASSES[sampler])).parameters
     allowed = [p for p in parameters if p not in _NOT_OPTIONS]
     for name, value in options.items():
         field_name = f"sampler_options.{name}"
@@ -535,7 +516,9 @@ def _params(raw: Any, base: dict[str, Any]) -> tuple[Param, ...]:
             )
         params.append(_param(name, mapping(spec, prefix), prefix))
     _probe(params, base)
-    _check_rewiring(params, base)
+    probes = {p.name: p.probes() for p in params}
+    for technique in techniques():  # what a technique's own knobs need of a space
+        technique.check_space(probes, base, _PROBE_COMBINATIONS)
     return tuple(params)
 
 
@@ -638,34 +621,6 @@ def _probe(params: list[Param], base: dict[str, Any]) -> None:
                 raise ConfigError(
                     f"params.{param.name}", f"{value!r} gives no valid config: {error}"
                 )
-
-
-def _check_rewiring(params: list[Param], base: dict[str, Any]) -> None:
-    """Searched rewiring knobs do nothing at a point that never rewires: each combination of the
-    ends and choices of what shapes the rewiring schedule must rewire at least once if sparse."""
-    from .techniques.rewiring import REWIRING_KNOBS, SCHEDULE_SHAPERS, planned_run, rewiring_updates
-
-    knobs = [p.name for p in params if p.name in REWIRING_KNOBS]
-    if not knobs:
-        return
-    shapers = [[(p.name, v) for v in p.probes()] for p in params if p.name in SCHEDULE_SHAPERS]
-    for combo in itertools.islice(itertools.product(*shapers), _PROBE_COMBINATIONS):
-        values = {**base, **dict(combo)}
-        if _valid(values) is not None:
-            continue
-        config = TrialConfig.from_dict(values)
-        if not config.sparsity.enabled or config.sparsity.rewiring == "static":
-            continue
-        run = planned_run(config)
-        if next(rewiring_updates(config.sparsity, run), None) is None:
-            point = ", ".join(f"{k}={v}" for k, v in combo)
-            raise ConfigError(
-                f"params.{knobs[0]}",
-                f"the point {point} rewires 0 times in its {run.updates} updates "
-                f"(sparsity.schedule_units {config.sparsity.schedule_units}), so searching "
-                f"{', '.join(knobs)} does nothing; allowed: points that rewire (schedule_units "
-                "relative, a lower period_multiplier or a longer run)",
-            )
 
 
 def _conditions(raw: Any, params: tuple[Param, ...]) -> dict[str, Condition]:

@@ -19,9 +19,10 @@ import torch
 from torch import nn
 
 from .config import TrialConfig
+from .finite import finite_flag
+from .plugins import techniques
 from .tasks.base import Task
-from .techniques import TECHNIQUES, Technique
-from .techniques.precision import Precision, finite_flag
+from .techniques.base import Technique
 
 EpochCallback = Callable[[dict[str, float], "Trainer"], None]
 
@@ -60,13 +61,14 @@ class Trainer:
         seed_everything(config.seed)
         self.task = task or config.task_type()(config, self.device)
         self.techniques: list[Technique] = [
-            technique(config, self.task) for technique in TECHNIQUES if technique.enabled(config)
+            technique(config, self.task) for technique in techniques() if technique.enabled(config)
         ]
         model = self.task.build_model()
         for technique in self.techniques:
             model = technique.apply(model)
         self.model: nn.Module = model.to(self.device)
-        self.precision: Precision = self.technique(Precision)
+        # the technique that runs every loss's forward and backward and the optimizer step
+        self.step_runner = next(t for t in self.techniques if t.RUNS_STEP)
         self.optimizer = self.task.build_optimizer(self.model)
         for technique in self.techniques:
             technique.attach(self.optimizer)
@@ -95,31 +97,31 @@ class Trainer:
         for technique in self.techniques:
             technique.begin_step(len(microbatches))
         for micro in microbatches:
-            with self.precision.forward_context():
+            with self.step_runner.forward_context():
                 loss, _ = self.task.loss(model, micro)
             scaled = loss / normaliser
-            self.precision.backward(scaled)
+            self.step_runner.backward(scaled)
             summed = summed + loss.detach().double()
         finite = finite_flag([p.grad for p in model.parameters() if p.grad is not None])
         total_loss, all_finite = read_once(summed, finite)
-        if not math.isfinite(total_loss) and self.precision.scaler is None:
+        if not math.isfinite(total_loss) and self.step_runner.scaler is None:
             raise TrainingDiverged(
                 f"loss is {total_loss} at update {self.updates} (epoch {self.epoch})"
             )
-        stepped = self.precision.unscale_(model.parameters(), bool(all_finite))
+        stepped = self.step_runner.unscale_(model.parameters(), bool(all_finite))
         if stepped:
             for technique in self.techniques:
                 technique.before_step()
-            self.precision.step(optimizer, model.parameters())
+            self.step_runner.step(optimizer, model.parameters())
             for technique in self.techniques:
                 technique.after_step(self.epoch, self.updates)
-        elif self.precision.scaler is None:
+        elif self.step_runner.scaler is None:
             raise TrainingDiverged(
                 f"gradients are not finite at update {self.updates} (epoch {self.epoch})"
             )
-        elif self.precision.loss_scale <= self.precision.scaler.min_scale:
+        elif self.step_runner.loss_scale <= self.step_runner.scaler.min_scale:
             raise TrainingDiverged(
-                f"fp16 loss scale collapsed to {self.precision.loss_scale} (NaN or overflow)"
+                f"fp16 loss scale collapsed to {self.step_runner.loss_scale} (NaN or overflow)"
             )
         self.updates += 1
         return {"loss": total_loss / normaliser, "stepped": float(stepped), "lr": lr}
@@ -142,7 +144,7 @@ class Trainer:
             train_seconds = time.perf_counter() - started
             final = self.task.finished(self.epoch, self.updates)
             self.model.eval()
-            with self.precision.forward_context():
+            with self.step_runner.forward_context():
                 metrics = self.task.evaluate(self.model, final=final)
             metrics.update(
                 epoch=self.epoch,
@@ -150,9 +152,9 @@ class Trainer:
                 train_loss=float(np.mean(losses)) if losses else math.nan,
                 lr=self.task.learning_rate(self.epoch - 1, self.updates - 1),
                 epoch_seconds=train_seconds,
-                skipped_steps=self.precision.skipped_steps,
+                skipped_steps=self.step_runner.skipped_steps,
             )
-            for technique in TECHNIQUES:
+            for technique in techniques():
                 own = self.technique(technique)
                 metrics.update(own.metrics() if own else technique.off_metrics(self.config))
             self.history.append(metrics)

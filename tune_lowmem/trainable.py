@@ -48,15 +48,15 @@ from .memory.measure import measure
 from .memory.predict import predict
 from .memory.share import hold_to_share, peak_memory_mb, trial_share
 from .memory.stored import stored, stored_totals
-from .space import (
+from .results import (
     CUDA_PEAK_METRICS,
     MEASURED_METRICS,
     MEMORY_OBJECTIVE,
     PREDICTED_METRICS,
     STORED_METRICS,
-    SearchSpace,
     store_column,
 )
+from .space import SearchSpace
 from .train import Trainer, resolve_device
 
 CHECKPOINT_FILE = "trainer.pt"

@@ -17,10 +17,11 @@ from pathlib import Path
 import pandas as pd
 
 from ..config import ConfigError
+from ..results import MEMORY_OBJECTIVE
 from ..yaml_loading import load_file
 
 VALIDATION, TEST = "metric.val_", "metric.test_"
-MEMORY = "memory.predicted_total_mb"
+MEMORY = MEMORY_OBJECTIVE
 # Old stores only: words in a metric's name that say more is better (accuracy, BLEU).
 HIGHER_IS_BETTER = ("accuracy", "bleu")
 RULE = (

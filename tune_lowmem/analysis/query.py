@@ -16,6 +16,7 @@ import yaml
 
 from .. import pareto
 from ..config import ConfigError
+from ..results import MEASURED_TOTAL, MEMORY_OBJECTIVE
 from . import counted
 from . import objectives as chosen
 from .points import (
@@ -28,7 +29,7 @@ from .points import (
     trial_config,
 )
 
-PREDICTED, MEASURED = "memory.predicted_total_mb", "memory.measured_total_mb"
+PREDICTED, MEASURED = MEMORY_OBJECTIVE, MEASURED_TOTAL
 
 
 @dataclass

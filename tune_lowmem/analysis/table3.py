@@ -17,10 +17,8 @@ from . import baselines, counted
 from .points import (
     NO_TECHNIQUE,
     Points,
-    describe,
     metric_name,
     metric_scale,
-    trial_config,
 )
 
 NAME = "table3"
@@ -115,9 +113,9 @@ def _label(metric: str) -> str:
 def _predicted_baseline(points: Points, scored: pd.DataFrame) -> dict:
     """No baseline trial: the profiler's memory for the best full-size point, techniques off,
     as the sweep recorded it when it ended (else predicted now, which needs torch)."""
-    reference = baseline_reference(scored, points)
-    label, memory = baselines.saved(points).get(reference["seed_group"]) or predict_baseline(
-        points, reference
+    reference = baselines.baseline_reference(scored, points)
+    label, memory = baselines.saved(points).get(reference["seed_group"]) or (
+        baselines.predict_baseline(points, reference)
     )
     empty = _row(points, "", reference, None, 1.0)
     return {
@@ -131,26 +129,6 @@ def _predicted_baseline(points: Points, scored: pd.DataFrame) -> dict:
         "trials": "",
         "seed_group": "",
     }
-
-
-def baseline_reference(scored: pd.DataFrame, points: Points) -> pd.Series:
-    """The configuration whose model the baseline trains: the best full-size one on validation."""
-    full_size = scored[~scored["techniques"].str.contains("smaller ", regex=False)]
-    means = full_size[f"{points.score}.mean"]
-    return full_size.loc[means.idxmax() if points.direction == "maximize" else means.idxmin()]
-
-
-def predict_baseline(points: Points, reference: pd.Series) -> tuple[str, float]:
-    """The baseline's label and predicted memory (MB): the one place the analysis needs the
-    profiler, and so torch, imported only here."""
-    from ..config import TrialConfig
-    from ..memory import MB, baseline_config
-    from ..memory.predict import predict
-
-    stored = trial_config(points.trials, reference["seed_group"])
-    config = baseline_config(TrialConfig.from_dict(stored))
-    label = describe({f"config.{key}": value for key, value in config.to_flat().items()})
-    return label, predict(config).total_bytes / MB
 
 
 def to_markdown(table: pd.DataFrame, points: Points) -> str:

@@ -23,55 +23,16 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from .. import store
-    from ..config import ConfigError, DynamicConvConfig
-    from ..data import data_root, iwslt14
-    from ..fairseq_interop import require_fairseq
+    from ..config import ConfigError
+    from ..tasks.translation.export import export_fairseq
 
     if args.format not in FORMATS:
         raise ConfigError(
             "--format", f"{args.format!r} is not allowed; allowed: {', '.join(FORMATS)}"
         )
     row = _trial_row(store, Path(args.store), args.trial_id, args.sweep)
-    config = store.trial_config(row)
-    if not isinstance(config.model, DynamicConvConfig):
-        raise ConfigError(
-            "trial_id",
-            f"{args.trial_id} is a trial of task {config.task}; --format fairseq exports "
-            "DynamicConv Transformer trials (model section DynamicConvConfig) only",
-        )
-    weights = store.model_file(args.store, row["sweep"], args.trial_id)
-    if not weights.is_file():
-        raise ConfigError(
-            "trial_id",
-            f"{args.trial_id} has no final weights at {weights} "
-            "(kept for trials completed by this version on)",
-        )
-    require_fairseq("--format")
-    import torch
-
-    from ..fairseq_tools import REQUIRED_BATCH_SIZE_MULTIPLE, export_checkpoint
-
-    corpus = iwslt14.load(iwslt14.find_folder(data_root(config.data)))
     out = Path(args.out or Path("export") / args.trial_id)
-    from ..techniques.packed import dense_state_dict
-
-    path = export_checkpoint(  # fairseq knows no packed layers: sparse weights densified
-        dense_state_dict(torch.load(weights, map_location="cpu", weights_only=True)),
-        config.model,
-        corpus.src_dict.symbols,
-        corpus.tgt_dict.symbols,
-        out,
-        extra={"sweep": row["sweep"], "trial_id": args.trial_id},
-    )
-    print(
-        f"wrote {path} with {out}/dict.de.txt and {out}/dict.en.txt; translate a test set with\n"
-        f"  fairseq-preprocess -s de -t en --srcdict {out}/dict.de.txt --tgtdict {out}/dict.en.txt "
-        f"--testpref TEXT/test --destdir BIN\n"
-        f"  fairseq-generate BIN --path {path} --beam 5 --lenpen 1 --max-len-a 1.2 --max-len-b 10 "
-        f"--remove-bpe {' '.join(REQUIRED_BATCH_SIZE_MULTIPLE)}\n"
-        "(fairseq-generate's default --required-batch-size-multiple 8 drops the last batch's "
-        "sentences unless their number is a multiple of 8)"
-    )
+    print(export_fairseq(args.store, row, store.trial_config(row), out))
     return 0
 
 

@@ -20,8 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..config import DataConfig
-from . import cache_dir, data_root, to_device
+from . import DataConfig, cache_dir, data_root, to_device
 
 CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 MEAN = (0.4914, 0.4822, 0.4465)

@@ -30,7 +30,7 @@ bounded by `UNMODELLED_MARGIN` of the tensors (not modelled): cuDNN's per-call w
 (chosen by its heuristics at run time), the 512-byte rounding of the activations (the dry run
 knows their total, not their count), the allocator's fragmentation beyond the packing bound.
 
-reported separately, outside the allocator: the CUDA context (`share.CUDA_CONTEXT_MB`, a bound).
+reported separately, outside the allocator: the CUDA context (`CUDA_CONTEXT_MB`, a bound).
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ from torch import nn
 from ..config import TrialConfig
 from . import accounting
 from .report import MB
-from .share import CUDA_CONTEXT_MB
 
+CUDA_CONTEXT_MB = 600.0  # the CUDA context and kernels of one process, outside the allocator
 MIN_BLOCK = 512  # every allocation is a multiple of this
 SMALL_REQUEST = 1 << 20  # up to this, requests come from 2 MiB segments of the small pool
 SMALL_SEGMENT = 2 << 20
@@ -225,14 +225,14 @@ def cuda_prediction(
 
 def predict_cuda(config: TrialConfig, capability: tuple[int, int] = (9, 0)) -> CudaPrediction:
     """`cuda_prediction` of a config, from the profiler's cached dry run (no GPU needed)."""
-    from ..techniques import TECHNIQUES
+    from ..plugins import techniques
     from .predict import dry_run, shape_key
     from .synthetic import synthetic_task
 
     run = dry_run(shape_key(config))
     task = synthetic_task(config, torch.device("cpu"))
     sparse: dict[str, int] = {}
-    for technique in TECHNIQUES:  # weights stored sparsely: a bool mask each on the device
+    for technique in techniques():  # weights stored sparsely: a bool mask each on the device
         sparse.update(technique.accounted_nonzeros(config, task, run.model))
     masks = [run.model.get_parameter(name).numel() for name in sparse]
     optimizer = task.build_optimizer(run.model)

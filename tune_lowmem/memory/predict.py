@@ -46,9 +46,9 @@ import torch
 from torch import nn
 
 from ..config import TrialConfig
+from ..finite import finite_flag
+from ..plugins import techniques
 from ..tasks.base import batch_tensors, map_tensors
-from ..techniques import TECHNIQUES
-from ..techniques.precision import finite_flag
 from ..torch_private import FakeTensorMode, default_foreach
 from ..train import Trainer
 from . import accounting
@@ -120,7 +120,7 @@ def planned_nonzeros(
     """The nonzeros of each weight the techniques store sparsely (the paper's accounting)."""
     task = synthetic_task(config, torch.device("cpu"), lengths)
     nonzeros: dict[str, int] = {}
-    for technique in TECHNIQUES:
+    for technique in techniques():
         nonzeros.update(technique.accounted_nonzeros(config, task, model))
     return nonzeros
 
@@ -136,7 +136,7 @@ def shape_key(config: TrialConfig, lengths: tuple[int, int] | None = None) -> Tr
     reduced = TrialConfig(
         task=config.task, device=device, model=config.model, schedule=type(schedule)(**shapes)
     ).to_flat()
-    for technique in TECHNIQUES:
+    for technique in techniques():
         reduced.update(technique.shape_settings(config))
     return TrialConfig.from_dict(reduced)
 
@@ -148,7 +148,7 @@ def dry_run(key: TrialConfig, lengths: tuple[int, int] | None = None) -> DryRun:
     device = torch.device(key.device)
     with _global_rng_kept():
         trainer = Trainer(key, task=synthetic_task(key, device, lengths))
-    task, model, precision = trainer.task, trainer.model.train(), trainer.precision
+    task, model, precision = trainer.task, trainer.model.train(), trainer.step_runner
     batch = next(iter(task.train_batches(0)))  # real and small: splitting it reads its lengths
     microbatches, normaliser = task.microbatches(batch), task.normaliser(batch)
     shapes = [tuple(tuple(t.shape) for t in batch_tensors(m)) for m in microbatches]

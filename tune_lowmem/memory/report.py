@@ -9,10 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config import TrialConfig
+from ..results import PARTS
 
 MB = 10**6
 SOURCES = ("predicted", "measured")
-PARTS = ("model", "optimizer", "activation", "total")
 
 
 @dataclass(frozen=True)
@@ -66,12 +66,8 @@ class MemoryReport:
 
 
 def baseline_config(config: TrialConfig) -> TrialConfig:
-    """The same model, task and batch trained without any technique: fp32, dense, no
-    checkpointing, no microbatching (the paper's baseline, 404.8 MB for WRN-28-2)."""
-    return config.replace(
-        precision="fp32",
-        checkpoint="none",
-        microbatch__size=None,
-        microbatch__mode="true",
-        sparsity__density=1.0,
-    )
+    """The same model, task and batch trained without any technique: every technique's settings
+    at their defaults (fp32, dense, no checkpointing, no microbatching: the paper's baseline,
+    404.8 MB for WRN-28-2)."""
+    sections = {name: getattr(config, name) for name in ("model", "schedule", "data")}
+    return TrialConfig(task=config.task, seed=config.seed, device=config.device, **sections)

@@ -17,19 +17,26 @@ Every share of a trial's request thus leaves its allocator at least predicted * 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
-from ..store import CUDA_PEAK_COLUMNS
+from ..config import TrialConfig
+from ..results import CUDA_PEAK_COLUMNS
+from .cuda import CUDA_CONTEXT_MB, predict_cuda
+from .predict import predict
 from .report import MB
 
-if TYPE_CHECKING:
-    from ..config import TrialConfig
-    from ..space import Resources
-
 ALLOCATOR_MARGIN = 0.25  # of the predicted memory: what the allocator may add over it
-CUDA_CONTEXT_MB = 600.0  # the CUDA context and kernels of one process, outside the allocator
+
+
+class Request(Protocol):
+    """What a trial asks for (a search space's resources): a fixed share, or "auto" sized by
+    `gpu_share` from the predicted memory."""
+
+    gpu: float | str
+
+    def gpu_share(self, predicted_total_mb: float, cuda_allocated_mb: float = 0.0) -> float: ...
 
 
 def gpu_share(
@@ -42,14 +49,11 @@ def gpu_share(
     return min(1.0, math.ceil(100 * (allocator + CUDA_CONTEXT_MB) / gpu_memory_mb) / 100)
 
 
-def trial_share(resources: Resources, config: TrialConfig) -> float:
+def trial_share(resources: Request, config: TrialConfig) -> float:
     """The share a trial of `config` asks Ray for and is then held to: one computation for both
     (the driver's request in `search.driver.trial_resources`, the trial's limit in the trainable)."""
     if resources.gpu != "auto":
         return float(resources.gpu)
-    from .cuda import predict_cuda
-    from .predict import predict
-
     allocated_mb = predict_cuda(config).allocated_bytes / MB  # the largest workspace: any card
     return resources.gpu_share(predict(config).total_mb, allocated_mb)
 

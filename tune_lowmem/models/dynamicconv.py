@@ -22,12 +22,68 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..config import DynamicConvConfig
+from ..validation import positive_int, probability, require
 from .segments import run_checkpointed
 
 # fairseq's DynamicConv1dTBC takes the band-matrix path up to this length, the unfold path above.
 UNFOLD_ABOVE = 512
 CONV_PATHS = ("auto", "unfold", "band")
+
+
+@dataclass(frozen=True)
+class DynamicConvConfig:
+    """fairseq's `lightconv_iwslt_de_en` with dynamic convolutions in encoder and decoder."""
+
+    embed_dim: int = 512
+    ffn_dim: int = 1024
+    heads: int = 4  # weight-sharing heads of the dynamic convolution (and decoder attention)
+    encoder_layers: int = 7
+    decoder_layers: int = 6
+    encoder_kernels: tuple[int, ...] = (3, 7, 15, 31, 31, 31, 31)
+    decoder_kernels: tuple[int, ...] = (3, 7, 15, 31, 31, 31)
+    glu: bool = False
+    weight_softmax: bool = True
+    dropout: float = 0.3
+    weight_dropout: float = 0.1  # dropout on the softmaxed convolution weights
+    attention_dropout: float = 0.1
+    relu_dropout: float = 0.0
+    input_dropout: float = 0.0
+    share_decoder_input_output_embed: bool = False  # fairseq's recipe leaves them untied
+    init_checkpoint: str | None = None  # start from a fairseq checkpoint of this architecture
+
+    def validate(self, prefix: str) -> None:
+        require(
+            self.init_checkpoint is None
+            or (isinstance(self.init_checkpoint, str) and self.init_checkpoint != ""),
+            f"{prefix}.init_checkpoint",
+            f"{self.init_checkpoint!r} is not allowed; a fairseq checkpoint's path or null is required",
+        )
+        for name in ("embed_dim", "ffn_dim", "heads", "encoder_layers", "decoder_layers"):
+            positive_int(getattr(self, name), f"{prefix}.{name}")
+        require(
+            self.embed_dim % self.heads == 0,
+            f"{prefix}.heads",
+            f"{self.heads!r} is not allowed; it must divide model.embed_dim {self.embed_dim}",
+        )
+        for name, layers in (
+            ("encoder_kernels", self.encoder_layers),
+            ("decoder_kernels", self.decoder_layers),
+        ):
+            kernels = getattr(self, name)
+            require(
+                len(kernels) == layers
+                and all(isinstance(k, int) and k > 0 and k % 2 == 1 for k in kernels),
+                f"{prefix}.{name}",
+                f"{kernels!r} is not allowed; one odd positive kernel size per layer ({layers}) is required",
+            )
+        for name in (
+            "dropout",
+            "weight_dropout",
+            "attention_dropout",
+            "relu_dropout",
+            "input_dropout",
+        ):
+            probability(getattr(self, name), f"{prefix}.{name}")
 
 
 class LayerNorm(nn.LayerNorm):

@@ -8,18 +8,42 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..config import FUSED_NORM_MODES, WideResNetConfig
+from ..validation import choice, positive_int, require
 from .chain import StageCost, least_memory, run_plan
 from .fused_norm import DEFAULT_CHUNKS, batch_statistics, bn_relu_conv, fused_block
 from .segments import run_checkpointed
 
 NESTED = "-nested"
 CHAIN_MIN = "chain-min"
+FUSED_NORM_MODES = ("none", "unit", "block")
+
+
+@dataclass(frozen=True)
+class WideResNetConfig:
+    """WideResNet-d-k (Zagoruyko & Komodakis 2016); the paper uses 28-2."""
+
+    depth: int = 28  # 6n+4: n residual blocks in each of the three groups
+    width: int = 2  # widening factor k; group widths are 16k, 32k, 64k
+    num_classes: int = 10
+    # not the paper's: blocks trained through models.fused_norm (exact; see set_fused_norm)
+    fused_norm: str = "none"
+
+    def validate(self, prefix: str) -> None:
+        choice(self.fused_norm, FUSED_NORM_MODES, f"{prefix}.fused_norm")
+        positive_int(self.depth, f"{prefix}.depth")
+        require(
+            self.depth >= 10 and (self.depth - 4) % 6 == 0,
+            f"{prefix}.depth",
+            f"{self.depth!r} is not allowed; a depth 6n+4 with n >= 1 (10, 16, 22, 28, ...) is required",
+        )
+        positive_int(self.width, f"{prefix}.width")
+        positive_int(self.num_classes, f"{prefix}.num_classes")
 
 
 class BasicBlock(nn.Module):

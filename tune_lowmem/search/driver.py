@@ -37,9 +37,10 @@ from ray.tune import Callback
 from .. import pareto, preflight, store
 from ..analysis import baselines
 from ..config import ConfigError
+from ..plugins import module_directory
 from ..progress import ProgressPrinter, say
-from ..space import SearchSpace, store_column
-from ..tasks.registry import module_directory
+from ..results import store_column
+from ..space import SearchSpace
 from ..trainable import store_record, train_trial
 from ..yaml_loading import load_file
 from . import journal, place

@@ -29,7 +29,8 @@ from ray.tune.schedulers import TrialScheduler
 from ray.tune.search import Searcher
 
 from .. import pareto
-from ..space import MEMORY_OBJECTIVE, SearchSpace
+from ..results import MEMORY_OBJECTIVE
+from ..space import SearchSpace
 from . import place
 from .scheduler import MultiObjectiveASHA
 from .searcher import ScreenedSearcher

@@ -36,14 +36,8 @@ from ray.tune.search import Searcher
 
 from .. import store
 from ..progress import say
-from ..space import (
-    CONSTRAINT,
-    MEASURED_METRICS,
-    PREDICTED_METRICS,
-    SearchSpace,
-    store_column,
-    worst_value,
-)
+from ..results import MEASURED_METRICS, PREDICTED_METRICS, store_column
+from ..space import CONSTRAINT, SearchSpace, worst_value
 from ..trainable import memory_metrics, result_from_row
 from . import journal, place
 from .screening import Screening, screen, write_screened

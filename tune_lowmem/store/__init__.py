@@ -17,7 +17,7 @@ Both tables are Hive-partitioned Parquet datasets that need nothing of this proj
 Translation trials' `metric.val_bleu` / `metric.test_bleu` are tokenised BLEU (BPE removed,
 text still Moses-tokenised and lower-cased, as fairseq-generate --remove-bpe and the paper score
 it); `metric.*_sacrebleu` (stores from this version on) are detokenised sacreBLEU, signature
-`tune_lowmem.decode.sacrebleu_signature()` with `version.sacrebleu`.
+`tune_lowmem.tasks.translation.decode.sacrebleu_signature()` with `version.sacrebleu`.
 
 ``sweep`` is the partition key and lives in the path only (a copy inside the files would clash
 with it in pyarrow). Config columns have the types of the `TrialConfig` fields, so every trial
@@ -47,7 +47,6 @@ from .read import config_values, list_sweeps, read_epochs, read_trials, trial_co
 from .records import (
     CUDA_PEAK_COLUMNS,
     EPOCHS,
-    LATER_FIELDS,
     MEMORY_COLUMNS,
     MODELS,
     QUARANTINE,
@@ -61,6 +60,7 @@ from .records import (
     WriteFailed,
     check_name,
     forget_reported_files,
+    later_fields,
     note_once,
 )
 from .write import model_file, write_model, write_trial
@@ -71,7 +71,6 @@ __all__ = [
     "COMPACT_MIN_FILES",
     "CUDA_PEAK_COLUMNS",
     "EPOCHS",
-    "LATER_FIELDS",
     "MEMORY_COLUMNS",
     "MODELS",
     "QUARANTINE",
@@ -87,6 +86,7 @@ __all__ = [
     "compact",
     "config_values",
     "forget_reported_files",
+    "later_fields",
     "list_sweeps",
     "model_file",
     "note_once",

@@ -18,8 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..config import TrialConfig
-from ..schema import config_kinds
+from ..config import TrialConfig, config_kinds
 from .records import (
     _BASE_COLUMNS,
     _COMPACTED,
@@ -32,7 +31,6 @@ from .records import (
     _OWN_FILE_RANK,
     _SUFFIX,
     EPOCHS,
-    LATER_FIELDS,
     MEMORY_COLUMNS,
     SCHEMA_VERSION,
     STATUSES,
@@ -40,6 +38,7 @@ from .records import (
     StoreError,
     _one_line,
     check_name,
+    later_fields,
     note_once,
 )
 
@@ -374,6 +373,7 @@ def config_values(row: Mapping[str, Any]) -> dict[str, Any]:
     scalars, null as None): what `TrialConfig.from_dict` reads back, known
     without importing the row's task (and so without torch)."""
     values = {}
+    later = later_fields()
     for column, value in row.items():
         if not column.startswith("config."):
             continue
@@ -383,7 +383,7 @@ def config_values(row: Mapping[str, Any]) -> dict[str, Any]:
             value = value.tolist()
         key = column.removeprefix("config.")
         if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
-            value = LATER_FIELDS.get(key)  # a field added since: what the row trained with
+            value = later.get(key)  # a field added since: what the row trained with
         elif isinstance(value, np.generic):
             value = value.item()
         values[key] = value
@@ -393,13 +393,14 @@ def config_values(row: Mapping[str, Any]) -> dict[str, Any]:
 def trial_config(row: Mapping[str, Any]) -> TrialConfig:
     """The `TrialConfig` of one stored trial row (a `read_trials` row), ready to train or profile."""
     flat: dict[str, Any] = {}
+    later = later_fields()
     for key, kind in config_kinds(row["config.task"]).items():
         value = row.get(f"config.{key}")
         if isinstance(value, str) and kind.is_list:  # a row of a store older than list columns
             value = json.loads(value)
         if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
-            if key in LATER_FIELDS:  # added since the row was written: what it trained with
-                flat[key] = LATER_FIELDS[key]
+            if key in later:  # added since the row was written: what it trained with
+                flat[key] = later[key]
             continue  # unset: the field's default
         elif kind.is_list:
             flat[key] = [kind.scalar(v) for v in value]

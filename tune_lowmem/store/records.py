@@ -1,5 +1,5 @@
 """What a store row is: its columns and their types, the record a trial hands the store, the
-names that become file names, and the store's errors. Old stores' config fields (`LATER_FIELDS`,
+names that become file names, and the store's errors. Old stores' config fields (`later_fields`,
 `REMOVED_FIELDS`, `_JSON_LISTS`) are listed here, the one place the store knows technique and
 task field names."""
 
@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..config import ConfigError
+from ..config import ConfigError, older_store_values
+from ..results import CUDA_PEAK_COLUMNS
 
 SCHEMA_VERSION = 1
 
@@ -25,7 +26,6 @@ STATUSES = ("completed", "failed", "infeasible", "stopped")  # stopped: by early
 
 
 # A CUDA trial's peaks as its caching allocator saw them: live tensors, and what it reserved.
-CUDA_PEAK_COLUMNS = ("cuda_max_allocated_mb", "cuda_max_reserved_mb")
 
 
 MEMORY_COLUMNS: dict[str, pa.DataType] = {
@@ -54,17 +54,10 @@ VERSIONED_PACKAGES = {
 TRIALS, EPOCHS, MODELS = "trials", "epochs", "models"
 
 
-# Config fields newer than the first stores, with the value every older row implicitly had.
-LATER_FIELDS = {
-    "model.init_checkpoint": None,
-    "model.fused_norm": "none",
-    "sparsity.schedule_units": "absolute",  # the first version scaled only the boundaries
-    "precision_update": "nearest",
-    "fused_step": "none",
-    "momentum_dtype": "param",
-    "adam_state": "param",
-    "sparsity.storage": "csr",
-}
+def later_fields() -> dict[str, Any]:
+    """Config fields newer than the first stores -> the value every older row implicitly had:
+    the built-in models' own, and what each technique declares (`Setting.older_stores`)."""
+    return {"model.init_checkpoint": None, "model.fused_norm": "none", **older_store_values()}
 
 
 # Config fields removed since, with the value every row that had them held.

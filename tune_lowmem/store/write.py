@@ -21,8 +21,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..config import ConfigError, TrialConfig
-from ..schema import Kind, config_kinds, scalar_fits
+from ..config import ConfigError, TrialConfig, config_kinds
+from ..schema import Kind, scalar_fits
 from .read import (
     _checked_file,
 )
@@ -31,7 +31,6 @@ from .records import (
     _EPOCH_COLUMNS,
     _KINDS,
     EPOCHS,
-    LATER_FIELDS,
     MEMORY_COLUMNS,
     MODELS,
     QUARANTINE,
@@ -43,6 +42,7 @@ from .records import (
     WriteFailed,
     _file,
     check_name,
+    later_fields,
 )
 
 
@@ -198,12 +198,13 @@ def _numbers(values: list[Any], field_name: str) -> pa.Array:
 def _seed_group(config: Mapping[str, pa.Array]) -> str:
     """The same point with another seed gets the same id: a hash of the typed config but seed.
     Lists enter as the JSON text that stores before list columns held, and fields added later
-    (`LATER_FIELDS`) count only when they differ from the value every older row had, and removed
+    (`later_fields`) count only when they differ from the value every older row had, and removed
     ones (`REMOVED_FIELDS`) with the value they had, so ids stay the same across versions."""
+    later = later_fields()
     point = {
         key: _hashable(array[0].as_py())
         for key, array in config.items()
-        if key != "seed" and not (key in LATER_FIELDS and array[0].as_py() == LATER_FIELDS[key])
+        if key != "seed" and not (key in later and array[0].as_py() == later[key])
     }
     for key, value in REMOVED_FIELDS.items():
         point.setdefault(key, value)

@@ -26,7 +26,8 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from ..config import DataConfig, TrialConfig
+from ..config import TrialConfig
+from ..data import DataConfig
 from ..techniques.packed import PACKABLE
 from ..validation import ConfigError
 

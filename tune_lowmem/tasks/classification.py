@@ -8,6 +8,8 @@ class scores trains under the same recipe; `WideResNetCifar10` is the paper's ta
 from __future__ import annotations
 
 import bisect
+import math
+from dataclasses import dataclass
 from functools import cached_property
 from typing import ClassVar
 
@@ -15,11 +17,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..config import StepScheduleConfig, TrialConfig, WideResNetConfig
+from ..config import TrialConfig
 from ..data import cifar10
-from ..models.wideresnet import BasicBlock, WideResNet
+from ..models.wideresnet import BasicBlock, WideResNet, WideResNetConfig
 from ..techniques import microbatch
-from ..validation import require
+from ..validation import fraction, nonnegative_float, positive_float, positive_int, require
 from .base import Metric, Task
 
 CLASSIFICATION_METRICS = {
@@ -29,6 +31,43 @@ CLASSIFICATION_METRICS = {
     "test_loss": Metric("minimize", 0.0, None, "cross entropy per image, test split"),
     "train_loss": Metric("minimize", 0.0, None, "mean training loss of the epoch"),
 }
+
+
+@dataclass(frozen=True)
+class StepScheduleConfig:
+    """The WRN recipe: SGD with Nesterov momentum, lr cut by `gamma` at fixed fractions of training."""
+
+    epochs: int = 200
+    batch_size: int = 100
+    lr: float = 0.1
+    lr_multiplier: float = 1.0  # scales the whole schedule; the paper searches it
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+    gamma: float = 0.2
+    milestones: tuple[float, ...] = (0.3, 0.6, 0.8)  # epochs 60, 120, 160 of 200
+    eval_batch_size: int = 500
+
+    def validate(self, prefix: str) -> None:
+        positive_int(self.epochs, f"{prefix}.epochs")
+        positive_int(self.batch_size, f"{prefix}.batch_size")
+        positive_int(self.eval_batch_size, f"{prefix}.eval_batch_size")
+        positive_float(self.lr, f"{prefix}.lr")
+        positive_float(self.lr_multiplier, f"{prefix}.lr_multiplier")
+        fraction(self.momentum, f"{prefix}.momentum", open_low=False)
+        nonnegative_float(self.weight_decay, f"{prefix}.weight_decay")
+        fraction(self.gamma, f"{prefix}.gamma")
+        require(
+            all(0 < m < 1 for m in self.milestones)
+            and list(self.milestones) == sorted(self.milestones),
+            f"{prefix}.milestones",
+            f"{self.milestones!r} is not allowed; increasing fractions of training in (0, 1) are required",
+        )
+
+    def milestone_updates(self, total_updates: float) -> tuple[int, ...]:
+        """The updates from which the lr is cut: each milestone's fraction of the run's
+        `total_updates` (epochs x updates per epoch, which may be fractional), rounded half up,
+        so that a short run cuts where the paper's 200 epochs would (epochs 60/120/160)."""
+        return tuple(math.floor(m * total_updates + 0.5) for m in self.milestones)
 
 
 def step_learning_rate(schedule: StepScheduleConfig, update: int, total_updates: float) -> float:

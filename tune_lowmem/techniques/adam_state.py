@@ -26,7 +26,7 @@ import torch
 
 from ..optim import FairseqAdam, Moments, Rule
 from ..validation import choice, require
-from . import blockwise
+from . import blockwise, settings
 from .base import Technique
 from .precision import storage_dtype
 
@@ -91,6 +91,7 @@ class AdamState(Technique):
     """The `adam_state` field: the task's Adam with its moments stored as the field says."""
 
     NAME = "adam_state"
+    SETTINGS = settings.ADAM_STATE
     LOSSY = True
 
     @classmethod

@@ -1,10 +1,12 @@
 """The shape every memory technique has, after MosaicML Composer's algorithms: a small unit that
-owns one field of `TrialConfig`, checks it against the task, changes the model, optimizer or
-step of one trial, and says what it changes in the memory prediction.
+owns its fields of `TrialConfig` (`SETTINGS`), checks them against the task, changes the model,
+optimizer or step of one trial, and says what it changes in the memory prediction.
 
-A technique is a `Technique` subclass plus one line in `tune_lowmem.techniques.TECHNIQUES` (and
-its settings' field in `TrialConfig`). It imports no model, no task module and no Ray; it asks
-the task (`tune_lowmem.tasks.base.Task`) for what it needs to know about the model.
+A technique is a `Technique` subclass registered by name: a line in
+`tune_lowmem.plugins.BUILTIN_TECHNIQUES`, or an entry point of the group
+``tune_lowmem.techniques`` in any installed package (docs/plugins.md). It imports no model, no
+task module and no Ray; it asks the task (`tune_lowmem.tasks.base.Task`) for what it needs to
+know about the model.
 
 Class methods answer for a config without building anything (validation, the profiler's cache
 key, the paper's storage accounting); an instance is bound to one trial and sees its events in
@@ -18,18 +20,26 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from torch import nn
 
+# The trial's task (`tune_lowmem.tasks.base.Task`), which sits above the techniques: they use
+# only what its interface documents, and import no task module.
+Task = Any
+
 if TYPE_CHECKING:
     import torch
 
     from ..config import TrialConfig
-    from ..tasks.base import Task
+    from .setting import Setting
 
 
 class Technique:
     """One memory technique bound to one trial; the defaults do nothing."""
 
-    NAME: ClassVar[str]  # the TrialConfig field holding its settings
+    NAME: ClassVar[str]  # its registered name, and the key of its checkpointed state
+    SETTINGS: ClassVar[tuple[Setting, ...]]  # its fields of TrialConfig
     LOSSY: ClassVar[bool] = False  # whether it can change results beyond floating-point noise
+    # The one technique bound to every trial that runs each loss through its `forward_context`
+    # and `backward` and takes the optimizer step (`unscale_`, `step`): the numeric format's.
+    RUNS_STEP: ClassVar[bool] = False
 
     def __init__(self, config: TrialConfig, task: Task):
         self.config = config
@@ -47,7 +57,7 @@ class Technique:
         raise NotImplementedError
 
     @classmethod
-    def validate(cls, config: TrialConfig, task: type[Task]) -> None:
+    def validate(cls, config: TrialConfig, task: type) -> None:
         """Checks of the settings against the task; `ConfigError` naming the field."""
         raise NotImplementedError
 
@@ -56,6 +66,12 @@ class Technique:
         """Its contribution to the memory prediction's dry run: the dotted config fields whose
         values change the tensors a training step holds (the prediction is cached over them)."""
         raise NotImplementedError
+
+    @classmethod
+    def check_space(cls, probes: dict[str, list[Any]], base: dict[str, Any], limit: int) -> None:
+        """Refuse a search space in which its searched settings could do nothing, naming the
+        param: `probes` are each searched param's probe values (ends and choices), `base` the
+        fixed values; at most `limit` combinations are tried. Nothing by default."""
 
     @classmethod
     def off_metrics(cls, config: TrialConfig) -> dict[str, float]:

@@ -28,6 +28,7 @@ from torch import nn
 
 from ..models.segments import run_checkpointed
 from ..validation import choice
+from . import settings
 from .base import Technique
 
 GENERIC_STRATEGIES = ("none", "blocks-1", "blocks-2")
@@ -102,6 +103,7 @@ class Checkpointing(Technique):
     """The `checkpoint` field: a strategy the task's model supports."""
 
     NAME = "checkpoint"
+    SETTINGS = settings.CHECKPOINT
 
     @classmethod
     def enabled(cls, config) -> bool:

@@ -40,6 +40,7 @@ from torch import nn
 
 from ..optim import FairseqAdam
 from ..validation import choice, require
+from . import settings
 from .base import Technique
 from .fused_adam import FusedAdam
 from .precision import storage_dtype, uses_loss_scaling
@@ -141,6 +142,7 @@ class FusedStep(Technique):
     """
 
     NAME = "fused_step"
+    SETTINGS = settings.FUSED_STEP
 
     def __init__(self, config, task):
         super().__init__(config, task)

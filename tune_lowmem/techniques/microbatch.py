@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from ..validation import choice
+from . import settings
 from .base import Technique
 
 
@@ -56,6 +57,7 @@ class Microbatching(Technique):
     """The `microbatch` section; the task cuts its own batches (it knows what a batch holds)."""
 
     NAME = "microbatch"
+    SETTINGS = settings.MICROBATCH
 
     @classmethod
     def enabled(cls, config) -> bool:

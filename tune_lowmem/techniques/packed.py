@@ -6,7 +6,7 @@ class becomes `PackedLinear` / `PackedConv1d` / `PackedConv2d`, subclasses of th
 geometry attributes, module and parameter names stay): `weight` becomes an `nn.Parameter` of the
 nonzero values in row-major position order, so its gradient and every optimizer-state buffer the
 optimizer keeps for it (momentum, Adam moments, Kahan compensation, 8-bit blocks) hold the
-nonzeros only. The positions are buffers of the module in one of `config.STORAGE_LAYOUTS`:
+nonzeros only. The positions are buffers of the module in one of `sparsity_config.STORAGE_LAYOUTS`:
 
 - csr: `weight_columns` (uint16 when a row has at most 65,536 columns, else int32) and
   `weight_rows` (int32 row pointers) over the weight viewed as shape[0] rows;
@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..config import STORAGE_LAYOUTS
+from .sparsity_config import STORAGE_LAYOUTS
 
 BITS = 8
 SHAPE = "weight_shape"

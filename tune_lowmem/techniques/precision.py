@@ -23,8 +23,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..finite import all_finite
 from ..torch_private import multiply_
 from ..validation import choice, require
+from . import settings
 from .base import Technique
 
 PRECISIONS = ("fp32", "fp16", "bf16", "amp-fp16", "amp-bf16")
@@ -81,20 +83,6 @@ def cast_input(tensor: torch.Tensor, precision: str) -> torch.Tensor:
     if tensor.is_floating_point():
         return tensor.to(storage_dtype(precision))
     return tensor
-
-
-def finite_flag(tensors: list[torch.Tensor]) -> torch.Tensor | None:
-    """Whether no element is inf or NaN, as one bool on the tensors' device (no host sync);
-    None for no tensors."""
-    if not tensors:
-        return None
-    return torch.stack([torch.isfinite(t).all() for t in tensors]).all()
-
-
-def all_finite(tensors: list[torch.Tensor]) -> bool:
-    """`finite_flag` read on the host: one device-to-host sync for all the tensors."""
-    flag = finite_flag(tensors)
-    return True if flag is None else bool(flag)
 
 
 class DynamicLossScaler:
@@ -161,6 +149,8 @@ class Precision(Technique):
     """
 
     NAME = "precision"
+    RUNS_STEP = True
+    SETTINGS = settings.PRECISION
 
     def __init__(self, config, task):
         super().__init__(config, task)

@@ -22,7 +22,8 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ..config import SparsityConfig, TrialConfig
+from ..config import TrialConfig
+from .sparsity_config import SparsityConfig
 
 # The reference's WRN schedule: (from epoch, of PAPER_EPOCHS) -> updates between rewirings.
 PAPER_PERIODS = ((0, 100), (25, 200), (80, 400), (140, 800))

@@ -38,12 +38,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..config import SparsityConfig
-from . import blockwise
+from . import blockwise, rewiring_checks, sparsity_config
 from .adam_state import QUANTIZED
 from .base import Technique
 from .packed import dense_shape, layer_of, pack_layer
 from .rewiring import RunLength, rewires_after, rewiring_period
+from .sparsity_config import SparsityConfig
 
 # Sohoni et al. A.3.1: Np = 20,000 of WRN-28-2's 1,451,520 sparse weights. The transformer uses
 # the same fraction of its own sparse weights (the paper changes only its periods), and so does
@@ -323,6 +323,7 @@ class Sparsity(Technique):
     (`Task.sparse_parameter_names`), with the task's rewiring-period scale."""
 
     NAME = "sparsity"
+    SETTINGS = sparsity_config.SETTINGS
 
     def __init__(self, config, task):
         super().__init__(config, task)
@@ -335,6 +336,11 @@ class Sparsity(Technique):
     @classmethod
     def validate(cls, config, task) -> None:
         """Field checks are the section's own; which weights exist is known once a model does."""
+
+    @classmethod
+    def check_space(cls, probes, base, limit) -> None:
+        """A space whose rewiring schedule never rewires (or rewires too often) is refused."""
+        rewiring_checks.check_space(probes, base, limit)
 
     @classmethod
     def shape_settings(cls, config) -> dict[str, Any]:

@@ -29,8 +29,8 @@ import sacrebleu
 import torch
 import torch.nn.functional as F
 
-from .data.iwslt14 import EOS, PAD, Dictionary, ParallelText, collate
-from .models.dynamicconv import DynamicConvTransformer
+from ...data.iwslt14 import EOS, PAD, Dictionary, ParallelText, collate
+from ...models.dynamicconv import DynamicConvTransformer
 
 
 def remove_bpe(text: str, symbol: str = "@@ ") -> str:

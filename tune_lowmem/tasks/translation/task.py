@@ -10,19 +10,29 @@ the validation loss; the last one also decodes with beam search and reports toke
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 import torch
 from torch import nn
 
-from ..config import DynamicConvConfig, InverseSqrtScheduleConfig, TrialConfig
-from ..data import data_root, iwslt14
-from ..decode import bleu, detok_bleu, references, translate
-from ..models.dynamicconv import DynamicConvTransformer
-from ..optim import FairseqAdam
-from ..validation import ConfigError
-from .base import Metric, Task, conv_and_linear_weights
+from ...config import TrialConfig
+from ...data import data_root, iwslt14
+from ...models.dynamicconv import DynamicConvConfig, DynamicConvTransformer
+from ...optim import FairseqAdam
+from ...validation import (
+    ConfigError,
+    nonnegative_float,
+    nonnegative_int,
+    optional_positive_int,
+    positive_float,
+    positive_int,
+    probability,
+    require,
+)
+from ..base import Metric, Task, conv_and_linear_weights
+from .decode import bleu, detok_bleu, references, translate
 
 # The profiler's stand-in data: fairseq's IWSLT'14 de-en after prepare-iwslt14.sh and
 # fairseq-preprocess (separate dictionaries, specials included, padded to a multiple of 8):
@@ -66,6 +76,42 @@ TRANSLATION_METRICS = {
     "test_ppl": Metric("minimize", 1.0, None, "perplexity, exp(test_nll_loss)"),
     "train_loss": Metric("minimize", 0.0, None, "mean training loss of the epoch"),
 }
+
+
+@dataclass(frozen=True)
+class InverseSqrtScheduleConfig:
+    """The DC-Transformer recipe of fairseq's pay_less_attention_paper: Adam, warm-up, inverse sqrt."""
+
+    max_updates: int = 50_000
+    max_epochs: int | None = None  # stop after this many epochs even before max_updates
+    max_tokens: int = 4000  # token budget of one minibatch (source or target, whichever is larger)
+    lr: float = 5e-4
+    lr_multiplier: float = 1.0
+    warmup_updates: int = 4000
+    warmup_init_lr: float = 1e-7
+    betas: tuple[float, float] = (0.9, 0.98)
+    adam_eps: float = 1e-8
+    weight_decay: float = 1e-4
+    label_smoothing: float = 0.1
+    beam_size: int = 5
+    length_penalty: float = 1.0
+    max_decode_len_a: float = 1.2  # decode at most a*src_len + b tokens
+    max_decode_len_b: int = 10
+
+    def validate(self, prefix: str) -> None:
+        for name in ("max_updates", "max_tokens", "beam_size"):
+            positive_int(getattr(self, name), f"{prefix}.{name}")
+        optional_positive_int(self.max_epochs, f"{prefix}.max_epochs")
+        nonnegative_int(self.warmup_updates, f"{prefix}.warmup_updates")
+        for name in ("lr", "lr_multiplier", "warmup_init_lr", "adam_eps"):
+            positive_float(getattr(self, name), f"{prefix}.{name}")
+        nonnegative_float(self.weight_decay, f"{prefix}.weight_decay")
+        require(
+            len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas),
+            f"{prefix}.betas",
+            f"{self.betas!r} is not allowed; two numbers in [0, 1) are required",
+        )
+        probability(self.label_smoothing, f"{prefix}.label_smoothing")
 
 
 class DynamicConvIwslt14(Task):
@@ -138,7 +184,7 @@ class DynamicConvIwslt14(Task):
             self.config.model, *self.vocab_sizes(), iwslt14.PAD
         )
         if self.config.model.init_checkpoint is not None:
-            from ..fairseq_interop import init_from_checkpoint
+            from .fairseq_interop import init_from_checkpoint
 
             source, target = self.corpus.src_dict.symbols, self.corpus.tgt_dict.symbols
             init_from_checkpoint(model, self.config.model, source, target)
@@ -256,7 +302,7 @@ class DynamicConvIwslt14(Task):
 
     def bleu(self, model: nn.Module, split: iwslt14.ParallelText, name: str) -> dict[str, float]:
         """`<name>_bleu`, tokenised BLEU as the paper reports it, and `<name>_sacrebleu`,
-        detokenised sacreBLEU (see tune_lowmem.decode)."""
+        detokenised sacreBLEU (see tune_lowmem.tasks.translation.decode)."""
         s = self.config.schedule
         hypotheses = translate(
             model,

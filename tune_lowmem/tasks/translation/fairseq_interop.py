@@ -38,7 +38,7 @@ one load through `torch.serialization.safe_globals`. Exported checkpoints hold o
 plain containers, so fairseq's own loader reads them under torch's weights_only default.
 
 This module needs only torch (reading checkpoints, `model.init_checkpoint`); writing them and
-running fairseq's tools is `tune_lowmem.fairseq_tools`, which needs the fairseq extra.
+running fairseq's tools is `fairseq_tools`, which needs the fairseq extra.
 """
 
 from __future__ import annotations
@@ -54,7 +54,8 @@ from typing import Any
 
 import torch
 
-from .config import ConfigError, DynamicConvConfig
+from ...models.dynamicconv import DynamicConvConfig
+from ...validation import ConfigError
 
 INSTALL_HINT = (
     "fairseq is not installed; install the extra with `./setup.sh --fairseq` (or `pip install numpy "
@@ -242,7 +243,7 @@ def write_dictionary(symbols: list[str], path: Path) -> None:
 
 def read_dictionary(path: Path) -> list[str]:
     """The symbols of a fairseq dict.<lang>.txt, specials first (fairseq's ids)."""
-    from .data.iwslt14 import SPECIALS
+    from ...data.iwslt14 import SPECIALS
 
     words = [
         line.split(" ")[0] for line in path.read_text(encoding="utf-8").splitlines() if line.strip()

@@ -1,7 +1,7 @@
 """fairseq's own code at work on the project's models (needs the fairseq extra): fairseq's model
 built from the project's config, checkpoints written as fairseq-train writes them, and test
 sentences translated with fairseq-preprocess and fairseq-generate. The name mapping and the
-reading side are `tune_lowmem.fairseq_interop`."""
+reading side are `fairseq_interop`."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from .config import DynamicConvConfig
+from ...models.dynamicconv import DynamicConvConfig
 from .fairseq_interop import (
     CHECKPOINT_NAME,
     fairseq_arguments,

@@ -1,0 +1,107 @@
+"""A technique from outside the package (tests/int8_activations.py), installed the way a user's
+package is (its metadata with an entry point on the import path): it becomes a config field, the
+profiler predicts its memory, a trial trains with it, and a real sweep searches it, while no file
+of tune_lowmem names it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tune_lowmem import store
+from tune_lowmem.config import ConfigError, TrialConfig
+from tune_lowmem.memory.predict import predict
+from tune_lowmem.plugins import techniques
+from tune_lowmem.train import Trainer
+
+ROOT = Path(__file__).resolve().parents[1]
+CLI = str(Path(sys.executable).with_name("tune-lowmem"))
+TINY_TASK = "tests.tiny_task:TinyBlobs"
+# eight blocks whose activations outweigh their weights: where int8 activations save memory
+DEEP = {"model.blocks": 8, "model.hidden": 64, "schedule.batch_size": 1024, "data.train": 2048}
+
+
+def install(folder: Path) -> Path:
+    """What `pip install` of a package declaring the technique leaves on the path: its dist-info
+    with the entry point (the module itself is tests/int8_activations.py, importable from ROOT)."""
+    info = folder / "int8_activations_plugin-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: int8-activations-plugin\nVersion: 0.1\n"
+    )
+    (info / "entry_points.txt").write_text(
+        "[tune_lowmem.techniques]\nint8_activations = tests.int8_activations:Int8Activations\n"
+    )
+    return folder
+
+
+@pytest.fixture
+def installed(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(install(tmp_path / "site")))
+    return tmp_path / "site"
+
+
+def test_the_package_names_no_plugin_technique():
+    for path in (ROOT / "tune_lowmem").rglob("*.py"):
+        assert "int8_activations" not in path.read_text(), path
+
+
+def test_an_installed_technique_is_a_config_field_profiled_and_trained(installed):
+    names = [t.NAME for t in techniques()]
+    assert names[-1] == "int8_activations" and "precision" in names
+    plain = TrialConfig.from_dict({"task": TINY_TASK, "device": "cpu", "schedule.epochs": 3})
+    assert plain.int8_activations is False and plain.to_flat()["int8_activations"] is False
+    with pytest.raises(ConfigError, match=r"^int8_activations: 1 is not allowed; true or false"):
+        plain.replace(int8_activations=1)
+
+    # its memory contribution: the dry run keeps the saved activations of a deep MLP as int8
+    deep = plain.replace(**DEEP)
+    before, after = predict(deep), predict(deep.replace(int8_activations=True))
+    assert after.activation_bytes < 0.85 * before.activation_bytes
+    assert (after.model_bytes, after.optimizer_bytes) == (
+        before.model_bytes,
+        before.optimizer_bytes,
+    )
+
+    history = Trainer(plain.replace(int8_activations=True)).run()
+    assert history[-1]["int8_packed_tensors"] > 0  # its hooks held the activations
+    assert history[-1]["val_accuracy"] > 0.6  # three well separated blobs; chance is 1/3
+    assert Trainer(plain).run()[-1]["int8_packed_tensors"] == 0
+
+
+def test_an_installed_technique_is_searched_by_a_real_sweep(installed, tmp_path):
+    space = {
+        "name": "int8",
+        "base": {"task": TINY_TASK, "device": "cpu", "schedule.epochs": 2, **DEEP},
+        "params": {"int8_activations": {"type": "choice", "values": [False, True]}},
+        "objectives": {"val_accuracy": "maximize", "memory.predicted_total_mb": "minimize"},
+        "sampler": "grid",
+        "max_concurrent": 2,
+    }
+    path = tmp_path / "int8.yaml"
+    path.write_text(yaml.safe_dump(space))
+    paths = [str(installed), str(ROOT), os.environ.get("PYTHONPATH", "")]
+    run = subprocess.run(
+        [CLI, "launch", str(path), "--store", str(tmp_path / "store")],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)},
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = store.read_trials(tmp_path / "store", "int8").set_index("config.int8_activations")
+    assert sorted(rows.index) == [False, True]
+    assert (rows["status"] == "completed").all()
+    assert rows.loc[True, "metric.int8_packed_tensors"] > 0
+    assert rows.loc[False, "metric.int8_packed_tensors"] == 0
+    assert (
+        rows.loc[True, "memory.predicted_activation_mb"]
+        < rows.loc[False, "memory.predicted_activation_mb"]
+    )

@@ -1,0 +1,34 @@
+"""One home for the names of what a trial reports: the memory columns, the memory objective,
+the directions an objective takes, and where a reported metric lives in the store
+(`store_column`). The search, the trainable, the store and the analysis all read them here; it
+imports nothing, so each of them can.
+"""
+
+from __future__ import annotations
+
+DIRECTIONS = ("maximize", "minimize")
+PARTS = ("model", "optimizer", "activation", "total")  # the profiler's parts of a step's memory
+# A CUDA trial's peaks as its caching allocator saw them: live tensors, and what it reserved.
+CUDA_PEAK_COLUMNS = ("cuda_max_allocated_mb", "cuda_max_reserved_mb")
+
+# The profiler's prediction (known before training) and the measured step (known once it
+# starts), named as the store's columns: `memory.predicted_total_mb` is the memory objective.
+PREDICTED_METRICS = (*(f"memory.predicted_{part}_mb" for part in PARTS), "memory.flops_per_step")
+MEASURED_METRICS = tuple(f"memory.measured_{part}_mb" for part in PARTS)
+# Both totals as the masked step holds them (the ones above count sparse weights as CSR)
+STORED_METRICS = tuple(f"memory.{kind}_stored_total_mb" for kind in ("predicted", "measured"))
+CUDA_PEAK_METRICS = tuple(f"memory.{column}" for column in CUDA_PEAK_COLUMNS)  # GPU trials
+MEMORY_OBJECTIVE = "memory.predicted_total_mb"
+MEASURED_TOTAL = "memory.measured_total_mb"
+# Names of the first version, still read in old spaces and sweep folders.
+LEGACY_METRICS = {
+    **{f"memory_{part}_mb": f"memory.predicted_{part}_mb" for part in PARTS},
+    "flops_per_step": "memory.flops_per_step",
+    **{f"measured_{part}_mb": f"memory.measured_{part}_mb" for part in PARTS},
+}
+
+
+def store_column(metric: str) -> str:
+    """The column of the store's trials table that holds a reported metric."""
+    metric = LEGACY_METRICS.get(metric, metric)
+    return metric if metric.startswith("memory.") else f"metric.{metric}"

@@ -1,0 +1,49 @@
+"""The built-in techniques' fields of `TrialConfig`, each technique's `SETTINGS` (its class lists
+the same tuple), declared apart from their torch code so that the config and the store read them
+without importing torch. `older_stores={}`: a field every store has had."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..validation import choice, optional_positive_int
+from .setting import Setting
+
+MICROBATCH_MODES = ("true", "simulated")
+
+
+@dataclass(frozen=True)
+class MicrobatchConfig:
+    """Microbatching: split each minibatch, one optimizer step per minibatch."""
+
+    size: int | None = None  # examples or tokens per microbatch (the task's unit); None: off
+    mode: str = (
+        "true"  # true: sequential, gradients accumulated; simulated: BN over groups of the batch
+    )
+
+    def validate(self, prefix: str) -> None:
+        optional_positive_int(self.size, f"{prefix}.size")
+        choice(self.mode, MICROBATCH_MODES, f"{prefix}.mode")
+
+
+# gradient checkpointing strategy; the task lists its strategies
+CHECKPOINT = (Setting("checkpoint", str, "none", older_stores={}),)
+MICROBATCH = (Setting("microbatch", MicrobatchConfig, older_stores={}),)
+PRECISION = (
+    # fp16/bf16: all storage in half, norms fp32; amp-*: fp32 masters
+    Setting("precision", str, "fp32", older_stores={}),
+    # bf16 only: stochastic rounds each weight update (unbiased; no extra state), kahan
+    # carries what rounding lost to the next update (+2 bytes of state per half weight); both
+    # hold the half weights and gradients in fp32 while the step runs; nearest as plain bf16
+    Setting("precision_update", str, "nearest"),
+)
+# Adam tasks: param (the parameter's dtype); bf16 (lossy, fp32 weights only); int8 (lossy:
+# 8-bit blockwise-quantized moments, after bitsandbytes)
+ADAM_STATE = (Setting("adam_state", str, "param"),)
+FUSED_STEP = (
+    # none; exact (the task's SGD applied per parameter in the backward pass); heavy-ball
+    # (lossy: momentum without Nesterov, so microbatch gradients go straight into the
+    # momentum buffer and no gradient buffer exists)
+    Setting("fused_step", str, "none"),
+    Setting("momentum_dtype", str, "param"),  # param: the parameter's; bf16 (lossy; fp32)
+)
