@@ -20,7 +20,7 @@ The schema (see search_spaces/quickstart.yaml for a full example)::
       sparsity.period_multiplier: "sparsity.density < 1"   # else it keeps its base value
     objectives: {val_accuracy: maximize, memory.predicted_total_mb: minimize}
     memory_budget_mb: 50               # optional: points predicted above it are never trained
-    sampler: nsga2                     # nsga2 | tpe | gp | random | grid (grid: choice params only)
+    sampler: nsga2                     # nsga2 | tpe | gp | random | grid | known-memory (docs/samplers.md)
     sampler_options: {population_size: 8}   # optional keyword arguments of the Optuna sampler
     sampler_seed: 0
     num_samples: 12                    # points to evaluate (grid: at most the grid's size, default all)
@@ -59,7 +59,7 @@ from .validation import (
 )
 from .yaml_loading import load_file, load_text
 
-SAMPLERS = ("nsga2", "tpe", "gp", "random", "grid")
+SAMPLERS = ("nsga2", "tpe", "gp", "random", "grid", "known-memory")
 PARAM_TYPES = ("uniform", "loguniform", "int", "choice")
 DIRECTIONS = ("maximize", "minimize")
 
@@ -131,7 +131,7 @@ _SAMPLER_CLASSES = {
     "random": "RandomSampler",
     "grid": "GridSampler",
 }
-_NOT_OPTIONS = ("self", "seed", "search_space")  # set by the space itself
+_NOT_OPTIONS = ("self", "seed", "search_space", "space", "memory")  # set by the space itself
 _AT_LEAST_ONE = ("n_ei_candidates", "population_size", "n_candidates")  # options counting draws
 _PROBE_COMBINATIONS = 256  # other params' probe values tried before a value is declared impossible
 
@@ -399,9 +399,12 @@ class SearchSpace:
             "grid": lambda: optuna.samplers.GridSampler(
                 {p.name: list(p.values) for p in self.params}, seed=seed, **options
             ),
+            "known-memory": lambda: _sampler_class(self.sampler)(self, seed=seed, **options),
         }
         try:
             return makers[self.sampler]()
+        except ConfigError:  # the sampler's own check of the space names its field
+            raise
         except (TypeError, ValueError) as error:
             raise ConfigError(
                 "sampler_options", f"{error}; see optuna.samplers for {self.sampler}'s options"
@@ -420,15 +423,23 @@ def _seed(value: Any) -> int | None:
     return value
 
 
+def _sampler_class(sampler: str) -> type:
+    if sampler == "known-memory":  # the project's own: memory from the profiler (search/)
+        from .search.known_memory import KnownMemorySampler
+
+        return KnownMemorySampler
+    import optuna
+
+    return getattr(optuna.samplers, _SAMPLER_CLASSES[sampler])
+
+
 def _sampler_options(sampler: str, raw: Any) -> dict[str, Any]:
     """Keyword arguments of the sampler, typed as its own defaults: Optuna checks only some
     (a negative `n_startup_trials` or a number for the function `gamma` would fail mid-sweep)."""
     import inspect
 
-    import optuna
-
     options = mapping(raw, "sampler_options")
-    parameters = inspect.signature(getattr(optuna.samplers, _SAMPLER_CLASSES[sampler])).parameters
+    parameters = inspect.signature(_sampler_class(sampler)).parameters
     allowed = [p for p in parameters if p not in _NOT_OPTIONS]
     for name, value in options.items():
         field_name = f"sampler_options.{name}"
