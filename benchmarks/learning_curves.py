@@ -1,7 +1,7 @@
 """Record the search benchmark's tables: real learning curves of a grid, once, as Parquet.
 
-Every point of a grid (`RECORDINGS`: WRN-16-2, or torchvision's MobileNetV3-small, on the
-quickstart's CIFAR-10 subset, 4 epochs, CPU) is trained for real and its validation accuracy
+Every point of a grid (`RECORDINGS`, by name: WRN-16-2 on the quickstart's CIFAR-10 subset,
+4 epochs, CPU) is trained for real and its validation accuracy
 after every epoch is kept, with the profiler's predicted memory (`memory.predicted_total_mb`,
 known before training). `search_replay.py` then replays sweeps against a table.
 
@@ -16,7 +16,7 @@ Trainings can be spread over processes: each of ``--shard K/N`` trains every N-t
 its rows in its own file beside the table, and every process merges all of them into the table.
 
     TUNE_LOWMEM_DATA=/work/shared/data nice python benchmarks/learning_curves.py \
-        [--grid mobilenet] [--shard 0/2]
+        [--grid wrn16] [--shard 0/2]
 """
 
 from __future__ import annotations
@@ -76,29 +76,6 @@ RECORDINGS = {
             "sparsity": {"period_multiplier": 16.0},
         },
         table=HERE / "learning_curves.parquet",
-    ),
-    # torchvision's MobileNetV3-small (tv-cifar10): another model, another front. The fused
-    # step (SGD inside backward, the same update) and generic checkpointing are exact.
-    "mobilenet": Recording(
-        trained={
-            "schedule.lr_multiplier": [1.0, 0.3],
-            "precision": ["fp32", "bf16"],
-            "microbatch.size": [None, 10],
-            "sparsity.density": [1.0, 0.2],
-        },
-        shared={
-            "checkpoint": ["none", "blocks-1", "blocks-2"],
-            "fused_step": ["none", "exact"],
-        },
-        base={
-            "task": "tv-cifar10",
-            "device": "cpu",
-            "model": {"arch": "mobilenet_v3_small"},
-            "schedule": {"epochs": 4, "batch_size": 50},
-            "data": {"train_subset": 2500, "val_size": 1000, "test_subset": 50},
-            "sparsity": {"period_multiplier": 16.0},
-        },
-        table=HERE / "learning_curves_mobilenet.parquet",
     ),
 }
 DEFAULT = "wrn16"

@@ -19,7 +19,8 @@ steps, closed form under a Gaussian. Hypervolume is on log memory (savings are r
 - Conditional params: inactive ones get a neutral encoding (a numeric at its range's middle, a
   choice with no one-hot bit set).
 
-It keeps no state outside the study (the journal), so a resumed sweep asks as if never stopped.
+Its model is rebuilt from the study (the journal) at every ask, so a resumed sweep loses
+nothing: a sampler rebuilt on the study with the same seed chooses the same point.
 `memory` maps a point's params to its known memory objective (None: infeasible or invalid); the
 default is the profiler's prediction through the searcher's screening; the replay benchmark
 passes the recorded table's predicted memory.
