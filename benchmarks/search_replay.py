@@ -28,6 +28,7 @@ import pandas as pd
 from learning_curves import DEFAULT, RECORDINGS
 
 from tune_lowmem.search import replay
+from tune_lowmem.search.scheduler import MEMORY_BAND
 from tune_lowmem.space import SearchSpace
 
 SAMPLERS = ("random", "tpe", "nsga2", "gp", "grid", "known-memory")
@@ -134,7 +135,7 @@ def main() -> None:
         default=TARGETS,
         help="fractions of the best hypervolume, e.g. 0.5,0.75,0.9 for short sweeps",
     )
-    parser.add_argument("--band", type=float, default=replay.MEMORY_BAND, help="memory band")
+    parser.add_argument("--band", type=float, default=MEMORY_BAND, help="memory band")
     parser.add_argument(
         "--stopping",
         default="none,whole,band",

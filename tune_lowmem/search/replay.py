@@ -32,7 +32,7 @@ from .. import pareto
 from ..space import MEMORY_OBJECTIVE, SearchSpace
 from . import place
 from .known_memory import KnownMemorySampler
-from .scheduler import MEMORY_BAND, MultiObjectiveASHA
+from .scheduler import MultiObjectiveASHA
 from .searcher import ScreenedSearcher
 
 METRIC = "val_accuracy"
@@ -134,7 +134,7 @@ class Running:
 
 
 def replay(
-    space: SearchSpace, table: Table, workers: int = 1, memory_band: float | None = MEMORY_BAND
+    space: SearchSpace, table: Table, workers: int = 1, memory_band: float | None = None
 ) -> list[tuple[int, float]]:
     """One sweep: (epochs trained so far, hypervolume of the points trained to the end) after
     every trial that ended (completed or stopped). `memory_band`: the scheduler's (None: every

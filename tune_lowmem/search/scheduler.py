@@ -44,7 +44,9 @@ from .. import pareto, store
 from ..space import SchedulerSettings
 from . import place
 
-MEMORY_BAND = 2.0  # a trial is compared with trials of at most this factor more or less memory
+# `memory_band`: a trial is compared with trials of at most this factor more or less memory
+# (None: with the whole rung, the default until the band is measured to pay on real sweeps)
+MEMORY_BAND = 2.0
 RECORD = "scheduler.json"  # the decisions, in the sweep folder
 STOPPED = "stopped"  # the store status (and reported trial_status) of a stopped trial
 
@@ -64,7 +66,7 @@ class MultiObjectiveASHA(FIFOScheduler):
         objectives: Mapping[str, str],
         sweep: str | None = None,
         time_attr: str = "epoch",
-        memory_band: float | None = MEMORY_BAND,
+        memory_band: float | None = None,
     ):
         super().__init__()
         self.settings, self.objectives = settings, dict(objectives)
