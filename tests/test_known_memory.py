@@ -16,13 +16,8 @@ from tune_lowmem.search.known_memory import (
 )
 from tune_lowmem.space import SearchSpace
 
-BASE = {
-    "device": "cpu",
-    "model": {"depth": 10, "width": 1},
-    "schedule": {"epochs": 1, "batch_size": 20},
-    "data": {"train_subset": 200, "val_size": 100, "test_subset": 100},
-}
-OBJECTIVES = {"val_accuracy": "maximize", "memory.predicted_total_mb": "minimize"}
+from .test_search import OBJECTIVES
+from .test_search import TINY_BASE as BASE
 
 
 def improvement_by_sampling(mean, std, log_memory, points, reference, rng):

@@ -300,6 +300,23 @@ def wait_for_rows(
         time.sleep(0.25)
 
 
+def launch_then_kill(path: Path, root: Path, address: str, sweep: str, rows: int) -> None:
+    """Launch the sweep's driver, SIGKILL it once `rows` trials are stored."""
+    log = root.with_name(f"{sweep}-launch.log")
+    with open(log, "w") as handle:
+        driver = subprocess.Popen(
+            [CLI, "launch", str(path), "--store", str(root), "--address", address],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        wait_for_rows(root, sweep, rows, driver, log)
+    finally:
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait()
+
+
 def test_killed_driver_then_resume_stores_every_trial_once(local_ray, tmp_path):
     path = write_space(
         tmp_path,
@@ -313,19 +330,7 @@ def test_killed_driver_then_resume_stores_every_trial_once(local_ray, tmp_path):
         },
     )
     root = tmp_path / "store"
-    log = tmp_path / "launch.log"
-    with open(log, "w") as handle:
-        driver = subprocess.Popen(
-            [CLI, "launch", str(path), "--store", str(root), "--address", local_ray],
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        wait_for_rows(root, "killed", 2, driver, log)
-    finally:
-        os.kill(driver.pid, signal.SIGKILL)
-        driver.wait()
+    launch_then_kill(path, root, local_ray, "killed", rows=2)
     before = store.read_trials(root, "killed").set_index("trial_id")
     assert 2 <= len(before) < 6, "the driver was to be killed mid-sweep"
     epoch_files = {
@@ -480,19 +485,7 @@ def test_known_memory_sweep_resumes_after_a_kill_and_never_trains_over_budget(lo
         conditions={"precision_update": "precision == bf16"},
     )
     root = tmp_path / "store"
-    log = tmp_path / "launch.log"
-    with open(log, "w") as handle:
-        driver = subprocess.Popen(
-            [CLI, "launch", str(path), "--store", str(root), "--address", local_ray],
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        wait_for_rows(root, "known", 2, driver, log)
-    finally:
-        os.kill(driver.pid, signal.SIGKILL)
-        driver.wait()
+    launch_then_kill(path, root, local_ray, "known", rows=2)
     assert len(store.trial_ids(root, "known")) < 5, "the driver was to be killed mid-sweep"
 
     outcome = resume("known", store_root=root)
