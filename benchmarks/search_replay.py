@@ -171,7 +171,7 @@ def main() -> None:
     every = {"none": (None, None), "whole": (stopping, None), "band": (stopping, args.band)}
     variants = [every[name] for name in args.stopping.split(",")]
     samplers = args.samplers.split(",")
-    order = [args.baseline, *(s for s in samplers if s != args.baseline)]
+    order = sorted(samplers, key=lambda s: s != args.baseline)  # the baseline first
     baseline: dict[int, dict] = {}
     summary = []
     for sampler in order:
