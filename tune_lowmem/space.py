@@ -20,7 +20,7 @@ The schema (see search_spaces/quickstart.yaml for a full example)::
       sparsity.period_multiplier: "sparsity.density < 1"   # else it keeps its base value
     objectives: {val_accuracy: maximize, memory.predicted_total_mb: minimize}
     memory_budget_mb: 50               # optional: points predicted above it are never trained
-    sampler: nsga2                     # nsga2 | tpe | gp | random | grid | known-memory (docs/samplers.md)
+    sampler: nsga2                     # nsga2 | tpe | gp | random | grid (choice params only) | known-memory
     sampler_options: {population_size: 8}   # optional keyword arguments of the Optuna sampler
     sampler_seed: 0
     num_samples: 12                    # points to evaluate (grid: at most the grid's size, default all)
