@@ -1,20 +1,22 @@
-"""Record the search benchmark's table: real learning curves of a grid, once, as Parquet.
+"""Record the search benchmark's tables: real learning curves of a grid, once, as Parquet.
 
-Every point of the grid below is trained for real (WRN-16-2 on the quickstart's CIFAR-10 subset,
-4 epochs, CPU) and its validation accuracy after every epoch is kept, with the profiler's
-predicted memory (`memory.predicted_total_mb`, known before training). `search_replay.py` then
-replays sweeps against this table.
+Every point of a grid (`RECORDINGS`, by name: WRN-16-2 on the quickstart's CIFAR-10 subset,
+4 epochs, CPU) is trained for real and its validation accuracy
+after every epoch is kept, with the profiler's predicted memory (`memory.predicted_total_mb`,
+known before training). `search_replay.py` then replays sweeps against a table.
 
 Exact techniques change memory, not the learning curve: gradient checkpointing recomputes the
-same forward pass, and the fused BN-ReLU-conv block gives the same gradients, so a point that
-differs only in those shares the curve trained once without them (its own predicted memory is
-still its own). Every other technique changes the arithmetic and is trained on its own.
+same forward pass, the fused BN-ReLU-conv block gives the same gradients and the fused step
+applies the same SGD update inside the backward pass, so a point that differs only in those
+shares the curve trained once without them (its own predicted memory is still its own). Every
+other technique changes the arithmetic and is trained on its own.
 
 The table is rewritten after every training (an interrupted run continues; rerun to extend).
 Trainings can be spread over processes: each of ``--shard K/N`` trains every N-th one and keeps
 its rows in its own file beside the table, and every process merges all of them into the table.
 
-    TUNE_LOWMEM_DATA=/work/shared/data nice python benchmarks/learning_curves.py [--shard 0/2]
+    TUNE_LOWMEM_DATA=/work/shared/data nice python benchmarks/learning_curves.py \
+        [--grid wrn16] [--shard 0/2]
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import itertools
 import json
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -33,44 +36,72 @@ from tune_lowmem.memory.predict import predict
 from tune_lowmem.space import SearchSpace
 from tune_lowmem.train import Trainer
 
-TABLE = Path(__file__).parent / "learning_curves.parquet"
-TRAINED = {  # what changes the learning curve, in training order (the outer axis last filled)
-    "schedule.lr_multiplier": [1.0, 0.5],
-    "sparsity.density": [1.0, 0.1, 0.3],
-    "precision": ["fp32", "bf16"],
-    "microbatch.size": [None, 2],
-}
-SHARED = {  # exact: the same curve, other memory
-    "checkpoint": ["none", "residual-1", "residual-2", "residual-2*"],
-    "model.fused_norm": ["none", "block"],
-}
-GRID = {**TRAINED, **SHARED}
-BASE = {
-    "task": "wrn-cifar10",
-    "device": "cpu",
-    "model": {"depth": 16, "width": 2},
-    "schedule": {"epochs": 4, "batch_size": 50},
-    "data": {"train_subset": 3000, "val_size": 1000, "test_subset": 50},
-    # rewiring every few updates early on, as in the quickstart (its period is searched there)
-    "sparsity": {"period_multiplier": 16.0},
-}
+HERE = Path(__file__).parent
 
 
-def grid_space(grid: dict = GRID, base: dict = BASE) -> SearchSpace:
+@dataclass(frozen=True)
+class Recording:
+    """One table: what is trained (changes the learning curve, in training order: the last axis
+    is filled last), what is exact (the same curve, other memory), the base config, the file."""
+
+    trained: dict[str, list]
+    shared: dict[str, list]
+    base: dict
+    table: Path
+
+    @property
+    def grid(self) -> dict[str, list]:
+        return {**self.trained, **self.shared}
+
+
+RECORDINGS = {
+    "wrn16": Recording(
+        trained={
+            "schedule.lr_multiplier": [1.0, 0.5],
+            "sparsity.density": [1.0, 0.1, 0.3],
+            "precision": ["fp32", "bf16"],
+            "microbatch.size": [None, 2],
+        },
+        shared={
+            "checkpoint": ["none", "residual-1", "residual-2", "residual-2*"],
+            "model.fused_norm": ["none", "block"],
+        },
+        base={
+            "task": "wrn-cifar10",
+            "device": "cpu",
+            "model": {"depth": 16, "width": 2},
+            "schedule": {"epochs": 4, "batch_size": 50},
+            "data": {"train_subset": 3000, "val_size": 1000, "test_subset": 50},
+            # rewiring every few updates early on, as in the quickstart (its period is searched)
+            "sparsity": {"period_multiplier": 16.0},
+        },
+        table=HERE / "learning_curves.parquet",
+    ),
+}
+DEFAULT = "wrn16"
+# the WRN-16-2 table's, as earlier scripts import them
+TABLE, BASE, GRID = (
+    RECORDINGS[DEFAULT].table,
+    RECORDINGS[DEFAULT].base,
+    RECORDINGS[DEFAULT].grid,
+)
+
+
+def grid_space(recording: Recording) -> SearchSpace:
     """The table's grid as a search space of choice params (what the replay searches)."""
     return SearchSpace.from_dict(
         {
             "name": "learning-curves",
-            "base": base,
-            "params": {name: {"type": "choice", "values": v} for name, v in grid.items()},
+            "base": recording.base,
+            "params": {name: {"type": "choice", "values": v} for name, v in recording.grid.items()},
             "objectives": {"val_accuracy": "maximize", "memory.predicted_total_mb": "minimize"},
             "num_samples": 1,
         }
     )
 
 
-def key(params: dict) -> str:
-    return json.dumps({name: params[name] for name in GRID}, sort_keys=True)
+def key(params: dict, grid: dict) -> str:
+    return json.dumps({name: params[name] for name in grid}, sort_keys=True)
 
 
 def shard_file(table: Path, shard: int) -> Path:
@@ -88,37 +119,43 @@ def read(path: Path) -> list[dict]:
     return pd.read_parquet(path).to_dict("records") if path.exists() else []
 
 
-def merge(table: Path) -> int:
+def merge(table: Path, grid: dict) -> int:
     """Every shard's rows, and the table's own (an earlier run's), into the table: those of the
     grid as it is now (a value taken out of the grid takes its rows out)."""
-    grid = {key(dict(zip(GRID, values))) for values in itertools.product(*GRID.values())}
+    points = {key(dict(zip(grid, values)), grid) for values in itertools.product(*grid.values())}
     parts = [table, *table.parent.glob(f"{table.stem}.shard*.parquet")]
     frame = pd.concat([pd.read_parquet(p) for p in parts if p.exists()])
-    frame = frame[frame["key"].isin(grid)].drop_duplicates("key", keep="last")
+    frame = frame[frame["key"].isin(points)].drop_duplicates("key", keep="last")
     write(frame.sort_values("key", ignore_index=True), table)
     return len(frame)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--table", type=Path, default=TABLE)
+    parser.add_argument("--grid", choices=RECORDINGS, default=DEFAULT, help="which table")
+    parser.add_argument("--table", type=Path, help="the file (default: the grid's own)")
     parser.add_argument("--shard", default="0/1", help="K/N: train every N-th training from K")
     args = parser.parse_args()
+    recording = RECORDINGS[args.grid]
+    table, grid = args.table or recording.table, recording.grid
     shard, shards = (int(v) for v in args.shard.split("/"))
     torch.set_num_threads(1)
-    space = grid_space()
-    args.table.parent.mkdir(parents=True, exist_ok=True)
-    own = shard_file(args.table, shard)
+    space = grid_space(recording)
+    table.parent.mkdir(parents=True, exist_ok=True)
+    own = shard_file(table, shard)
     rows = read(own)
-    known = {row["key"]: row for row in read(args.table) + rows}
-    exact = [dict(zip(SHARED, values)) for values in itertools.product(*SHARED.values())]
-    trainings = list(itertools.product(*reversed(TRAINED.values())))
+    known = {row["key"]: row for row in read(table) + rows}
+    shared, trained_axes = recording.shared, recording.trained
+    exact = [dict(zip(shared, values)) for values in itertools.product(*shared.values())]
+    trainings = list(itertools.product(*reversed(trained_axes.values())))
     for values in trainings[shard::shards]:
-        trained = dict(zip(reversed(TRAINED), values))
-        missing = [v for v in exact if key({**trained, **v}) not in known]
+        trained = dict(zip(reversed(trained_axes), values))
+        missing = [v for v in exact if key({**trained, **v}, grid) not in known]
         if not missing:
             continue
-        earlier = next((known[k] for v in exact if (k := key({**trained, **v})) in known), None)
+        earlier = next(
+            (known[k] for v in exact if (k := key({**trained, **v}, grid)) in known), None
+        )
         if earlier is None:  # a new training; else a new exact variant of a trained curve
             started = time.perf_counter()
             history = Trainer(space.trial_config({**trained, **exact[0]})).run()
@@ -129,7 +166,7 @@ def main() -> None:
         for variant in missing:
             params = {**trained, **variant}
             row = {
-                "key": key(params),
+                "key": key(params, grid),
                 **{f"config.{k}": v for k, v in params.items()},
                 "curve": curve,
                 "memory.predicted_total_mb": predict(space.trial_config(params)).total_mb,
@@ -140,9 +177,10 @@ def main() -> None:
         write(pd.DataFrame(rows), own)
         done = "trained" if earlier is None else f"{len(missing)} exact variants of"
         print(
-            f"{merge(args.table):3d} rows; {done} {trained}: {curve} in {seconds:.0f} s", flush=True
+            f"{merge(table, grid):3d} rows; {done} {trained}: {curve} in {seconds:.0f} s",
+            flush=True,
         )
-    print(f"{merge(args.table)} rows in {args.table}")
+    print(f"{merge(table, grid)} rows in {table}")
 
 
 if __name__ == "__main__":

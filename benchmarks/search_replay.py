@@ -25,15 +25,16 @@ from pathlib import Path
 import numpy as np
 import optuna
 import pandas as pd
-from learning_curves import BASE, TABLE
+from learning_curves import DEFAULT, RECORDINGS
 
 from tune_lowmem.search import replay
+from tune_lowmem.search.scheduler import MEMORY_BAND
 from tune_lowmem.space import SearchSpace
 
-SAMPLERS = ("random", "tpe", "nsga2", "gp", "grid")
+SAMPLERS = ("random", "tpe", "nsga2", "gp", "grid", "known-memory")
 TARGETS = (0.90, 0.95, 0.99)  # printed by default
 RECORDED = (0.50, 0.75, 0.90, 0.95, 0.99)  # epochs to each are kept per sweep
-RESULTS = Path(__file__).parent / "results" / "search_replay.jsonl"
+RESULTS = Path(__file__).parent / "results"  # search_replay_<grid>.jsonl: every sweep, reused
 
 
 def quartiles(values: list[float]) -> str:
@@ -45,8 +46,8 @@ def quartiles(values: list[float]) -> str:
 
 
 def against(rows: list[dict], baseline: dict[int, dict], target: str) -> str:
-    """Seeds where the method needed fewer / more epochs than random without early stopping
-    (the same seed: the same first random points), at one target."""
+    """Seeds where the method needed fewer / more epochs than the baseline without early
+    stopping (the same seed), at one target."""
     pairs = [(r["epochs_to"][target], baseline[r["seed"]][target]) for r in rows]
     return f"{sum(a < b for a, b in pairs):2d}/{sum(a > b for a, b in pairs):2d}"
 
@@ -68,7 +69,9 @@ def describe(table: replay.Table, targets: tuple[float, ...]) -> None:
     print(f"one point alone holds up to {max(alone):.1%} of it; points reaching alone {reach}")
 
 
-def settings(args: argparse.Namespace, sampler: str, scheduler: dict | None) -> dict:
+def settings(
+    args: argparse.Namespace, sampler: str, scheduler: dict | None, band: float | None
+) -> dict:
     """What a sweep's figures depend on, besides its seed (the cache's key)."""
     return {
         "table": hashlib.sha256(Path(args.table).read_bytes()).hexdigest()[:16],
@@ -77,29 +80,40 @@ def settings(args: argparse.Namespace, sampler: str, scheduler: dict | None) -> 
         "sampler": sampler,
         "sampler_options": args.options.get(sampler, {}),
         "scheduler": scheduler,
+        "memory_band": band if scheduler else None,
     }
 
 
-def sweep(table: replay.Table, setting: dict, seed: int, targets) -> dict[str, float]:
+def method_name(setting: dict) -> str:
+    if not setting["scheduler"]:
+        return setting["sampler"]
+    rule = "band" if setting["memory_band"] else "whole rung"
+    return f"{setting['sampler']} + mo-asha ({rule})"
+
+
+def sweep(table: replay.Table, base: dict, setting: dict, seed: int, targets) -> dict[str, float]:
     """One replayed sweep: epochs to each target (inf: not reached)."""
     extra = {"sampler_options": setting["sampler_options"]} if setting["sampler_options"] else {}
     raw = replay.replay_space(
         table,
-        BASE,
+        base,
         setting["sampler"],
         seed,
         num_samples=setting["points"],
         scheduler=setting["scheduler"],
         **extra,
     )
-    history = replay.replay(SearchSpace.from_dict(raw), table, setting["workers"])
+    history = replay.replay(
+        SearchSpace.from_dict(raw), table, setting["workers"], setting["memory_band"]
+    )
     best = table.best_hypervolume()
     return {f"{t:.2f}": replay.epochs_to(history, t * best) for t in sorted({*RECORDED, *targets})}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--table", default=str(TABLE))
+    parser.add_argument("--grid", choices=RECORDINGS, default=DEFAULT, help="which table")
+    parser.add_argument("--table", help="the table's file (default: the grid's own)")
     parser.add_argument("--seeds", type=int, default=20, help="sampler seeds per method")
     parser.add_argument(
         "--first-seed", type=int, default=0, help="seeds run: first-seed .. first-seed + seeds - 1"
@@ -121,8 +135,19 @@ def main() -> None:
         default=TARGETS,
         help="fractions of the best hypervolume, e.g. 0.5,0.75,0.9 for short sweeps",
     )
-    parser.add_argument("--results", type=Path, default=RESULTS, help="JSON lines, reused")
+    parser.add_argument("--band", type=float, default=MEMORY_BAND, help="memory band")
+    parser.add_argument(
+        "--stopping",
+        default="none,whole,band",
+        help="early stopping variants run: none, mo-asha on the whole rung, mo-asha in bands",
+    )
+    parser.add_argument("--baseline", default="gp", help="the sampler others are paired with")
+    parser.add_argument("--results", type=Path, help="JSON lines, reused (default: per grid)")
+    parser.add_argument("--summary", type=Path, help="JSON of every row printed (docs read it)")
     args = parser.parse_args()
+    recording = RECORDINGS[args.grid]
+    args.table = args.table or str(recording.table)
+    args.results = args.results or RESULTS / f"search_replay_{args.grid}.jsonl"
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     table = replay.Table.from_frame(pd.read_parquet(args.table))
     describe(table, args.targets)
@@ -138,17 +163,22 @@ def main() -> None:
         f"hypervolume: median [quartiles]; s/sweep: of the sweeps run now"
     )
     print(
-        f"{'method':22s}"
+        f"{'method':34s}"
         + "".join(f"{f'{t:.0%}':>17s}" for t in args.targets)
-        + "  seeds  s/sweep  vs random at the last two: seeds fewer/more epochs"
+        + f"  seeds  s/sweep  vs {args.baseline} at the last two: seeds fewer/more epochs"
     )
-    baseline: dict[int, dict] = {}
     stopping = {"type": "mo-asha", "grace_epochs": args.grace, "reduction_factor": args.factor}
-    for sampler in args.samplers.split(","):
-        methods = [settings(args, sampler, s) for s in (None, stopping)]
-        rows: list[list[dict]] = [[], []]
-        spent: list[list[float]] = [[], []]
-        # both methods per seed: a cut-short run stays paired
+    every = {"none": (None, None), "whole": (stopping, None), "band": (stopping, args.band)}
+    variants = [every[name] for name in args.stopping.split(",")]
+    samplers = args.samplers.split(",")
+    order = sorted(samplers, key=lambda s: s != args.baseline)  # the baseline first
+    baseline: dict[int, dict] = {}
+    summary = []
+    for sampler in order:
+        methods = [settings(args, sampler, *variant) for variant in variants]
+        rows: list[list[dict]] = [[] for _ in methods]
+        spent: list[list[float]] = [[] for _ in methods]
+        # every method per seed: a cut-short run stays paired
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             for i, setting in enumerate(methods):
                 cached = done.get((json.dumps(setting, sort_keys=True), seed))
@@ -156,27 +186,32 @@ def main() -> None:
                     f"{t:.2f}" not in cached["epochs_to"] for t in args.targets
                 ):
                     started = time.perf_counter()
-                    needed = sweep(table, setting, seed, args.targets)
+                    needed = sweep(table, recording.base, setting, seed, args.targets)
                     spent[i].append(time.perf_counter() - started)
                     cached = {"settings": setting, "seed": seed, "epochs_to": needed}
                     with args.results.open("a") as out:
                         out.write(json.dumps(cached) + "\n")
                 rows[i].append(cached)
         for i, setting in enumerate(methods):
-            name = sampler + (" + mo-asha" if setting["scheduler"] else "")
+            name = method_name(setting)
             cells = "".join(
                 f"{quartiles([r['epochs_to'][f'{t:.2f}'] for r in rows[i]]):>17s}"
                 for t in args.targets
             )
             seconds = f"{np.mean(spent[i]):7.1f}" if spent[i] else "      -"
-            if name == "random":
+            if name == args.baseline:
                 baseline = {r["seed"]: r["epochs_to"] for r in rows[i]}
             paired = ""
             if baseline and all(r["seed"] in baseline for r in rows[i]):
                 paired = "".join(
                     f"  {against(rows[i], baseline, f'{t:.2f}')}" for t in args.targets[-2:]
                 )
-            print(f"{name:22s}{cells}  {len(rows[i]):5d}  {seconds}{paired}", flush=True)
+            print(f"{name:34s}{cells}  {len(rows[i]):5d}  {seconds}{paired}", flush=True)
+            summary.append({"method": name, "settings": setting, "sweeps": rows[i]})
+    if args.summary:
+        args.summary.write_text(
+            json.dumps({"grid": args.grid, "targets": args.targets, "rows": summary}, indent=1)
+        )
 
 
 if __name__ == "__main__":

@@ -38,9 +38,10 @@ def result(epoch: int, accuracy: float, memory: float, status: str = "running") 
     }
 
 
-def scheduler(sweep: str | None = None) -> MultiObjectiveASHA:
+def scheduler(sweep: str | None = None, memory_band: float | None = None) -> MultiObjectiveASHA:
+    """Whole-rung ranking unless a memory band is given."""
     settings = SchedulerSettings(grace_epochs=1, reduction_factor=3, max_epochs=9)
-    return MultiObjectiveASHA(settings, OBJECTIVES, sweep)
+    return MultiObjectiveASHA(settings, OBJECTIVES, sweep, memory_band=memory_band)
 
 
 def test_rungs_follow_grace_and_reduction_factor():
@@ -76,6 +77,29 @@ def test_each_rung_keeps_its_top_fronts_and_stops_the_rest():
     # a result reported twice at a rung (a restarted trial) is not recorded or judged again
     assert mo_asha.decide("c", result(1, 0.0, 99.0)) == GO
     assert len(mo_asha.records[1]) == 5
+
+
+def test_in_memory_bands_a_trial_meets_only_trials_of_similar_memory():
+    """The cheap end, sparsely sampled, is ranked among itself: the whole-rung rule stops a
+    cheap trial dominated by one cheaper trial because the expensive front outnumbers it; the
+    band rule ranks it against its band only, and ranks nothing with fewer peers than the
+    reduction factor."""
+    rung = {  # an expensive front of four, then a cheap end that fills up
+        "big1": (0.50, 100.0),
+        "big2": (0.52, 120.0),
+        "big3": (0.55, 140.0),
+        "big4": (0.57, 160.0),
+        "small1": (0.20, 2.0),
+        "small2": (0.18, 2.1),
+        "small3": (0.10, 2.4),
+    }
+    whole, banded = scheduler(), scheduler(memory_band=2.0)
+    stopped_whole = {t for t, v in rung.items() if whole.decide(t, result(1, *v)) == STOP}
+    stopped_band = {t for t, v in rung.items() if banded.decide(t, result(1, *v)) == STOP}
+    assert stopped_whole == {"small2", "small3"}
+    assert stopped_band == {"small3"}  # dominated by both of its two peers
+    assert banded.peers(banded.records[1], "small1") == ["small1", "small2", "small3"]
+    assert banded.peers(banded.records[1], "big1") == ["big1", "big2", "big3", "big4"]
 
 
 def test_a_missing_value_ranks_last():

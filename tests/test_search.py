@@ -298,6 +298,23 @@ def wait_for_rows(
         time.sleep(0.25)
 
 
+def launch_then_kill(path: Path, root: Path, address: str, sweep: str, rows: int) -> None:
+    """Launch the sweep's driver, SIGKILL it once `rows` trials are stored."""
+    log = root.with_name(f"{sweep}-launch.log")
+    with open(log, "w") as handle:
+        driver = subprocess.Popen(
+            [CLI, "launch", str(path), "--store", str(root), "--address", address],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        wait_for_rows(root, sweep, rows, driver, log)
+    finally:
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait()
+
+
 def test_killed_driver_then_resume_stores_every_trial_once(local_ray, tmp_path):
     path = write_space(
         tmp_path,
@@ -311,19 +328,7 @@ def test_killed_driver_then_resume_stores_every_trial_once(local_ray, tmp_path):
         },
     )
     root = tmp_path / "store"
-    log = tmp_path / "launch.log"
-    with open(log, "w") as handle:
-        driver = subprocess.Popen(
-            [CLI, "launch", str(path), "--store", str(root), "--address", local_ray],
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        wait_for_rows(root, "killed", 2, driver, log)
-    finally:
-        os.kill(driver.pid, signal.SIGKILL)
-        driver.wait()
+    launch_then_kill(path, root, local_ray, "killed", rows=2)
     before = store.read_trials(root, "killed").set_index("trial_id")
     assert 2 <= len(before) < 6, "the driver was to be killed mid-sweep"
     epoch_files = {
@@ -435,3 +440,41 @@ def test_a_trial_whose_worker_dies_is_stored_failed_and_the_sweep_goes_on(local_
     assert rows.loc[killed[0], "status"] == "failed"
     assert rows.loc[killed[0], "failure_reason"].startswith("worker failed 1 times: ")
     assert sorted(t.state.name for t in study(root, "died").trials) == ["COMPLETE", "FAIL"]
+
+
+def test_known_memory_sweep_resumes_after_a_kill_and_never_trains_over_budget(local_ray, tmp_path):
+    """`sampler: known-memory` in a real sweep (Ray Tune, the journal, the profiler's memory):
+    under a budget no point is screened infeasible (the sampler never proposes one), the
+    conditional param appears exactly where its condition holds, and a driver killed mid-sweep
+    resumes to every point once."""
+    path = write_space(
+        tmp_path,
+        name="known",
+        sampler="known-memory",
+        sampler_options={"n_startup_trials": 2, "n_candidates": 32},
+        num_samples=5,
+        memory_budget_mb=10.0,
+        base={**TINY_BASE, "schedule": {"epochs": 2, "batch_size": 20}},
+        params={
+            "microbatch.size": {"type": "choice", "values": [None, 5, 10]},  # none: ~13 MB
+            "precision": {"type": "choice", "values": ["fp32", "bf16"]},
+            "precision_update": {"type": "choice", "values": ["nearest", "stochastic"]},
+            "schedule.lr_multiplier": {"type": "loguniform", "low": 0.5, "high": 2.0},
+        },
+        conditions={"precision_update": "precision == bf16"},
+    )
+    root = tmp_path / "store"
+    launch_then_kill(path, root, local_ray, "known", rows=2)
+    assert len(store.trial_ids(root, "known")) < 5, "the driver was to be killed mid-sweep"
+
+    outcome = resume("known", store_root=root)
+    rows = outcome.trials.set_index("trial_id")
+    assert len(rows) == 5 and rows.index.is_unique
+    assert (rows["status"] == "completed").all()  # none infeasible: none was proposed
+    assert (rows["memory.predicted_total_mb"] <= 10.0).all()
+    assert set(rows["sampler"]) == {"known-memory"}
+    trials = [t for t in study(root, "known").trials if t.state == TrialState.COMPLETE]
+    assert len(trials) == 5
+    assert len({tuple(sorted(t.params.items())) for t in trials}) == 5
+    for t in trials:
+        assert ("precision_update" in t.params) == (t.params["precision"] == "bf16")

@@ -20,7 +20,7 @@ The schema (see search_spaces/quickstart.yaml for a full example)::
       sparsity.period_multiplier: "sparsity.density < 1"   # else it keeps its base value
     objectives: {val_accuracy: maximize, memory.predicted_total_mb: minimize}
     memory_budget_mb: 50               # optional: points predicted above it are never trained
-    sampler: nsga2                     # nsga2 | tpe | gp | random | grid (grid: choice params only)
+    sampler: nsga2                     # nsga2 | tpe | gp | random | grid (choice params only) | known-memory
     sampler_options: {population_size: 8}   # optional keyword arguments of the Optuna sampler
     sampler_seed: 0
     num_samples: 12                    # points to evaluate (grid: at most the grid's size, default all)
@@ -113,15 +113,16 @@ _CONDITION = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(<=|>=|==|!=|<|>|not in|in)\s*
 _GRID_LIMIT = 1_000_000
 SCHEDULERS = ("mo-asha",)
 _SCHEDULER_KEYS = ("type", "grace_epochs", "reduction_factor")
-SAMPLER_CLASSES = {  # the sampler names of a space, and their Optuna classes
+SAMPLER_CLASSES = {  # the sampler names of a space, and their classes
     "nsga2": "NSGAIISampler",
     "tpe": "TPESampler",
     "gp": "GPSampler",
     "random": "RandomSampler",
     "grid": "GridSampler",
+    "known-memory": "KnownMemorySampler",  # the project's own (search/known_memory.py)
 }
 SAMPLERS = tuple(SAMPLER_CLASSES)
-_NOT_OPTIONS = ("self", "seed", "search_space")  # set by the space itself
+_NOT_OPTIONS = ("self", "seed", "search_space", "space", "memory")  # set by the space itself
 _AT_LEAST_ONE = ("n_ei_candidates", "population_size", "n_candidates")  # options counting draws
 _PROBE_COMBINATIONS = 256  # other params' probe values tried before a value is declared impossible
 
@@ -371,18 +372,17 @@ class SearchSpace:
         which the searcher sets when it screens the point (Optuna >= 5: `Trial.set_constraint`).
         A resumed sweep passes the number of points already asked as `seed_offset`, so that its
         rebuilt sampler does not draw the points of the sweep's start again."""
-        import optuna
-
         options = dict(self.sampler_options)
         seed = None if self.sampler_seed is None else (self.sampler_seed + seed_offset) % SEED_LIMIT
-        sampler = getattr(optuna.samplers, SAMPLER_CLASSES[self.sampler])
-        grid = {p.name: list(p.values) for p in self.params} if self.sampler == "grid" else None
+        sampler = _sampler_class(self.sampler)
         try:
-            return (
-                sampler(seed=seed, **options)
-                if grid is None
-                else sampler(grid, seed=seed, **options)
-            )
+            if self.sampler == "grid":
+                return sampler({p.name: list(p.values) for p in self.params}, seed=seed, **options)
+            if self.sampler == "known-memory":  # it asks the space for each candidate's memory
+                return sampler(self, seed=seed, **options)
+            return sampler(seed=seed, **options)
+        except ConfigError:  # the sampler's own check of the space names its field
+            raise
         except (TypeError, ValueError) as error:
             raise ConfigError(
                 "sampler_options", f"{error}; see optuna.samplers for {self.sampler}'s options"
@@ -401,15 +401,23 @@ def _seed(value: Any) -> int | None:
     return value
 
 
+def _sampler_class(sampler: str) -> type:
+    if sampler == "known-memory":  # the project's own: memory from the profiler (search/)
+        from .search.known_memory import KnownMemorySampler
+
+        return KnownMemorySampler
+    import optuna
+
+    return getattr(optuna.samplers, SAMPLER_CLASSES[sampler])
+
+
 def _sampler_options(sampler: str, raw: Any) -> dict[str, Any]:
     """Keyword arguments of the sampler, typed as its own defaults: Optuna checks only some
     (a negative `n_startup_trials` or a number for the function `gamma` would fail mid-sweep)."""
     import inspect
 
-    import optuna
-
     options = mapping(raw, "sampler_options")
-    parameters = inspect.signature(getattr(optuna.samplers, SAMPLER_CLASSES[sampler])).parameters
+    parameters = inspect.signature(_sampler_class(sampler)).parameters
     allowed = [p for p in parameters if p not in _NOT_OPTIONS]
     for name, value in options.items():
         field_name = f"sampler_options.{name}"

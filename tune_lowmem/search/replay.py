@@ -32,6 +32,7 @@ from .. import pareto
 from ..results import MEMORY_OBJECTIVE
 from ..space import SearchSpace
 from . import place
+from .known_memory import KnownMemorySampler
 from .scheduler import MultiObjectiveASHA
 from .searcher import ScreenedSearcher
 
@@ -61,6 +62,11 @@ class Table:
         if len(curves) != np.prod([len(v) for v in params.values()]):
             raise ValueError(f"the table's {len(curves)} points are not a full grid of {params}")
         return cls(curves, params)
+
+    def memory(self, params: Mapping[str, Any]) -> float | None:
+        """A point's predicted memory as the table recorded it (None: not in the table)."""
+        recorded = self.curves.get(key(params))
+        return None if recorded is None else recorded[1]
 
     def finals(self) -> list[list[float]]:
         return [[curve[-1], memory] for curve, memory in self.curves.values()]
@@ -128,16 +134,23 @@ class Running:
         }
 
 
-def replay(space: SearchSpace, table: Table, workers: int = 1) -> list[tuple[int, float]]:
+def replay(
+    space: SearchSpace, table: Table, workers: int = 1, memory_band: float | None = None
+) -> list[tuple[int, float]]:
     """One sweep: (epochs trained so far, hypervolume of the points trained to the end) after
-    every trial that ended (completed or stopped)."""
+    every trial that ended (completed or stopped). `memory_band`: the scheduler's (None: every
+    trial at a rung is compared with every other)."""
     with tempfile.TemporaryDirectory() as folder:
         place.bind(space.name, folder)
         place.sweep_folder(folder, space.name).mkdir(parents=True)
         searcher = ScreenedSearcher(space, space.name)
+        if isinstance(searcher.study.sampler, KnownMemorySampler):  # memory: the table's
+            searcher.study.sampler.memory = table.memory
         scheduler = None
         if space.scheduler is not None:
-            scheduler = MultiObjectiveASHA(space.scheduler, space.objectives, space.name)
+            scheduler = MultiObjectiveASHA(
+                space.scheduler, space.objectives, space.name, memory_band=memory_band
+            )
         return run_sweep(searcher, scheduler, table, workers)
 
 

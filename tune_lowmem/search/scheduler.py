@@ -44,6 +44,9 @@ from .. import pareto, store
 from ..space import SchedulerSettings
 from . import place
 
+# `memory_band`: a trial is compared with trials of at most this factor more or less memory
+# (None: with the whole rung, the default until the band is measured to pay on real sweeps)
+MEMORY_BAND = 2.0
 RECORD = "scheduler.json"  # the decisions, in the sweep folder
 STOPPED = "stopped"  # the store status (and reported trial_status) of a stopped trial
 
@@ -63,10 +66,15 @@ class MultiObjectiveASHA(FIFOScheduler):
         objectives: Mapping[str, str],
         sweep: str | None = None,
         time_attr: str = "epoch",
+        memory_band: float | None = None,
     ):
         super().__init__()
         self.settings, self.objectives = settings, dict(objectives)
         self.sweep, self.time_attr = sweep, time_attr
+        memory = [i for i, name in enumerate(self.objectives) if name.startswith("memory.")]
+        # the objective that bands the rung: a memory one, unless no band is asked for
+        self.banded = memory[0] if memory and memory_band is not None else None
+        self.memory_band = memory_band
         self.records: dict[int, dict[str, list[float | None]]] = {r: {} for r in settings.rungs()}
         self.stopped: dict[str, int] = {}  # trial id -> the rung it was stopped at
         self.load()
@@ -91,12 +99,33 @@ class MultiObjectiveASHA(FIFOScheduler):
         return TrialScheduler.STOP if trial_id in self.stopped else TrialScheduler.CONTINUE
 
     def goes_on(self, rung: Mapping[str, list[float | None]], trial_id: str) -> bool:
-        """Fewer than ceil(n / factor) of the rung's records lie in better fronts than its own."""
-        ids = list(rung)
+        """Fewer than ceil(n / factor) of the n records it is compared with (those of similar
+        memory, see `peers`) lie in better fronts than its own; fewer than `reduction_factor`
+        such records rank nothing yet."""
+        ids = self.peers(rung, trial_id)
+        if self.banded is not None and len(ids) < self.settings.reduction_factor:
+            return True
         values = [[math.nan if v is None else v for v in rung[i]] for i in ids]
         ranks = pareto.non_dominated_sort(values, list(self.objectives.values()))
         own = ranks[ids.index(trial_id)]
         return int((ranks < own).sum()) < math.ceil(len(ids) / self.settings.reduction_factor)
+
+    def peers(self, rung: Mapping[str, list[float | None]], trial_id: str) -> list[str]:
+        """The rung's records within a factor `memory_band` of the trial's memory (all of them
+        without a band or a memory value): a cheap trial that learns slowly (a small
+        microbatch's batch norm) is judged against trials that save as much, so the cheap end
+        of the front is not stopped for lagging behind trials it does not compete with."""
+        own = rung[trial_id][self.banded] if self.banded is not None else None
+        if own is None or own <= 0:
+            return list(rung)
+        reach = math.log(self.memory_band)
+        return [
+            i
+            for i, values in rung.items()
+            if (memory := values[self.banded]) is not None
+            and memory > 0
+            and abs(math.log(memory / own)) <= reach
+        ]
 
     # ---- the record in the sweep folder, and Tune's save and restore ----------------------
 

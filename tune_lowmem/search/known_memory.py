@@ -1,0 +1,368 @@
+"""The known-memory sampler: learn only what training tells, take memory from the profiler.
+
+Why: a sweep's memory objective is predicted exactly from shapes, in milliseconds, before any
+training (`memory.predict`); only the other objective (accuracy) costs a trial. Optuna's samplers
+treat both as unknown. This one (`sampler: known-memory`) models the unknown objective alone
+with a Gaussian process over the params (`gaussian_process`) and, per ask, scores many candidate
+points by the expected improvement of the front's hypervolume given each one's known memory
+(`expected_improvement`): with one uncertain objective the improvement is a sum over the front's
+steps, closed form under a Gaussian. Hypervolume is on log memory (savings are ratios).
+
+- Candidates: every point of a small all-choice space, else random draws of the space (its
+  conditions applied by `SearchSpace.sample`) plus one- and two-param changes of the front's
+  points. Points already asked are never proposed again, nor points over the memory budget or
+  invalid ones (their memory is None): no trial is spent on an infeasible point.
+- Start: the first `n_startup_trials` points are spread over log memory (each the candidate
+  farthest from the memories asked so far), since the front lies along it.
+- Trials running in parallel (asked, not told) join the model at its own predicted mean
+  (a kriging believer), so parallel asks do not pile onto one spot.
+- Conditional params: inactive ones get a neutral encoding (a numeric at its range's middle, a
+  choice with no one-hot bit set).
+
+Its model is rebuilt from the study (the journal) at every ask, so a resumed sweep loses
+nothing: a sampler rebuilt on the study with the same seed chooses the same point.
+`memory` maps a point's params to its known memory objective (None: infeasible or invalid); the
+default is the profiler's prediction through the searcher's screening; the replay benchmark
+passes the recorded table's predicted memory.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import optuna
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
+from optuna.samplers import BaseSampler, RandomSampler
+from optuna.study import Study
+from optuna.trial import FrozenTrial, TrialState
+from scipy.special import ndtr
+
+from ..config import ConfigError
+from ..space import PREDICTED_METRICS, STORED_METRICS, Param, SearchSpace, worst_value
+from .gaussian_process import GaussianProcess
+
+KNOWN = (*PREDICTED_METRICS, STORED_METRICS[0])  # objectives the profiler gives before training
+MemoryOf = Callable[[Mapping[str, Any]], float | None]
+
+
+class KnownMemorySampler(BaseSampler):
+    """Expected hypervolume improvement over one learned objective and one known memory."""
+
+    def __init__(
+        self,
+        space: SearchSpace,
+        seed: int | None = None,
+        n_startup_trials: int = 4,
+        n_candidates: int = 512,
+        memory: MemoryOf | None = None,
+    ):
+        known = [name for name in space.objectives if name in KNOWN]
+        if len(space.objectives) != 2 or len(known) != 1:
+            raise ConfigError(
+                "objectives",
+                f"sampler known-memory needs two objectives, one of them a predicted memory "
+                f"({', '.join(KNOWN)}); got {', '.join(space.objectives)}",
+            )
+        if n_startup_trials < 0 or n_candidates < 1:
+            raise ValueError("n_startup_trials must be at least 0 and n_candidates at least 1")
+        self.space, self.seed = space, seed
+        self.known = known[0]
+        self.learned = next(name for name in space.objectives if name != self.known)
+        self.n_startup_trials, self.n_candidates = n_startup_trials, n_candidates
+        self.memory = memory or profiler_memory(space, self.known)
+        self.rng = np.random.default_rng(seed)
+        self.fallback = RandomSampler(seed=seed)
+        self.cache: dict[str, float | None] = {}
+        self.distributions = {p.name: distribution(p) for p in space.params}
+
+    def reseed_rng(self) -> None:
+        self.rng = np.random.default_rng()
+        self.fallback.reseed_rng()
+
+    # ---- Optuna's sampler interface -----------------------------------------------------
+
+    def infer_relative_search_space(
+        self, study: Study, trial: FrozenTrial
+    ) -> dict[str, BaseDistribution]:
+        return dict(self.distributions)
+
+    def sample_relative(
+        self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
+        chosen = self.choose(study.get_trials(deepcopy=False), trial.number)
+        if chosen is None:  # no feasible candidate found: the searcher screens what comes
+            return {}
+        return {name: value for name, value in chosen.items() if name in search_space}
+
+    def sample_independent(
+        self,
+        study: Study,
+        trial: FrozenTrial,
+        param_name: str,
+        param_distribution: BaseDistribution,
+    ) -> Any:
+        return self.fallback.sample_independent(study, trial, param_name, param_distribution)
+
+    # ---- choosing a point ----------------------------------------------------------------
+
+    def choose(self, trials: Sequence[FrozenTrial], number: int) -> dict[str, Any] | None:
+        asked = [t for t in trials if t.number != number and t.params]
+        told = [t for t in asked if t.state == TrialState.COMPLETE and self.informative(t)]
+        seen = {point_key(t.params) for t in asked}
+        candidates = [c for c in self.candidates(told) if point_key(c) not in seen]
+        memories = [self.memory_of(c) for c in candidates]
+        feasible = [(c, m) for c, m in zip(candidates, memories) if m is not None and m > 0]
+        if not feasible:
+            return None
+        if len(told) < max(self.n_startup_trials, 2):  # the model needs two values at least
+            return self.spread(feasible, asked)
+        pending = [t.params for t in asked if t.state == TrialState.RUNNING]
+        return self.best_improvement(feasible, told, pending)
+
+    def informative(self, trial: FrozenTrial) -> bool:
+        """A told trial that trained: not an infeasible or failed point told the worst value."""
+        direction = self.space.objectives[self.learned]
+        value = self.told(trial, self.learned)
+        worst = worst_value(self.learned, direction, self.space.base.get("task"))
+        return math.isfinite(value) and value != worst and self.told(trial, self.known) > 0
+
+    def told(self, trial: FrozenTrial, objective: str) -> float:
+        return float(trial.values[list(self.space.objectives).index(objective)])
+
+    def memory_of(self, params: Mapping[str, Any]) -> float | None:
+        """The known memory objective, cached per point."""
+        key = point_key(params)
+        if key not in self.cache:
+            self.cache[key] = self.memory(params)
+        return self.cache[key]
+
+    def spread(self, feasible, asked: Sequence[FrozenTrial]) -> dict[str, Any]:
+        """The candidate farthest in log memory from every point asked (a random one first)."""
+        taken = [np.log10(m) for t in asked if (m := self.memory_of(t.params))]
+        if not taken:
+            return feasible[int(self.rng.integers(len(feasible)))][0]
+        gaps = np.array([min(abs(np.log10(m) - t) for t in taken) for _, m in feasible])
+        best = np.flatnonzero(np.isclose(gaps, gaps.max()))
+        return feasible[int(self.rng.choice(best))][0]
+
+    def best_improvement(self, feasible, told, pending) -> dict[str, Any]:
+        """The candidate of the largest expected hypervolume improvement."""
+        sign = 1.0 if self.space.objectives[self.learned] == "maximize" else -1.0
+        values = np.array([sign * self.told(t, self.learned) for t in told])
+        memories = np.array([self.told(t, self.known) for t in told])
+        model = GaussianProcess.fit(
+            np.array([self.encode(t.params) for t in told]), values, self.rng
+        )
+        if pending:  # a kriging believer: the running points at the model's own mean
+            encoded = np.array([self.encode(p) for p in pending])
+            model = model.with_points(encoded, model.predict(encoded)[0])
+        mean, std = model.predict(np.array([self.encode(c) for c, _ in feasible]))
+        candidate_memory = np.array([m for _, m in feasible], float)
+        ceiling = 1.1 * max(candidate_memory.max(), memories.max())
+        gains = expected_improvement(
+            mean,
+            std,
+            np.log10(candidate_memory),
+            front_points(values, np.log10(memories)),
+            reference=(float(values.min()), float(np.log10(ceiling))),
+        )
+        best = np.flatnonzero(np.isclose(gains, gains.max(), rtol=1e-9, atol=0.0))
+        return feasible[int(self.rng.choice(best))][0]
+
+    # ---- candidates and their encoding ---------------------------------------------------
+
+    def candidates(self, told: Sequence[FrozenTrial]) -> list[dict[str, Any]]:
+        every = self.enumerate()
+        if every is not None:
+            return every
+        drawn = [self.space.sample(RandomDraw(self.rng)) for _ in range(self.n_candidates)]
+        bases = [self.space.sample(optuna.trial.FixedTrial(t.params)) for t in told]
+        for base in bases:
+            for _ in range(max(1, self.n_candidates // (4 * max(1, len(bases))))):
+                drawn.append(self.mutate(base))
+        return drawn
+
+    def enumerate(self) -> list[dict[str, Any]] | None:
+        """Every point of an all-choice space no larger than `n_candidates`, else None."""
+        params = self.space.params
+        if any(p.kind != "choice" for p in params):
+            return None
+        if math.prod(len(p.values) for p in params) > self.n_candidates:
+            return None
+        points = {}
+        for values in itertools.product(*(p.values for p in params)):
+            full = {p.name: v for p, v in zip(params, values)}
+            point = self.space.sample(optuna.trial.FixedTrial(full))
+            points.setdefault(point_key(point), point)
+        return list(points.values())
+
+    def mutate(self, base: Mapping[str, Any]) -> dict[str, Any]:
+        """`base` with one or two params drawn anew (conditions applied again)."""
+        changed = set(self.rng.choice(len(self.space.params), size=2, replace=True).tolist())
+        draw = RandomDraw(self.rng)
+        fixed = dict(base)
+        for i in changed:
+            param = self.space.params[i]
+            fixed[param.name] = param.suggest(draw)
+        return self.space.sample(Completing(fixed, draw))
+
+    def encode(self, params: Mapping[str, Any]) -> list[float]:
+        return [x for p in self.space.params for x in encode_param(p, params.get(p.name, MISSING))]
+
+
+MISSING = object()
+
+
+def encode_param(param: Param, value: Any) -> list[float]:
+    """[0, 1] features of one param: its position in its range (log where the range or a
+    numeric choice is logarithmic), or a one-hot of a non-numeric choice."""
+    if param.kind == "choice" and not numeric(param.values):
+        return [float(value is not MISSING and value == v) for v in param.values]
+    if value is MISSING:
+        return [0.5]
+    low, high = (
+        (min(param.values), max(param.values))
+        if param.kind == "choice"
+        else (
+            param.low,
+            param.high,
+        )
+    )
+    logarithmic = param.kind == "loguniform" or (param.kind == "choice" and low > 0)
+    if logarithmic:
+        value, low, high = np.log(value), np.log(low), np.log(high)
+    return [0.5 if high == low else float((value - low) / (high - low))]
+
+
+def numeric(values: Sequence[Any]) -> bool:
+    return len(values) > 1 and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in values
+    )
+
+
+def point_key(params: Mapping[str, Any]) -> str:
+    return json.dumps(dict(params), sort_keys=True, default=str)
+
+
+def distribution(param: Param) -> BaseDistribution:
+    """The Optuna distribution `Param.suggest` asks for."""
+    if param.kind == "choice":
+        return CategoricalDistribution(list(param.values))
+    if param.kind == "int":
+        return IntDistribution(param.low, param.high, step=param.step or 1)
+    return FloatDistribution(param.low, param.high, step=param.step, log=param.kind == "loguniform")
+
+
+class RandomDraw:
+    """A stand-in for an Optuna trial that draws every suggested value at random (uniform,
+    log-uniform for a log range): `SearchSpace.sample` applies the conditions."""
+
+    def __init__(self, rng: np.random.Generator):
+        self.rng = rng
+
+    def suggest_categorical(self, name: str, choices: Sequence[Any]) -> Any:
+        return choices[int(self.rng.integers(len(choices)))]
+
+    def suggest_int(self, name: str, low: int, high: int, step: int = 1) -> int:
+        return int(low + step * self.rng.integers((high - low) // step + 1))
+
+    def suggest_float(
+        self, name: str, low: float, high: float, step: float | None = None, log: bool = False
+    ) -> float:
+        if log:
+            return float(np.exp(self.rng.uniform(np.log(low), np.log(high))))
+        if step is not None:
+            return float(low + step * self.rng.integers(round((high - low) / step) + 1))
+        return float(self.rng.uniform(low, high))
+
+
+class Completing(RandomDraw):
+    """Fixed values where given, random draws for the rest (a param a change made active)."""
+
+    def __init__(self, fixed: Mapping[str, Any], draw: RandomDraw):
+        super().__init__(draw.rng)
+        self.fixed = fixed
+
+    def suggest_categorical(self, name, choices):
+        return (
+            self.fixed[name] if name in self.fixed else super().suggest_categorical(name, choices)
+        )
+
+    def suggest_int(self, name, low, high, step=1):
+        return (
+            self.fixed[name] if name in self.fixed else super().suggest_int(name, low, high, step)
+        )
+
+    def suggest_float(self, name, low, high, step=None, log=False):
+        if name in self.fixed:
+            return self.fixed[name]
+        return super().suggest_float(name, low, high, step, log)
+
+
+def front_points(values: np.ndarray, log_memory: np.ndarray) -> list[tuple[float, float]]:
+    """The non-dominated (log memory, value) pairs, value maximised, memory minimised, by
+    increasing memory (and so increasing value)."""
+    front: list[tuple[float, float]] = []
+    for memory, value in sorted(zip(log_memory, values), key=lambda p: (p[0], -p[1])):
+        if not front or value > front[-1][1]:
+            front.append((float(memory), float(value)))
+    return front
+
+
+def expected_improvement(
+    mean: np.ndarray,
+    std: np.ndarray,
+    log_memory: np.ndarray,
+    front: Sequence[tuple[float, float]],
+    reference: tuple[float, float],
+) -> np.ndarray:
+    """Expected hypervolume improvement of candidates whose value is N(mean, std^2) (maximised)
+    and whose log memory is known (minimised), over `front` (as `front_points` gives it), with
+    the hypervolume bounded by `reference` (least value, largest log memory).
+
+    A candidate at memory m with value y adds, over every memory t in [m, reference), the height
+    y - h(t) where positive, h(t) being the best front value at memory <= t (or the reference's):
+    h is a step function, so E[gain] = sum over its steps of width * E[(y - h)^+], and
+    E[(y - h)^+] = (mean - h) Phi(z) + std phi(z), z = (mean - h) / std."""
+    floor, ceiling = reference
+    kept = [(m, v) for m, v in front if m < ceiling]
+    # step j spans [left_j, right_j) at height heights_j: below the first front point, then
+    # from each front point to the next (the last to the ceiling)
+    left = np.array([-np.inf] + [m for m, _ in kept])
+    right = np.array([m for m, _ in kept] + [ceiling])
+    heights = np.array([floor] + [max(floor, v) for _, v in kept])
+    start = np.asarray(log_memory, float)[:, None]
+    widths = np.clip(np.minimum(right, ceiling) - np.maximum(left, start), 0.0, None)
+    mean, std = np.asarray(mean, float)[:, None], np.asarray(std, float)[:, None]
+    z = (mean - heights) / std
+    expected = (mean - heights) * ndtr(z) + std * np.exp(-0.5 * z**2) / np.sqrt(2.0 * np.pi)
+    return np.sum(widths * expected, axis=1)
+
+
+def profiler_memory(space: SearchSpace, objective: str) -> MemoryOf:
+    """A point's memory objective from the profiler, through the searcher's own screening (so
+    the budget and invalid configs read as None, never as a memory)."""
+
+    def memory(params: Mapping[str, Any]) -> float | None:
+        from ..memory.stored import stored
+        from ..trainable import memory_metrics
+        from .screening import screen
+
+        screening = screen(space, params)
+        if not screening.feasible:
+            return None
+        held = stored(screening.config) if objective in STORED_METRICS else None
+        value = memory_metrics(screening.predicted, None, held).get(objective)
+        return None if value is None else float(value)
+
+    return memory
