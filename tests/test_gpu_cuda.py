@@ -12,7 +12,9 @@ import pytest
 import torch
 
 from tests.conftest import tiny_wrn_config
-from tests.test_step_sync import CHURN, _run
+from tests.packed_reference import differences
+from tests.test_packed_exact import REWIRING, compared
+from tests.test_sparsity import CHURN
 from tune_lowmem.memory.cuda import blas_workspace_bytes, predict_cuda, probe_blas_workspaces
 from tune_lowmem.memory.measure import measure
 from tune_lowmem.memory.synthetic import synthetic_task
@@ -84,15 +86,13 @@ def test_checkpointing_on_cuda_gives_the_step_without_it():
     )
 
 
-def test_lazy_masks_equal_eager_masks_on_cuda():
+def test_packed_sparse_training_equals_masked_dense_on_cuda(monkeypatch):
     """Bit for bit, so with cuDNN's deterministic algorithms: by default its convolutions'
     backward may pick ones that add with atomics, which differ from run to run."""
-    config = tiny_wrn_config(device="cuda", **CHURN)
+    config = tiny_wrn_config(device="cuda", **REWIRING)
     with torch.backends.cudnn.flags(enabled=True, benchmark=False, deterministic=True):
-        lazy, _, lazy_losses = _run(config, every_step=False, steps=5)
-        eager, _, eager_losses = _run(config, every_step=True, steps=5)
-    assert lazy_losses == eager_losses
-    assert all(torch.equal(a, b) for a, b in zip(lazy.model.parameters(), eager.model.parameters()))
+        packed, reference = compared(config, monkeypatch)
+    assert differences(packed, reference, exact=True) == []
 
 
 def test_the_multi_tensor_unscale_equals_one_multiply_per_gradient_on_cuda():

@@ -48,7 +48,8 @@ from optuna.trial import FrozenTrial, TrialState
 from scipy.special import ndtr
 
 from ..config import ConfigError
-from ..space import PREDICTED_METRICS, STORED_METRICS, Param, SearchSpace, worst_value
+from ..results import PREDICTED_METRICS, STORED_METRICS
+from ..space import Param, SearchSpace, worst_value
 from .gaussian_process import GaussianProcess
 
 KNOWN = (*PREDICTED_METRICS, STORED_METRICS[0])  # objectives the profiler gives before training
