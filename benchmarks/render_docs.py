@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 from collections.abc import Callable
@@ -33,6 +34,15 @@ def percent(value: float) -> str:
     return f"{100 * value:.2f}%"
 
 
+def row(cells) -> str:
+    return "| " + " | ".join(map(str, cells)) + " |"
+
+
+def table(header: list[str], rows: list[list]) -> list[str]:
+    """A Markdown table's lines."""
+    return [row(header), row(["---"] * len(header)), *map(row, rows)]
+
+
 def profiler_accuracy(result: dict) -> str:
     """The error distribution, the misses, then every evaluation point."""
     summary, calibration = result["summary"], result["calibration"]
@@ -45,19 +55,19 @@ def profiler_accuracy(result: dict) -> str:
             f"{calibration['heap_bytes_per_storage']}."
         ),
         "",
-        "| error, predicted against measured | points | median | 90th percentile | worst |",
-        "| --- | --- | --- | --- | --- |",
     ]
     views = {
         "total": "total, tensor storage (allocator)",
         "activation": "activation part (allocator)",
         "heap_total": "stored total with heap objects (tracker, CPU heap)",
     }
-    for key, label in views.items():
-        if key in summary:
-            d = summary[key]
-            row = [label, str(d["points"]), percent(d["median"]), percent(d["p90"])]
-            lines.append("| " + " | ".join([*row, percent(d["worst"])]) + " |")
+    errors = [
+        [label, d["points"], *(percent(d[k]) for k in ("median", "p90", "worst"))]
+        for key, label in views.items()
+        if (d := summary.get(key))
+    ]
+    header = ["error, predicted against measured", "points", "median", "90th percentile", "worst"]
+    lines += table(header, errors)
     misses = ", ".join(summary["misses"]) or "none"
     lines += [
         "",
@@ -68,24 +78,216 @@ def profiler_accuracy(result: dict) -> str:
             f"{', '.join(summary['below_floor']) or 'none'}."
         ),
         "",
-        "| point | predicted MB | measured MB | error | activation error | workspace MB |",
-        "| --- | --- | --- | --- | --- | --- |",
     ]
-    for p in result["points"]:
-        workspace = p["allocator_workspace_activation_mb"] - p["allocator_activation_mb"]
-        cells = [
+    points = [
+        [
             p["name"],
             f"{p['predicted_storage_mb']:.3f}",
             f"{p['allocator_total_mb']:.3f}",
             percent(p["error_total"]),
             percent(p["error_activation"]),
-            f"{workspace:.3f}",
+            f"{p['allocator_workspace_activation_mb'] - p['allocator_activation_mb']:.3f}",
         ]
-        lines.append("| " + " | ".join(cells) + " |")
+        for p in result["points"]
+    ]
+    header = ["point", "predicted MB", "measured MB", "error", "activation error", "workspace MB"]
+    return "\n".join(lines + table(header, points)) + "\n"
+
+
+def memory_ladder(result: dict) -> str:
+    """Each task's rungs: predicted, accounted and (where a rung was measured) measured MB."""
+    lines = []
+    for task in result.values():
+        rows, base = task["rows"], task["rows"][0]
+        measured = any("measured_mb" in r for r in rows)
+        header = ["#", "rung", "act MB", "stored MB", "x stored", "acc csr MB", "x csr"]
+        header += ["measured MB", "x measured"] if measured else []
+        cells = [
+            [
+                r["index"],
+                r["rung"],
+                f"{r['activation_mb']:.2f}",
+                f"{r['stored_mb']:.2f}",
+                f"{r['x_stored']:.1f}x",
+                f"{r['accounted_csr_mb']:.2f}",
+                f"{r['x_accounted_csr']:.1f}x",
+                *(
+                    [f"{r['measured_mb']:.2f}", f"{r['x_measured']:.1f}x"]
+                    if "measured_mb" in r
+                    else ["-", "-"]
+                )[: 2 * measured],
+                r["paper"] or "",
+            ]
+            for r in rows
+        ]
+        lines += [
+            f"{task['title']}; ratios to rung {base['index']} ({base['rung']}, "
+            f"{base['stored_mb']:.2f} MB stored)"
+            + ("" if measured else "; no rung measured in this file"),
+            "",
+            *table([*header, "paper"], cells),
+            "",
+        ]
+    return "\n".join(lines[:-1]) + "\n"
+
+
+def step_time(result: dict) -> str:
+    """Seconds per step by variant, packed against masked dense, and one layer's kernels."""
+    seconds, ratios = result["seconds_per_step"], result["ratio_to_no_technique"]
+    kernels = result["layer_kernel_seconds"]
+    lines = [
+        result["setup"],
+        "",
+        *table(
+            ["variant", "s/step", "ratio to no technique"],
+            [[v, f"{s:.3f}", f"{ratios[v]:.3f}"] for v, s in seconds.items()],
+        ),
+        "",
+        *table(
+            ["nonzeros", "packed / masked dense step (median of rounds)"],
+            [[d, f"{r:.3f}"] for d, r in result["packed_over_masked_dense"].items()],
+        ),
+        "",
+        "One linear layer (`sparse_kernel`'s shape in `benchmarks/step_time.py`):",
+        "",
+        *table(
+            ["nonzeros", "dense, weight built (ms)", "torch.sparse.mm CSR (ms)", "csr / dense"],
+            [
+                [
+                    d,
+                    f"{1e3 * k['dense']:.2f}",
+                    f"{1e3 * k['csr']:.2f}",
+                    f"{k['csr'] / k['dense']:.2f}",
+                ]
+                for d, k in kernels.items()
+            ],
+        ),
+    ]
     return "\n".join(lines) + "\n"
 
 
-RENDERERS: dict[str, Callable[[dict], str]] = {"profiler_accuracy": profiler_accuracy}
+def sweep_scale(result: dict) -> str:
+    """Cost per trial in windows of the sweep, then the driver's and the store's figures."""
+    size = result["window"]
+    windows = [
+        f"{i * size + 1:,}-{(i + 1) * size:,}" for i in range(len(result["windows_s_per_trial"]))
+    ]
+    rows = {
+        "seconds per trial (sweep wall time / trials)": result["windows_s_per_trial"],
+        "median wall time of one trial (on its worker)": result["windows_trial_wall_s_median"],
+        "seconds per trial / (trial wall time / concurrency)": result[
+            "windows_over_half_trial_wall"
+        ],
+    }
+    statuses = ", ".join(f"{n} {s}" for s, n in result["statuses"].items())
+    files = ", ".join(f"{n} in `{table_}/`" for table_, n in result["store_files_end"].items())
+    wall = result["sweep_wall_s"]
+    lines = [
+        f"Command: `{result['command']}`; {result['trained_trials']:,} of "
+        f"{result['trials_planned']:,} trials trained ({statuses}), "
+        f"{result['concurrent']} at a time" + (f", in {wall:g} s." if wall is not None else "."),
+        "",
+        *table(
+            [f"{size}-trial window (in finishing order)", *windows],
+            [[label, *(f"{v:.2f}" for v in values)] for label, values in rows.items()],
+        ),
+        "",
+        (
+            f"- per trial, the last {size} trials against the first {size}: "
+            f"{result['last_window_s_per_trial']:.2f} s against "
+            f"{result['first_window_s_per_trial']:.2f} s, {result['last_over_first']:.2f}x;"
+        ),
+        (
+            f"- the driver's CPU time per finished trial: "
+            f"{result['driver_cpu_s_per_trial_first_third']:.3f} s over the first third of the "
+            f"samples, {result['driver_cpu_s_per_trial_last_third']:.3f} s over the last third;"
+        ),
+        (
+            f"- a plain loop of the same kind of trials (screen, then train, no Ray, one at a time): "
+            f"{result['plain_loop_s_per_trial']:.2f} s per trial; the sweep's last window is "
+            f"{result['sweep_over_loop_last']:.1f}x that per trial;"
+        ),
+        f"- the driver's resident memory: {result['driver_peak_rss_mb']:,.0f} MB at most;",
+        (
+            f"- the store: at most {result['store_files_max']} files in `trials/` and `epochs/` "
+            f"together at any sample; at the end {files}."
+        ),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def cluster_sweep(result: dict) -> str:
+    """What the lost node and the killed driver left in the store."""
+    by_node = ", ".join(f"{node} {n}" for node, n in result["rows_by_node"].items())
+    told = ", ".join(f"{n} {state}" for state, n in result["optuna_told"].items())
+    statuses = ", ".join(f"{n} {s}" for s, n in result["statuses"].items())
+    files = ", ".join(f"{n} in `{folder}/`" for folder, n in result["store_files"].items())
+    lines = [
+        f"Command: `{result['command']}`",
+        "",
+        (
+            f"- `node_c` lost with {result['stored_when_node_c_lost']} points stored, the driver "
+            f"SIGKILLed with {result['stored_when_driver_killed']} stored "
+            f"({result['first_driver_s']:g} s after the launch); `tune-lowmem resume` exited "
+            f"{result['resume_exit_status']} and finished the sweep in {result['resume_s']:g} s;"
+        ),
+        (
+            f"- {result['rows']} rows for {result['points']} points ({statuses}); (point, seed) "
+            f"stored twice: {result['duplicated_point_seed']}; epoch rows stored twice: "
+            f"{result['duplicated_epoch_rows']}; every (point, seed) once: "
+            f"{'yes' if result['every_point_seed_once'] else 'no'};"
+        ),
+        f"- Optuna was told: {told};",
+        f"- rows by node: {by_node};",
+        f"- the store's files at the end: {files}.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def nearest_percentile(values: list[float], q: float) -> float:
+    """numpy's percentile with method "nearest" (half to even), as search_replay.py prints."""
+    ordered = sorted(values)
+    return ordered[round(q * (len(ordered) - 1))]
+
+
+def epochs(value: float) -> str:
+    return "-" if math.isinf(value) else f"{value:.0f}"
+
+
+def search_replay(result: dict) -> str:
+    """Epochs to each share of the best hypervolume, median [quartiles] over sampler seeds, and
+    the seeds where a method needed fewer / more epochs than the baseline on the same seed."""
+    targets = [f"{t:.2f}" for t in result["targets"]]
+    baseline = result["rows"][0]
+    paired = {s["seed"]: s["epochs_to"] for s in baseline["sweeps"]}
+    lines = []
+    for method in result["rows"]:
+        sweeps = method["sweeps"]
+        cells = [method["method"], len(sweeps)]
+        for t in targets:
+            values = [s["epochs_to"][t] for s in sweeps]
+            q1, median, q3 = (epochs(nearest_percentile(values, q)) for q in (0.25, 0.5, 0.75))
+            cells.append(f"{median} [{q1}-{q3}]")
+        for t in targets:
+            pairs = [(s["epochs_to"][t], paired[s["seed"]][t]) for s in sweeps]
+            ahead, behind = sum(a < b for a, b in pairs), sum(a > b for a, b in pairs)
+            cells.append("-" if method is baseline else f"{ahead} / {behind}")
+        lines.append(cells)
+    share = [f"{float(t):.0%}" for t in targets]
+    header = ["method", "seeds", *(f"epochs to {s}" for s in share)]
+    header += [f"fewer / more than {baseline['method']} at {s}" for s in share]
+    return "\n".join(table(header, lines)) + "\n"
+
+
+RENDERERS: dict[str, Callable[[dict], str]] = {
+    "profiler_accuracy": profiler_accuracy,
+    "memory_ladder": memory_ladder,
+    "step_time": step_time,
+    "sweep_scale": sweep_scale,
+    "sweep_scale_300": sweep_scale,
+    "cluster_sweep": cluster_sweep,
+    "search_replay_wrn16": search_replay,
+}
 
 
 def render(text: str) -> str:
