@@ -94,6 +94,19 @@ def profiler_accuracy(result: dict) -> str:
     return "\n".join(lines + table(header, points)) + "\n"
 
 
+def ladder_row(rung: dict, measured: bool) -> list:
+    """A rung's cells; with `measured`, its measured MB and ratio ("-" for a rung not measured)."""
+    cells = [rung["index"], rung["rung"], f"{rung['activation_mb']:.2f}"]
+    cells += [f"{rung['stored_mb']:.2f}", f"{rung['x_stored']:.1f}x"]
+    cells += [f"{rung['accounted_csr_mb']:.2f}", f"{rung['x_accounted_csr']:.1f}x"]
+    if measured:
+        taken = "measured_mb" in rung
+        cells += (
+            [f"{rung['measured_mb']:.2f}", f"{rung['x_measured']:.1f}x"] if taken else ["-"] * 2
+        )
+    return [*cells, rung["paper"] or ""]
+
+
 def memory_ladder(result: dict) -> str:
     """Each task's rungs: predicted, accounted and (where a rung was measured) measured MB."""
     lines = []
@@ -102,30 +115,12 @@ def memory_ladder(result: dict) -> str:
         measured = any("measured_mb" in r for r in rows)
         header = ["#", "rung", "act MB", "stored MB", "x stored", "acc csr MB", "x csr"]
         header += ["measured MB", "x measured"] if measured else []
-        cells = [
-            [
-                r["index"],
-                r["rung"],
-                f"{r['activation_mb']:.2f}",
-                f"{r['stored_mb']:.2f}",
-                f"{r['x_stored']:.1f}x",
-                f"{r['accounted_csr_mb']:.2f}",
-                f"{r['x_accounted_csr']:.1f}x",
-                *(
-                    [f"{r['measured_mb']:.2f}", f"{r['x_measured']:.1f}x"]
-                    if "measured_mb" in r
-                    else ["-", "-"]
-                )[: 2 * measured],
-                r["paper"] or "",
-            ]
-            for r in rows
-        ]
         lines += [
             f"{task['title']}; ratios to rung {base['index']} ({base['rung']}, "
             f"{base['stored_mb']:.2f} MB stored)"
             + ("" if measured else "; no rung measured in this file"),
             "",
-            *table([*header, "paper"], cells),
+            *table([*header, "paper"], [ladder_row(r, measured) for r in rows]),
             "",
         ]
     return "\n".join(lines[:-1]) + "\n"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import io
+import json
 import re
 from pathlib import Path
 
@@ -46,6 +47,24 @@ def test_a_changed_result_is_a_stale_table(tmp_path, monkeypatch):
     (tmp_path / "profiler_accuracy.json").write_text(result.replace('"median": ', '"median": 1'))
     monkeypatch.setattr(docs, "RESULTS", tmp_path)
     assert docs.render(fresh) != fresh
+
+
+def doubled(value):
+    """`value` with every float held under a key doubled (ints, as indices and counts, and lists'
+    floats, as a benchmark's settings, kept)."""
+    if isinstance(value, dict):
+        return {key: 2 * v if isinstance(v, float) else doubled(v) for key, v in value.items()}
+    if isinstance(value, list):
+        return [v if isinstance(v, float) else doubled(v) for v in value]
+    return value
+
+
+@pytest.mark.parametrize("name", sorted(render_docs().RENDERERS))
+def test_every_renderer_shows_its_files_figures_on_a_page(name):
+    docs = render_docs()
+    result = json.loads((docs.RESULTS / f"{name}.json").read_text())
+    assert docs.RENDERERS[name](doubled(result)) != docs.RENDERERS[name](result)
+    assert any(f"<!-- results:{name} -->" in page.read_text() for page in PAGES)
 
 
 @pytest.mark.parametrize("page", FRONT, ids=lambda p: str(p.relative_to(ROOT)))
