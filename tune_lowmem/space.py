@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import SEED_LIMIT, ConfigError, TrialConfig
-from .plugins import techniques
+from .plugins import load, techniques
 from .results import (
     DIRECTIONS,
     LEGACY_METRICS,
@@ -113,13 +113,14 @@ _CONDITION = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(<=|>=|==|!=|<|>|not in|in)\s*
 _GRID_LIMIT = 1_000_000
 SCHEDULERS = ("mo-asha",)
 _SCHEDULER_KEYS = ("type", "grace_epochs", "reduction_factor")
-SAMPLER_CLASSES = {  # the sampler names of a space, and their classes
-    "nsga2": "NSGAIISampler",
-    "tpe": "TPESampler",
-    "gp": "GPSampler",
-    "random": "RandomSampler",
-    "grid": "GridSampler",
-    "known-memory": "KnownMemorySampler",  # the project's own (search/known_memory.py)
+SAMPLER_CLASSES = {  # the sampler names of a space, and the classes they build (module:class)
+    "nsga2": "optuna.samplers:NSGAIISampler",
+    "tpe": "optuna.samplers:TPESampler",
+    "gp": "optuna.samplers:GPSampler",
+    "random": "optuna.samplers:RandomSampler",
+    "grid": "optuna.samplers:GridSampler",
+    # the project's own: accuracy learned, memory asked of the profiler (search/known_memory.py)
+    "known-memory": "tune_lowmem.search.known_memory:KnownMemorySampler",
 }
 SAMPLERS = tuple(SAMPLER_CLASSES)
 _NOT_OPTIONS = ("self", "seed", "search_space", "space", "memory")  # set by the space itself
@@ -402,13 +403,8 @@ def _seed(value: Any) -> int | None:
 
 
 def _sampler_class(sampler: str) -> type:
-    if sampler == "known-memory":  # the project's own: memory from the profiler (search/)
-        from .search.known_memory import KnownMemorySampler
-
-        return KnownMemorySampler
-    import optuna
-
-    return getattr(optuna.samplers, SAMPLER_CLASSES[sampler])
+    """The class a sampler name builds, imported when a space first needs it."""
+    return load(SAMPLER_CLASSES[sampler], "sampler")
 
 
 def _sampler_options(sampler: str, raw: Any) -> dict[str, Any]:
