@@ -45,15 +45,19 @@ POINTS = {
 FRONT = ["D", "C", "B", "A"]  # by memory, smallest first
 
 
-def predicted_memory(config: TrialConfig) -> dict:
+def predicted_memory(config: TrialConfig, written_before_packing: bool = False) -> dict:
     """The memory columns of a trial of ``config``, as the profiler predicts them (accounted, and
-    the stored total)."""
+    the stored total). `written_before_packing`: as a store written before sparse layers were
+    packed holds a sparse trial, whose step kept dense weights, gradients and state (the stored
+    total of the same config at density 1; its masks aside) beside the accounted objective."""
     report = predict(config).to_dict()
     parts = {
         f"predicted_{p}_mb": report[f"predicted_{p}_mb"]
         for p in ("model", "optimizer", "activation", "total")
     }
-    held = {"predicted_stored_total_mb": stored(config).total_mb}
+    dense = config.replace(**{"sparsity.density": 1.0})
+    held_by = dense if written_before_packing and config.sparsity.enabled else config
+    held = {"predicted_stored_total_mb": stored(held_by).total_mb}
     return {**parts, **held, "flops_per_step": report["flops_per_step"]}
 
 
@@ -63,7 +67,7 @@ def store(tmp_path_factory):
     memory, configs, n = {}, {}, 0
     for name, (changes, accuracies) in POINTS.items():
         configs[name] = tiny_wrn_config(**changes)
-        memory[name] = predicted_memory(configs[name])
+        memory[name] = predicted_memory(configs[name], written_before_packing=name == "D")
         for seed, accuracy in enumerate(accuracies):
             n += 1
             write_trial(
@@ -345,8 +349,9 @@ def cells_of(header: str, line: str) -> dict[str, str]:
 
 
 def test_sparse_rows_show_stored_beside_accounted_with_labels(store, capsys):
-    """D (30% nonzeros) is trained densely with masks: its stored total is above the accounted
-    objective, and every memory figure says which it is; dense rows' are equal."""
+    """D (30% nonzeros) is a row of a store written before sparse layers were packed: its stored
+    total is above the accounted objective, and every memory figure says which it is; dense
+    rows' are equal."""
     root, _, memory = store
     assert memory["D"]["predicted_stored_total_mb"] > memory["D"]["predicted_total_mb"]
     _, text, _ = pareto(capsys, "--store", root, "--sweep", "wrn-tpe")

@@ -1,5 +1,5 @@
-"""The README's GPU-cluster section says what cluster.yaml does: its commands name the file,
-its node types, image and storage root are the file's."""
+"""The GPU-cluster page (docs/cluster.md) says what cluster.yaml does: its commands name the
+file, its node types, image and storage root are the file's."""
 
 from __future__ import annotations
 
@@ -9,18 +9,15 @@ from pathlib import Path
 import yaml
 
 PROJECT = Path(__file__).resolve().parents[1]
-SECTION = "## Running a sweep on a GPU cluster"
+PAGE = PROJECT / "docs" / "cluster.md"
 
 
-def _section() -> str:
-    text = (PROJECT / "README.md").read_text()
-    start = text.index(SECTION)
-    end = text.find("\n## ", start + len(SECTION))
-    return text[start : end if end > 0 else None]
+def _page() -> str:
+    return PAGE.read_text()
 
 
-def test_the_readme_cluster_section_matches_cluster_yaml():
-    section, cluster = _section(), yaml.safe_load((PROJECT / "cluster.yaml").read_text())
+def test_the_cluster_page_matches_cluster_yaml():
+    section, cluster = _page(), yaml.safe_load((PROJECT / "cluster.yaml").read_text())
     nodes = cluster["available_node_types"]
     for name, node in nodes.items():
         assert node["node_config"]["InstanceType"] in section, name
