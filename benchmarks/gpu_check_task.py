@@ -74,7 +74,7 @@ def run_trial(plan_file: Path, hidden: int, root: Path) -> str:
     from tune_lowmem.memory.predict import predict
     from tune_lowmem.memory.share import hold_to_share, peak_memory_mb, trial_share
     from tune_lowmem.memory.stored import stored
-    from tune_lowmem.space import store_column
+    from tune_lowmem.results import store_column
     from tune_lowmem.train import Trainer, resolve_device
     from tune_lowmem.trainable import failure_reason, memory_metrics, out_of_memory
 
