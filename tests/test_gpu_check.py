@@ -36,18 +36,32 @@ sys.meta_path.insert(0, Absent())
 """
 
 
-def check(tmp_path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
-    """The device check run as on the device (no CUDA here), its report."""
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(REPO)}
-    done = subprocess.run(
-        [sys.executable, "benchmarks/gpu_check.py", "--out", str(tmp_path), *args],
+NO_CUDA = {"CUDA_VISIBLE_DEVICES": ""}  # the device check as on the device, here without CUDA
+WITH_BENCHMARKS = (REPO, REPO / "benchmarks")  # the scripts import each other by module name
+
+
+def run_python(
+    *args: str,
+    env: dict[str, str] | None = None,
+    path: tuple[Path, ...] = (REPO,),
+    timeout: int = 600,
+) -> subprocess.CompletedProcess:
+    """This Python in the repository, with `env` over ours and `path` as PYTHONPATH."""
+    pythonpath = os.pathsep.join(map(str, path))
+    return subprocess.run(
+        [sys.executable, *args],
         cwd=REPO,
-        env=env,
+        env={**os.environ, **(env or {}), "PYTHONPATH": pythonpath},
         capture_output=True,
         check=False,
         text=True,
-        timeout=600,
+        timeout=timeout,
     )
+
+
+def check(tmp_path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """The device check run as on the device (no CUDA here), its report."""
+    done = run_python("benchmarks/gpu_check.py", "--out", str(tmp_path), *args, env=NO_CUDA)
     report = json.loads((tmp_path / "gpu_check.json").read_text())
     return done, report
 
@@ -82,16 +96,10 @@ def test_no_part_starts_after_the_budget_and_a_failing_part_does_not_stop_the_ne
     assert done.returncode == 0, done.stderr
     assert [p["outcome"] for p in report["parts"]] == ["not started: budget of 0 s spent"] * 2
     assert report["versions"]["gpu"] == gpu_check.NO_CUDA
-    data = {**os.environ, "TUNE_LOWMEM_DATA": str(tmp_path / "nothing")}
-    failing = subprocess.run(
-        [sys.executable, "benchmarks/gpu_check.py", "--out", str(tmp_path / "again")]
-        + ["--size", "quick", "--parts", "wrn,workspaces"],
-        cwd=REPO,
-        env={**data, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        check=False,
-        text=True,
-        timeout=600,
+    failing = run_python(
+        *["benchmarks/gpu_check.py", "--out", str(tmp_path / "again")],
+        *["--size", "quick", "--parts", "wrn,workspaces"],
+        env={**NO_CUDA, "TUNE_LOWMEM_DATA": str(tmp_path / "nothing")},
     )
     report = json.loads((tmp_path / "again" / "gpu_check.json").read_text())
     wrn, workspaces = report["parts"]
@@ -112,13 +120,10 @@ def test_the_gpu_tests_are_every_marked_module_and_import_without_ray_and_its_ki
     script = WITHOUT.format(absent=set(gpu_check.ABSENT_ON_DEVICE)) + "".join(
         f"import {m}\n" for m in ["tests.conftest", *modules, "gpu_check", "gpu_check_task"]
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script + "gpu_check.packing_part; print('imported')"],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'benchmarks'}"},
-        capture_output=True,
-        check=False,
-        text=True,
+    done = run_python(
+        "-c",
+        script + "gpu_check.packing_part; print('imported')",
+        path=WITH_BENCHMARKS,
         timeout=300,
     )
     assert done.stdout.strip() == "imported", done.stderr[-3000:]
@@ -178,15 +183,7 @@ def test_a_packed_trial_runs_and_stores_its_outcome_without_ray_or_optuna(tmp_pa
         "16",
         str(tmp_path / "store"),
     ]
-    done = subprocess.run(
-        [sys.executable, "-c", script, *arguments],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'benchmarks'}"},
-        capture_output=True,
-        check=False,
-        text=True,
-        timeout=300,
-    )
+    done = run_python("-c", script, *arguments, path=WITH_BENCHMARKS, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     (row,) = store.read_trials(tmp_path / "store", gpu_check_task.SWEEP).to_dict("records")
     assert (row["trial_id"], row["status"], row["config.model.hidden"]) == (
