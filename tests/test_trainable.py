@@ -143,6 +143,8 @@ done = threading.Event()
 def trial():
     try:
         trainable._Run(space, root, space.name, "t1", 0, {"seed": 0}).train()
+    except Exception as error:  # told before `done`: the exit may cut the thread's own report
+        print(f"raised: {error}", file=sys.stderr, flush=True)
     finally:
         done.set()
 
@@ -165,7 +167,7 @@ def test_an_error_while_the_worker_exits_is_not_stored_as_the_trials_failure(tmp
     assert done.returncode == 0, done.stderr[-3000:]
     rows = store.read_trials(tmp_path, space.name)
     if exiting:  # nothing stored: the trial runs again when the sweep is resumed
-        assert rows.empty and "Tried to access the schema" in done.stderr
+        assert rows.empty and "raised: Tried to access the schema" in done.stderr
     else:
         assert list(rows["status"]) == ["failed"]
         assert rows["failure_reason"].iloc[0].startswith("RuntimeError: Tried to access the schema")
