@@ -296,12 +296,12 @@ class SearchSpace:
             f"{sampler!r} is not allowed; allowed: {', '.join(SAMPLERS)}",
         )
         return cls(
-            name=name,
+            name,
+            base,
+            params,
+            objectives,
             description=description,
-            base=base,
-            params=params,
             conditions=conditions,
-            objectives=objectives,
             memory_budget_mb=optional_positive_float(
                 raw.get("memory_budget_mb"), "memory_budget_mb"
             ),
