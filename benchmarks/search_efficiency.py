@@ -26,6 +26,7 @@ import optuna
 
 from tune_lowmem.memory.predict import predict
 from tune_lowmem.pareto import hypervolume, hypervolume_history
+from tune_lowmem.search.samplers import build_sampler
 from tune_lowmem.space import CONSTRAINT, SearchSpace
 from tune_lowmem.train import Trainer
 
@@ -122,7 +123,7 @@ def run_study(
     """One search over the table; returns the values told (None for screened points) in order."""
     search_space = space(sampler, seed, budget, grid)
     study = optuna.create_study(
-        directions=list(OBJECTIVES.values()), sampler=search_space.build_sampler()
+        directions=list(OBJECTIVES.values()), sampler=build_sampler(search_space)
     )
     told = []
     for _ in range(trials):

@@ -14,6 +14,7 @@ from tune_lowmem.search.known_memory import (
     expected_improvement,
     front_points,
 )
+from tune_lowmem.search.samplers import build_sampler
 from tune_lowmem.space import SearchSpace
 
 from .test_search import OBJECTIVES
@@ -158,7 +159,7 @@ def test_it_finds_the_front_on_a_recorded_grid_faster_than_random():
 
     def trials_to_front(sampler_name: str, seed: int) -> int:
         space = SearchSpace.from_dict({**space_raw, "sampler": sampler_name, "sampler_seed": seed})
-        sampler = space.build_sampler()
+        sampler = build_sampler(space)
         if isinstance(sampler, KnownMemorySampler):
             sampler.memory = memory
         study = run_study(space, sampler, 16)
@@ -179,6 +180,10 @@ def test_it_finds_the_front_on_a_recorded_grid_faster_than_random():
 
 def test_the_space_refuses_it_without_a_predicted_memory_objective():
     with pytest.raises(ConfigError, match="objectives: sampler known-memory needs two objectives"):
-        table_space(objectives={"val_accuracy": "maximize", "memory.measured_total_mb": "minimize"})
+        build_sampler(
+            table_space(
+                objectives={"val_accuracy": "maximize", "memory.measured_total_mb": "minimize"}
+            )[0]
+        )
     with pytest.raises(ConfigError, match="sampler_options.population_size: not an option"):
-        table_space(sampler_options={"population_size": 4})
+        build_sampler(table_space(sampler_options={"population_size": 4})[0])

@@ -12,6 +12,7 @@ from tune_lowmem import cli
 from tune_lowmem.memory.cuda import predict_cuda
 from tune_lowmem.memory.predict import predict
 from tune_lowmem.search import trial_resources
+from tune_lowmem.search.samplers import build_sampler
 from tune_lowmem.space import SearchSpace
 
 SPACES = Path(__file__).resolve().parents[1] / "search_spaces"
@@ -172,7 +173,7 @@ def test_bad_space_gives_one_line_and_creates_nothing(case, tmp_path, capsys):
 def test_each_sampler_builds(sampler, cls):
     import optuna
 
-    built = SearchSpace.from_dict(with_changes(sampler=sampler)).build_sampler()
+    built = build_sampler(SearchSpace.from_dict(with_changes(sampler=sampler)))
     assert isinstance(built, getattr(optuna.samplers, cls))
 
 

@@ -25,12 +25,11 @@ import yaml
 
 from .plugins import DEFAULT_TASK, get_task, technique_settings, techniques
 from .schema import Kind, check_types, kind_of, section_kinds
-from .validation import ConfigError, choice, is_int, require
+from .validation import ConfigError, choice, numpy_seed, require
 
 __all__ = ["ConfigError", "TrialConfig", "config_kinds", "older_store_values"]
 
 DEVICES = ("auto", "cpu", "cuda")
-SEED_LIMIT = 2**32  # numpy's generators take seeds below it
 # The sections a task declares its own dataclass for (see `tune_lowmem.tasks.Task`).
 TASK_SECTIONS = ("model", "schedule", "data")
 TRIAL_FIELDS = {"task": str, "seed": int, "device": str}
@@ -122,11 +121,7 @@ class TrialConfig:
                 f"{expected.__name__} is required",
             )
         check_types(self, self.kinds())  # the store's column types: no range check sees a wrong one
-        require(
-            is_int(self.seed) and 0 <= self.seed < SEED_LIMIT,
-            "seed",
-            f"{self.seed!r} is not allowed; an integer in [0, 2**32) is required (numpy's seeds)",
-        )
+        numpy_seed(self.seed, "seed")
         choice(self.device, DEVICES, "device")
         for name, _, value in self.items():
             if is_dataclass(value):

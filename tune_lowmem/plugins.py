@@ -1,5 +1,6 @@
 """The registry of plug-ins, tasks and techniques: a built-in table, then installed packages'
-entry points, as timm's registry maps model names to builders.
+entry points, as timm's registry maps model names to builders; and the table of samplers a
+search space names.
 
 A task is named in three ways, tried in this order: a built-in name (`BUILTIN_TASKS`); a name
 another installed package registers under the ``tune_lowmem.tasks`` entry-point group
@@ -13,6 +14,9 @@ trial applies them to its fp32 model: checkpointing and simulated microbatching 
 model's forward, sparsity masks the fp32 weights, and precision casts the storage last; the Adam
 state format sets how the optimizer keeps its moments before the fused step, last too, takes
 over the optimizer's updates; plug-ins follow, by name.
+
+A space's sampler is named in `SAMPLERS` (Optuna's, and the project's own known-memory sampler);
+`search.samplers` builds it.
 
 What is installed is read from the import path each time the path changes, so a package placed
 on ``sys.path`` is seen without a restart. A plug-in's class is imported only when first asked
@@ -189,3 +193,21 @@ def _technique_settings(
                 )
             owners[setting.name] = name
     return tuple(s for settings in declarations.values() for s in settings)
+
+
+# ---- samplers --------------------------------------------------------------------------------
+
+SAMPLERS = {  # the sampler names of a search space, and the classes they build
+    "nsga2": "optuna.samplers:NSGAIISampler",
+    "tpe": "optuna.samplers:TPESampler",
+    "gp": "optuna.samplers:GPSampler",
+    "random": "optuna.samplers:RandomSampler",
+    "grid": "optuna.samplers:GridSampler",
+    # the project's own: accuracy learned, memory asked of the profiler (search/known_memory.py)
+    "known-memory": "tune_lowmem.search.known_memory:KnownMemorySampler",
+}
+
+
+def sampler_class(name: str) -> type:
+    """The class a sampler name builds, imported when a space first needs it."""
+    return load(SAMPLERS[name], "sampler")

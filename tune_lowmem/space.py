@@ -2,8 +2,9 @@
 
 The whole file is checked before anything starts (no folder created, no Ray started): every
 key, every range, every choice value built into a real `TrialConfig`, every objective a metric
-the trial reports, every searched rewiring knob at points that rewire. A mistake raises
-`ConfigError` naming the field, e.g.
+the trial reports, every searched rewiring knob at points that rewire; the sampler's options
+are its builder's (`search.samplers`), which the launch runs before anything starts too. A
+mistake raises `ConfigError` naming the field, e.g.
 ``params.sparsity.density.low: 0 is not allowed; loguniform needs low > 0``.
 
 The schema (see search_spaces/quickstart.yaml for a full example)::
@@ -43,8 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config import SEED_LIMIT, ConfigError, TrialConfig
-from .plugins import load, techniques
+from .config import ConfigError, TrialConfig
+from .plugins import SAMPLERS, techniques
 from .results import (
     DIRECTIONS,
     LEGACY_METRICS,
@@ -59,6 +60,8 @@ from .validation import (
     mapping,
     nonnegative_float,
     nonnegative_int,
+    numpy_seed,
+    optional_positive_float,
     optional_positive_int,
     positive_int,
     require,
@@ -113,18 +116,6 @@ _CONDITION = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(<=|>=|==|!=|<|>|not in|in)\s*
 _GRID_LIMIT = 1_000_000
 SCHEDULERS = ("mo-asha",)
 _SCHEDULER_KEYS = ("type", "grace_epochs", "reduction_factor")
-SAMPLER_CLASSES = {  # the sampler names of a space, and the classes they build (module:class)
-    "nsga2": "optuna.samplers:NSGAIISampler",
-    "tpe": "optuna.samplers:TPESampler",
-    "gp": "optuna.samplers:GPSampler",
-    "random": "optuna.samplers:RandomSampler",
-    "grid": "optuna.samplers:GridSampler",
-    # the project's own: accuracy learned, memory asked of the profiler (search/known_memory.py)
-    "known-memory": "tune_lowmem.search.known_memory:KnownMemorySampler",
-}
-SAMPLERS = tuple(SAMPLER_CLASSES)
-_NOT_OPTIONS = ("self", "seed", "search_space", "space", "memory")  # set by the space itself
-_AT_LEAST_ONE = ("n_ei_candidates", "population_size", "n_candidates")  # options counting draws
 _PROBE_COMBINATIONS = 256  # other params' probe values tried before a value is declared impossible
 
 
@@ -304,17 +295,19 @@ class SearchSpace:
             "sampler",
             f"{sampler!r} is not allowed; allowed: {', '.join(SAMPLERS)}",
         )
-        space = cls(
-            name=name,
+        return cls(
+            name,
+            base,
+            params,
+            objectives,
             description=description,
-            base=base,
-            params=params,
             conditions=conditions,
-            objectives=objectives,
-            memory_budget_mb=_budget(raw.get("memory_budget_mb")),
+            memory_budget_mb=optional_positive_float(
+                raw.get("memory_budget_mb"), "memory_budget_mb"
+            ),
             sampler=sampler,
-            sampler_options=_sampler_options(sampler, raw.get("sampler_options") or {}),
-            sampler_seed=_seed(raw.get("sampler_seed", 0)),
+            sampler_options=mapping(raw.get("sampler_options") or {}, "sampler_options"),
+            sampler_seed=numpy_seed(raw.get("sampler_seed", 0), "sampler_seed", optional=True),
             num_samples=_num_samples(raw.get("num_samples"), sampler, params, conditions),
             seeds_per_point=positive_int(raw.get("seeds_per_point", 1), "seeds_per_point"),
             resources=_resources(raw.get("resources") or {}, base),
@@ -325,8 +318,6 @@ class SearchSpace:
             ),
             scheduler=_scheduler(raw.get("scheduler"), base, params),
         )
-        space.build_sampler()  # the sampler's own checks (options, dependencies) now, not mid-sweep
-        return space
 
     def to_dict(self) -> dict[str, Any]:
         """Plain values, as `from_dict` reads them (what a sweep's folder keeps for resume)."""
@@ -368,83 +359,8 @@ class SearchSpace:
         """The frozen config of one trial: the base with a point's values (and seed) over it."""
         return TrialConfig.from_dict({**self.base, **params})
 
-    def build_sampler(self, seed_offset: int = 0):
-        """The Optuna sampler. With a budget, nsga2, tpe and gp read each trial's CONSTRAINT,
-        which the searcher sets when it screens the point (Optuna >= 5: `Trial.set_constraint`).
-        A resumed sweep passes the number of points already asked as `seed_offset`, so that its
-        rebuilt sampler does not draw the points of the sweep's start again."""
-        options = dict(self.sampler_options)
-        seed = None if self.sampler_seed is None else (self.sampler_seed + seed_offset) % SEED_LIMIT
-        sampler = _sampler_class(self.sampler)
-        try:
-            if self.sampler == "grid":
-                return sampler({p.name: list(p.values) for p in self.params}, seed=seed, **options)
-            if self.sampler == "known-memory":  # it asks the space for each candidate's memory
-                return sampler(self, seed=seed, **options)
-            return sampler(seed=seed, **options)
-        except ConfigError:  # the sampler's own check of the space names its field
-            raise
-        except (TypeError, ValueError) as error:
-            raise ConfigError(
-                "sampler_options", f"{error}; see optuna.samplers for {self.sampler}'s options"
-            ) from None
-
 
 # ---- validation helpers ---------------------------------------------------------------------
-
-
-def _seed(value: Any) -> int | None:
-    require(
-        value is None or (is_int(value) and 0 <= value < SEED_LIMIT),
-        "sampler_seed",
-        f"{value!r} is not allowed; an integer in [0, 2**32) or null is required (numpy's seeds)",
-    )
-    return value
-
-
-def _sampler_class(sampler: str) -> type:
-    """The class a sampler name builds, imported when a space first needs it."""
-    return load(SAMPLER_CLASSES[sampler], "sampler")
-
-
-def _sampler_options(sampler: str, raw: Any) -> dict[str, Any]:
-    """Keyword arguments of the sampler, typed as its own defaults: Optuna checks only some
-    (a negative `n_startup_trials` or a number for the function `gamma` would fail mid-sweep)."""
-    import inspect
-
-    options = mapping(raw, "sampler_options")
-    parameters = inspect.signature(_sampler_class(sampler)).parameters
-    allowed = [p for p in parameters if p not in _NOT_OPTIONS]
-    for name, value in options.items():
-        field_name = f"sampler_options.{name}"
-        require(
-            name in allowed,
-            field_name,
-            f"not an option of {sampler} here; allowed: {', '.join(allowed)}",
-        )
-        default = parameters[name].default
-        if callable(default) or "Callable" in str(parameters[name].annotation):
-            raise ConfigError(field_name, "a function in Optuna; it cannot be set from YAML")
-        if isinstance(default, bool):
-            require(
-                isinstance(value, bool),
-                field_name,
-                f"{value!r} is not allowed; true or false is required",
-            )
-        elif is_int(default):
-            low = 1 if name in _AT_LEAST_ONE else 0
-            require(
-                is_int(value) and value >= low,
-                field_name,
-                f"{value!r} is not allowed; an integer >= {low} is required",
-            )
-        elif isinstance(default, float):
-            require(
-                is_number(value),
-                field_name,
-                f"{value!r} is not allowed; a finite number is required",
-            )
-    return options
 
 
 def _scheduler(
@@ -739,17 +655,6 @@ def _objectives(raw: Any, task: str) -> dict[str, str]:
         )
         objectives[name] = direction
     return objectives
-
-
-def _budget(value: Any) -> float | None:
-    if value is None:
-        return None
-    require(
-        is_number(value) and value > 0,
-        "memory_budget_mb",
-        f"{value!r} is not allowed; a positive number (MB) is required",
-    )
-    return float(value)
 
 
 def _num_samples(value: Any, sampler: str, params: tuple[Param, ...], conditions: Mapping) -> int:

@@ -11,6 +11,8 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+SEED_LIMIT = 2**32  # numpy's generators take seeds below it
+
 
 class ConfigError(ValueError):
     """A configuration value is not allowed; the message names the field."""
@@ -64,12 +66,23 @@ def positive_float(value: Any, field_name: str) -> float:
 
 
 def optional_positive_float(value: Any, field_name: str) -> float | None:
-    return None if value is None else positive_float(value, field_name)
+    return None if value is None else float(positive_float(value, field_name))
 
 
 def nonnegative_float(value: Any, field_name: str) -> float:
     ok = is_number(value) and value >= 0
     return checked(value, ok, field_name, "a finite number >= 0")
+
+
+def numpy_seed(value: Any, field_name: str, *, optional: bool = False) -> int | None:
+    """A seed numpy's generators take: an integer in [0, 2**32), or None when `optional`."""
+    allowed = "an integer in [0, 2**32) or null" if optional else "an integer in [0, 2**32)"
+    require(
+        (optional and value is None) or (is_int(value) and 0 <= value < SEED_LIMIT),
+        field_name,
+        f"{value!r} is not allowed; {allowed} is required (numpy's seeds)",
+    )
+    return value
 
 
 def fraction(value: Any, field_name: str, *, open_low: bool = True) -> float:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .plotting import ERRORBAR_NOTE, Drawn, new_figure, save, series, value_axis
+from .plotting import ERRORBAR_NOTE, SPREAD_NOTE, Drawn, new_figure, save, series, value_axis
 from .points import Points
 
 NAME = "accuracy_vs_density"
@@ -14,13 +14,12 @@ TITLE = "Accuracy against the fraction of nonzero weights, per precision (paper 
 def draw(points: Points, out: Path) -> Drawn:
     frame = points.scored().copy()
     frame["nonzero_pct"] = frame["config.sparsity.density"] * 100
-    if frame["nonzero_pct"].nunique() < 2:
-        return Drawn.skipped(
-            NAME,
-            TITLE,
-            "every configuration in the store has the same fraction "
-            "of nonzeros; it needs trials at two densities or more",
-        )
+    reason = "every configuration in the store has the same fraction of nonzeros"
+    skipped = Drawn.unless_varied(
+        frame, "nonzero_pct", NAME, TITLE, f"{reason}; it needs trials at two densities or more"
+    )
+    if skipped is not None:
+        return skipped
     figure, ax = new_figure()
     series(ax, frame, points, "nonzero_pct", "config.precision", "precision")
     value_axis(ax, frame["nonzero_pct"], log=True, percent=True)
@@ -28,7 +27,6 @@ def draw(points: Points, out: Path) -> Drawn:
     ax.set_title(f"{points.score_name} against sparsity")
     caption = (
         f"Each point is one configuration (mean over seeds); lines join the best "
-        f"configuration at each density on validation data; points that would hide each other are "
-        f"moved sideways by up to 2% of the axis. {ERRORBAR_NOTE}."
+        f"configuration at each density on validation data; {SPREAD_NOTE}. {ERRORBAR_NOTE}."
     )
     return Drawn(NAME, TITLE, caption, path=save(figure, out, NAME))

@@ -8,6 +8,7 @@ from pathlib import Path
 from . import counted
 from .plotting import (
     ERRORBAR_NOTE,
+    SPREAD_NOTE,
     Drawn,
     errorbars,
     memory_axis,
@@ -73,7 +74,7 @@ def draw(points: Points, out: Path) -> Drawn:
     caption = (
         f"Each point is one configuration (mean over seeds); circled points are non-dominated "
         f"on validation data (no other is both smaller and better); the dashed line is the best score "
-        f"reachable within each memory; points that would hide each other are moved sideways by "
-        f"up to 2% of the axis. {ERRORBAR_NOTE}. Memory {counted.LEGEND.removeprefix('memory')}."
+        f"reachable within each memory; {SPREAD_NOTE}. {ERRORBAR_NOTE}. "
+        f"Memory {counted.LEGEND.removeprefix('memory')}."
     )
     return Drawn(NAME, TITLE, caption, path=save(figure, out, NAME))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .plotting import ERRORBAR_NOTE, Drawn, new_figure, save, series, value_axis
+from .plotting import ERRORBAR_NOTE, SPREAD_NOTE, Drawn, new_figure, save, series, value_axis
 from .points import BATCH_FIELDS, Points, batch_sizes
 
 NAME = "accuracy_vs_microbatch"
@@ -15,13 +15,12 @@ def draw(points: Points, out: Path) -> Drawn:
     frame = points.scored().copy()
     batch = batch_sizes(frame)
     frame["microbatch"] = frame["config.microbatch.size"].fillna(batch).astype(int)
-    if frame["microbatch"].nunique() < 2:
-        return Drawn.skipped(
-            NAME,
-            TITLE,
-            "every configuration in the store uses the same "
-            "microbatch size; it needs trials at two sizes or more",
-        )
+    reason = "every configuration in the store uses the same microbatch size"
+    skipped = Drawn.unless_varied(
+        frame, "microbatch", NAME, TITLE, f"{reason}; it needs trials at two sizes or more"
+    )
+    if skipped is not None:
+        return skipped
     # One microbatch per minibatch is plain training, which true microbatching reduces to exactly.
     split = frame["microbatch"] < batch
     frame["mode"] = frame["config.microbatch.mode"].where(split, "true")
@@ -35,7 +34,6 @@ def draw(points: Points, out: Path) -> Drawn:
     caption = (
         "true: microbatches run one after another, gradients accumulated; simulated: batch-norm "
         "statistics over microbatch-sized groups of the full batch. Lines join the best "
-        "configuration at each size on validation data; points that would hide each other are "
-        f"moved sideways by up to 2% of the axis. {ERRORBAR_NOTE}."
+        f"configuration at each size on validation data; {SPREAD_NOTE}. {ERRORBAR_NOTE}."
     )
     return Drawn(NAME, TITLE, caption, path=save(figure, out, NAME))

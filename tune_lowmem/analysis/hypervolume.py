@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from .. import pareto
-from ..space import SAMPLERS
+from ..plugins import SAMPLERS
 from .plotting import Drawn, new_figure, outside_legend, save, style
 from .points import Points
 

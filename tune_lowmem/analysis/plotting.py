@@ -34,6 +34,7 @@ MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*")
 ERRORBAR_NOTE = (
     "Error bars: 95% CI over seeds (1.96 standard errors), where a point has two or more"
 )
+SPREAD_NOTE = "points that would hide each other are moved sideways by up to 2% of the axis"
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,12 @@ class Drawn:
     def skipped(cls, name: str, title: str, reason: str) -> Drawn:
         """A figure the store cannot draw, with the reason the report shows in its place."""
         return cls(name, title, "", note=f"skipped: {reason}")
+
+    @classmethod
+    def unless_varied(cls, frame, column: str, name: str, title: str, reason: str) -> Drawn | None:
+        """Skipped for `reason` when every row has the same `column` (a curve over it needs two
+        values or more); None when it varies."""
+        return cls.skipped(name, title, reason) if frame[column].nunique() < 2 else None
 
 
 def style(i: int) -> tuple[str, str]:

@@ -46,6 +46,7 @@ from ..yaml_loading import load_file
 from . import journal, place
 from .generator import PlacedSearch
 from .place import sweep_folder
+from .samplers import build_sampler
 from .scheduler import MultiObjectiveASHA, RecordStopped
 from .searcher import ScreenedSearcher
 from .tune_state import tune_saved
@@ -245,6 +246,7 @@ def launch(
         space = SearchSpace.from_dict(given)
     else:
         space = SearchSpace.load(space_path, num_samples=num_samples)
+    build_sampler(space)  # the sampler's own checks (options, dependencies) now, not mid-sweep
     sweep = store.check_name(space.name if name is None else name, "--name")
     root = preflight.writable_folder(storage_root(store_root), "--store")
     folder = sweep_folder(root, sweep)

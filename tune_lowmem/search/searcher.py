@@ -40,6 +40,7 @@ from ..results import MEASURED_METRICS, PREDICTED_METRICS, store_column
 from ..space import CONSTRAINT, SearchSpace, worst_value
 from ..trainable import memory_metrics, result_from_row
 from . import journal, place
+from .samplers import build_sampler
 from .screening import Screening, screen, write_screened
 from .tune_state import tune_trials
 
@@ -117,7 +118,7 @@ class ScreenedSearcher(Searcher):
         point that no trial holds or stored is screened again and handed out first; the sampler
         is reseeded past the points asked."""
         trials = self.study.get_trials(deepcopy=False)
-        self.study.sampler = self.space.build_sampler(seed_offset=len(trials))
+        self.study.sampler = build_sampler(self.space, seed_offset=len(trials))
         asked = {t.number: params for t in trials if (params := self.sampled(t.params)) is not None}
         running = {t.number for t in trials if t.state == TrialState.RUNNING}
         for number in sorted(running - set(asked)):  # the driver died while the sampler chose

@@ -23,21 +23,12 @@ import pyarrow.parquet as pq
 
 from ..config import ConfigError, TrialConfig, config_kinds
 from ..schema import Kind, scalar_fits
-from .read import (
-    _checked_file,
-)
+from . import records
+from .read import _checked_file
 from .records import (
     _BASE_COLUMNS,
     _EPOCH_COLUMNS,
     _KINDS,
-    EPOCHS,
-    MEMORY_COLUMNS,
-    MODELS,
-    QUARANTINE,
-    REMOVED_FIELDS,
-    SCHEMA_VERSION,
-    TRIALS,
-    VERSIONED_PACKAGES,
     TrialRecord,
     WriteFailed,
     _file,
@@ -58,18 +49,18 @@ def write_trial(
     trial = _trial_table(record)
     epoch_table = None if epochs is None else _epochs_table(record.trial_id, epochs)
     if epoch_table is not None:
-        epochs_path = _file(root, EPOCHS, record.sweep, record.trial_id)
-        _quarantine_if_bad(root, epochs_path, EPOCHS)
+        epochs_path = _file(root, records.EPOCHS, record.sweep, record.trial_id)
+        _quarantine_if_bad(root, epochs_path, records.EPOCHS)
         _atomic_write(epochs_path, functools.partial(pq.write_table, epoch_table))
-    path = _file(root, TRIALS, record.sweep, record.trial_id)
-    _quarantine_if_bad(root, path, TRIALS)
+    path = _file(root, records.TRIALS, record.sweep, record.trial_id)
+    _quarantine_if_bad(root, path, records.TRIALS)
     _atomic_write(path, functools.partial(pq.write_table, trial))
     return path
 
 
 def model_file(root: str | Path, sweep: str, trial_id: str) -> Path:
     """Where a trial's final weights are (or would be) kept."""
-    return _file(root, MODELS, sweep, trial_id).with_suffix(".pt")
+    return _file(root, records.MODELS, sweep, trial_id).with_suffix(".pt")
 
 
 def write_model(root: str | Path, sweep: str, trial_id: str, state_dict: Mapping[str, Any]) -> Path:
@@ -88,7 +79,7 @@ def _trial_table(record: TrialRecord) -> pa.Table:
     started, finished = record.started_at, record.finished_at
     wall = (finished - started).total_seconds() if started and finished else None
     values = {
-        "schema_version": SCHEMA_VERSION,
+        "schema_version": records.SCHEMA_VERSION,
         "trial_id": record.trial_id,
         "status": record.status,
         "failure_reason": record.failure_reason,
@@ -108,7 +99,7 @@ def _trial_table(record: TrialRecord) -> pa.Table:
         columns[f"metric.{check_name(name, 'metrics')}"] = _numbers(
             [record.metrics[name]], f"metrics.{name}"
         )
-    for name, kind in MEMORY_COLUMNS.items():
+    for name, kind in records.MEMORY_COLUMNS.items():
         columns[f"memory.{name}"] = _column(record.memory.get(name), kind, f"memory.{name}")
     for column, version in _versions().items():
         columns[f"version.{column}"] = pa.array([version], pa.string())
@@ -131,7 +122,7 @@ def _epochs_table(trial_id: str, epochs: Sequence[Mapping[str, Any]]) -> pa.Tabl
         )
     names = sorted({name for row in epochs for name in row if name != "epoch"})
     given = {
-        "schema_version": [SCHEMA_VERSION] * len(epochs),
+        "schema_version": [records.SCHEMA_VERSION] * len(epochs),
         "trial_id": [trial_id] * len(epochs),
         "epoch": numbers,
     }
@@ -199,14 +190,14 @@ def _seed_group(config: Mapping[str, pa.Array]) -> str:
     """The same point with another seed gets the same id: a hash of the typed config but seed.
     Lists enter as the JSON text that stores before list columns held, and fields added later
     (`later_fields`) count only when they differ from the value every older row had, and removed
-    ones (`REMOVED_FIELDS`) with the value they had, so ids stay the same across versions."""
+    ones (`records.REMOVED_FIELDS`) with the value they had, so ids stay the same across versions."""
     later = later_fields()
     point = {
         key: _hashable(array[0].as_py())
         for key, array in config.items()
         if key != "seed" and not (key in later and array[0].as_py() == later[key])
     }
-    for key, value in REMOVED_FIELDS.items():
+    for key, value in records.REMOVED_FIELDS.items():
         point.setdefault(key, value)
     return hashlib.sha256(json.dumps(point, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -218,7 +209,7 @@ def _hashable(value: Any) -> Any:
 @functools.cache
 def _versions() -> dict[str, str | None]:
     versions: dict[str, str | None] = {}
-    for column, distribution in VERSIONED_PACKAGES.items():
+    for column, distribution in records.VERSIONED_PACKAGES.items():
         try:
             versions[column] = importlib.metadata.version(distribution)
         except importlib.metadata.PackageNotFoundError:
@@ -255,7 +246,7 @@ def _quarantine_if_bad(root: str | Path, path: Path, table: str) -> None:
     if not path.is_file() or _checked_file(path, table)[1] is None:
         return
     stamp = datetime.now().astimezone().strftime("%Y%m%dT%H%M%S%f")
-    target = Path(root) / QUARANTINE / table / path.parent.name / f"{path.name}.{stamp}"
+    target = Path(root) / records.QUARANTINE / table / path.parent.name / f"{path.name}.{stamp}"
     target.parent.mkdir(parents=True, exist_ok=True)
     os.replace(path, target)
     print(f"tune-lowmem: moved unreadable {path} to {target}", file=sys.stderr)

@@ -121,13 +121,12 @@ def rewiring_updates(sparsity: SparsityConfig, run: RunLength) -> Iterator[int]:
 
 
 def planned_run(config: TrialConfig) -> RunLength:
-    """A trial's run length from its config alone, as the profiler's synthetic task estimates it
-    (exact for CIFAR-10; for IWSLT'14 epochs of the full corpus)."""
+    """A trial's run length from its config alone, as its task built synthetic (no data set
+    loaded, as the profiler builds it) estimates it (exact for CIFAR-10; for IWSLT'14 epochs of
+    the full corpus). The task class comes from the config, so the technique imports no task."""
     import torch
 
-    from ..memory.synthetic import synthetic_task
-
-    return RunLength.of(config, synthetic_task(config, torch.device("cpu")))
+    return RunLength.of(config, config.task_type()(config, torch.device("cpu"), synthetic=True))
 
 
 def planned_rewirings(config: TrialConfig) -> int:
