@@ -53,15 +53,19 @@ def test_small_updates_add_up_only_when_rounded_stochastically():
 
 @pytest.mark.parametrize("update", ["stochastic", "kahan"])
 def test_training_with_a_rounded_update_keeps_half_storage_and_resumes_exactly(update):
-    config = tiny_wrn_config(
-        **{"precision": "bf16", "precision_update": update, "schedule.epochs": 2}
-    )
+    small = {
+        "schedule.epochs": 2,
+        "data.train_subset": 80,
+        "data.val_size": 20,
+        "data.test_subset": 20,
+    }
+    config = tiny_wrn_config(**small, precision="bf16", precision_update=update)
     states = []
     straight = Trainer(config).run(on_epoch=lambda m, t: states.append(t.state_dict()))
     resumed = Trainer(config)
     resumed.load_state_dict(states[0])
     assert resumed.run()[-1]["train_loss"] == straight[-1]["train_loss"]
-    nearest = Trainer(tiny_wrn_config(**{"precision": "bf16", "schedule.epochs": 2})).run()
+    nearest = Trainer(tiny_wrn_config(**small, precision="bf16")).run()
     assert nearest[-1]["train_loss"] != straight[-1]["train_loss"]  # the option is in effect
     for name, p in resumed.model.named_parameters():
         assert p.dtype == (torch.float32 if "bn" in name else torch.bfloat16), name
