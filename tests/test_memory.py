@@ -193,6 +193,10 @@ def test_tracker_follows_storage_lifetimes():
 
 
 def test_wrn28_batch100_is_the_papers_baseline_predicted_in_seconds():
+    # a process's first prediction also pays, once, for what fake tensors load (torch's
+    # symbolic-shape modules, the first dispatch through a Python mode): ~90 MiB and seconds.
+    # A small prediction takes that first, so what follows is this prediction's own cost.
+    predict(tiny(**{"schedule.batch_size": 2}))
     config = TrialConfig.from_dict({"device": "cpu"})
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     started = time.perf_counter()
@@ -202,8 +206,11 @@ def test_wrn28_batch100_is_the_papers_baseline_predicted_in_seconds():
     params = sum(p.numel() for p in WideResNet(28, 2).parameters())
     assert report.model_bytes == 4 * params and report.optimizer_bytes == 8 * params
     assert report.total_bytes / MB == pytest.approx(404.8, rel=0.05)  # the paper's MB: 10^6 bytes
-    # no real activation memory was allocated for the ~387 MB predicted
-    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before < 100 * 1024
+    # no real activation memory was allocated for the ~387 MB predicted: the peak grew by what
+    # the dry run holds for real (the model built before its weights are faked, the synthetic
+    # minibatch, the tracker's records), under a tenth of it (measured: ~8 MiB)
+    grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before
+    assert grown * 1024 < report.activation_bytes / 10
     started = time.perf_counter()
     assert predict(config.replace(schedule__lr_multiplier=2.0, seed=3)) == report  # the cached pass
     assert time.perf_counter() - started < 0.5
