@@ -52,7 +52,7 @@ from tune_lowmem.memory import predict as predict_module
 from tune_lowmem.memory.allocations import measure_allocations
 from tune_lowmem.memory.measure import measure
 from tune_lowmem.memory.stored import stored, stored_totals
-from tune_lowmem.techniques.rewiring import first_rewiring, planned_run, rewires
+from tune_lowmem.techniques.rewiring import planned_first_rewiring
 
 RESULTS = Path(__file__).parent / "results" / "profiler_accuracy.json"
 CALIBRATION_FILE = Path(predict_module.__file__).with_name("calibration.json")
@@ -236,9 +236,8 @@ def calibrate(results: dict) -> int:
 def measured_steps(config: TrialConfig) -> list[int | None]:
     """The updates a point is measured at (see the protocol): None, the step after the warm-up;
     and the run's first rewiring update if it rewires."""
-    if not rewires(config):
-        return [None]
-    return [None, first_rewiring(config.sparsity, planned_run(config))]
+    first = planned_first_rewiring(config)
+    return [None] if first is None else [None, first]
 
 
 def evaluate(name: str, flat: dict, heap: bool) -> dict:

@@ -144,8 +144,13 @@ def planned_rewirings(config: TrialConfig) -> int:
     return sum(1 for _ in rewiring_updates(config.sparsity, planned_run(config)))
 
 
+def planned_first_rewiring(config: TrialConfig) -> int | None:
+    """The first update after which a trial rewires; None when it never does (or is dense)."""
+    if not config.sparsity.enabled:
+        return None
+    return first_rewiring(config.sparsity, planned_run(config))
+
+
 def rewires(config: TrialConfig) -> bool:
     """Whether a trial rewires at all (its peak memory may then be a rewiring's)."""
-    return (
-        config.sparsity.enabled and first_rewiring(config.sparsity, planned_run(config)) is not None
-    )
+    return planned_first_rewiring(config) is not None
