@@ -199,10 +199,9 @@ def test_wrn28_batch100_is_the_papers_baseline_predicted_in_seconds():
     predict(tiny(**{"schedule.batch_size": 2}))
     config = TrialConfig.from_dict({"device": "cpu"})
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-    started = time.perf_counter()
+    started = time.process_time()  # the prediction's own CPU time, which other load leaves alone
     report = predict(config)
-    seconds = time.perf_counter() - started
-    assert seconds < 10
+    assert time.process_time() - started < 10  # measured: about 1 s
     params = sum(p.numel() for p in WideResNet(28, 2).parameters())
     assert report.model_bytes == 4 * params and report.optimizer_bytes == 8 * params
     assert report.total_bytes / MB == pytest.approx(404.8, rel=0.05)  # the paper's MB: 10^6 bytes
