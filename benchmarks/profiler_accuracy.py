@@ -18,6 +18,11 @@ Protocol (written before any run; changing it means changing this file):
   heap view: `predict`'s stored total with the calibrated heap objects against the tracker's
   measured stored total (`memory.measure`), which reads glibc's heap, on the evaluation points
   predicted under `HEAP_VIEW_MAX_MB`.
+- Measured steps: the prediction is a run's peak, and a sparse run's peak may be a step that
+  rewires (`techniques.rewiring.rewires`). So a point whose run rewires is measured in both
+  views at two steps, the one after the warm-up and one that rewires (the run's first rewiring
+  update, `Trainer.seek`), and its measured figures are those of the step with the larger
+  total; every other point at the step after the warm-up. The point records which step it was.
 - Order: evaluation points run smallest predicted first, so a run cut short has the most.
 - Reported: median, 90th percentile and worst absolute relative error of the totals over
   evaluation points whose measured total is at least 1 MB (`FLOOR_MB`), and every point that
@@ -47,6 +52,7 @@ from tune_lowmem.memory import predict as predict_module
 from tune_lowmem.memory.allocations import measure_allocations
 from tune_lowmem.memory.measure import measure
 from tune_lowmem.memory.stored import stored, stored_totals
+from tune_lowmem.techniques.rewiring import planned_first_rewiring
 
 RESULTS = Path(__file__).parent / "results" / "profiler_accuracy.json"
 CALIBRATION_FILE = Path(predict_module.__file__).with_name("calibration.json")
@@ -227,24 +233,39 @@ def calibrate(results: dict) -> int:
     return constant
 
 
+def measured_steps(config: TrialConfig) -> list[int | None]:
+    """The updates a point is measured at (see the protocol): None, the step after the warm-up;
+    and the run's first rewiring update if it rewires."""
+    first = planned_first_rewiring(config)
+    return [None] if first is None else [None, first]
+
+
 def evaluate(name: str, flat: dict, heap: bool) -> dict:
     config = TrialConfig.from_dict(flat)
     lengths = lengths_of(config)
     started = time.perf_counter()
     total, activation = predicted_storage(config)
-    allocator = measure_allocations(config, lengths)
+    steps = {
+        update: measure_allocations(config, lengths, update) for update in measured_steps(config)
+    }
+    update, allocator = max(steps.items(), key=lambda step: step[1].total_bytes)
     point = {
         "name": name,
         "config": flat,
         "predicted_storage_mb": total / MB,
         "predicted_activation_mb": activation / MB,
+        "measured_update": update,  # None: the step after the warm-up
+        "allocator_totals_by_update_mb": {str(u): a.total_bytes / MB for u, a in steps.items()},
         **allocator.to_dict(),
         "error_total": total / allocator.total_bytes - 1,
         "error_activation": activation / allocator.activation_bytes - 1,
     }
     if heap and total / MB < HEAP_VIEW_MAX_MB:
         predicted = stored(config, lengths)
-        measured = stored_totals(predicted, measure(config, lengths))["measured_stored_total_mb"]
+        measured = max(
+            stored_totals(predicted, measure(config, lengths, u))["measured_stored_total_mb"]
+            for u in steps
+        )
         point["heap_predicted_mb"] = predicted.total_mb
         point["heap_measured_mb"] = measured
         point["error_heap_total"] = predicted.total_mb / measured - 1

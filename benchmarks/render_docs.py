@@ -87,10 +87,12 @@ def profiler_accuracy(result: dict) -> str:
             percent(p["error_total"]),
             percent(p["error_activation"]),
             f"{p['allocator_workspace_activation_mb'] - p['allocator_activation_mb']:.3f}",
+            "after warm-up" if p["measured_update"] is None else f"rewiring {p['measured_update']}",
         ]
         for p in result["points"]
     ]
     header = ["point", "predicted MB", "measured MB", "error", "activation error", "workspace MB"]
+    header.append("measured step")
     return "\n".join(lines + table(header, points)) + "\n"
 
 

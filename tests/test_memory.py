@@ -16,12 +16,15 @@ from tests.conftest import tiny_wrn_config
 from tune_lowmem.config import ConfigError, TrialConfig
 from tune_lowmem.data import iwslt14
 from tune_lowmem.memory import MB, MemoryReport, baseline_config
+from tune_lowmem.memory.allocations import measure_allocations
 from tune_lowmem.memory.measure import allocator_probe, measure
 from tune_lowmem.memory.predict import heap_object_bytes, predict
+from tune_lowmem.memory.stored import stored
 from tune_lowmem.memory.synthetic import synthetic_task
 from tune_lowmem.memory.tracker import StorageTracker
 from tune_lowmem.models.wideresnet import WideResNet
 from tune_lowmem.tasks.translation import IWSLT14_VOCAB, DynamicConvIwslt14
+from tune_lowmem.techniques.rewiring import first_rewiring, planned_run, rewires
 from tune_lowmem.train import Trainer
 
 TINY = {"schedule.batch_size": 32}  # big enough that the graph's own heap is under 5%
@@ -139,6 +142,30 @@ def test_sparsity_shrinks_model_and_optimizer_only():
     assert sparse.optimizer_bytes == 2 * (dense_rest + 4 * sum(kept.values()))
 
 
+@pytest.mark.parametrize("rewiring", ["dynamic", "static"])
+def test_a_run_that_rewires_is_predicted_at_its_rewiring(rewiring):
+    # the user task's MLP at density 0.2 on a run of 12 updates: a dynamic one rewires after
+    # update 1, and the rewiring's temporaries (each hidden layer's int64 positions of the zeros
+    # it may regrow into, and their random order: ~13 MB) outgrow the step's activations
+    flat = {
+        "task": "tests.tiny_task:TinyBlobs",
+        "device": "cpu",
+        "model.hidden": 1024,
+        "schedule.batch_size": 32,
+        "sparsity.density": 0.2,
+        "sparsity.rewiring": rewiring,
+    }
+    config = TrialConfig.from_dict(flat)
+    predicted = stored(config).total_bytes - heap_object_bytes(config)
+    update = first_rewiring(config.sparsity, planned_run(config))
+    assert (update is not None) == rewires(config) == (rewiring == "dynamic")
+    measured = measure_allocations(config, update=update).total_bytes  # None: a plain step
+    assert predicted == pytest.approx(measured, rel=0.01)
+    step_only = TrialConfig.from_dict({**flat, "sparsity.rewiring": "static"})
+    if rewiring == "dynamic":  # the step alone is far below the run's peak
+        assert stored(step_only).total_bytes < 0.8 * measured
+
+
 def test_tracker_flops_equal_flop_counter_mode():
     model, x = WideResNet(depth=10, width=1), torch.randn(2, 3, 32, 32)
     model.set_grad_checkpointing("residual-2*")
@@ -166,17 +193,23 @@ def test_tracker_follows_storage_lifetimes():
 
 
 def test_wrn28_batch100_is_the_papers_baseline_predicted_in_seconds():
+    # a process's first prediction also pays, once, for what fake tensors load (torch's
+    # symbolic-shape modules, the first dispatch through a Python mode): ~90 MiB and seconds.
+    # A small prediction takes that first, so what follows is this prediction's own cost.
+    predict(tiny(**{"schedule.batch_size": 2}))
     config = TrialConfig.from_dict({"device": "cpu"})
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-    started = time.perf_counter()
+    started = time.process_time()  # the prediction's own CPU time, which other load leaves alone
     report = predict(config)
-    seconds = time.perf_counter() - started
-    assert seconds < 10
+    assert time.process_time() - started < 10  # measured: about 1 s
     params = sum(p.numel() for p in WideResNet(28, 2).parameters())
     assert report.model_bytes == 4 * params and report.optimizer_bytes == 8 * params
     assert report.total_bytes / MB == pytest.approx(404.8, rel=0.05)  # the paper's MB: 10^6 bytes
-    # no real activation memory was allocated for the ~387 MB predicted
-    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before < 100 * 1024
+    # no real activation memory was allocated for the ~387 MB predicted: the peak grew by what
+    # the dry run holds for real (the model built before its weights are faked, the synthetic
+    # minibatch, the tracker's records), under a tenth of it (measured: ~8 MiB)
+    grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before
+    assert grown * 1024 < report.activation_bytes / 10
     started = time.perf_counter()
     assert predict(config.replace(schedule__lr_multiplier=2.0, seed=3)) == report  # the cached pass
     assert time.perf_counter() - started < 0.5

@@ -9,6 +9,9 @@
 - `default_foreach`: whether torch's optimizers, left to choose, step with multi-tensor kernels
   (`torch.optim.optimizer._default_to_fused_or_foreach`). The memory prediction steps fake
   weights, which torch never chooses them for, so it asks on the real ones and says so.
+- `engine_called`: whether an operator was called by autograd's engine itself (a backward pass
+  runs: `torch._C._current_graph_task_id`; its Python entry, `torch.autograd.graph.
+  _engine_run_backward`); the storage tracker models how the engine sums gradients.
 - `decomposes`: whether an operator named in a profiler trace is CompositeImplicitAutograd (it
   runs as other operators); the allocator measurement tells a kernel's own temporaries from the
   outputs of the operators a composite one runs. torch exposes dispatch keys only in `torch._C`.
@@ -17,11 +20,14 @@
 from __future__ import annotations
 
 import functools
+import os
+import types
 
 import torch
+import torch.autograd.graph
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-__all__ = ["FakeTensorMode", "decomposes", "default_foreach", "multiply_"]
+__all__ = ["FakeTensorMode", "decomposes", "default_foreach", "engine_called", "multiply_"]
 
 
 def multiply_(tensors: list[torch.Tensor], factor: float) -> None:
@@ -37,6 +43,26 @@ def default_foreach(parameters: list[torch.Tensor]) -> bool:
     from torch.optim.optimizer import _default_to_fused_or_foreach
 
     return _default_to_fused_or_foreach(parameters, differentiable=False)[1]
+
+
+_ENGINE_ENTRY = torch.autograd.graph._engine_run_backward.__code__
+_TORCH_FILES = os.path.dirname(torch.__file__) + os.sep
+
+
+def engine_called(frame: types.FrameType | None) -> bool:
+    """Whether the operator dispatched from `frame` (the Python frame that dispatched it) was
+    called by autograd's engine itself: a backward pass runs on this thread and the nearest frame
+    outside torch's own files is the engine's entry, or there is none (a device's engine thread);
+    not by Python code in the pass, such as a custom Function's backward or a hook."""
+    if torch._C._current_graph_task_id() == -1:
+        return False
+    while frame is not None:
+        if frame.f_code is _ENGINE_ENTRY:
+            return True
+        if not frame.f_code.co_filename.startswith(_TORCH_FILES):
+            return False
+        frame = frame.f_back
+    return True
 
 
 @functools.cache

@@ -76,6 +76,12 @@ class Trainer:
         self.updates = 0
         self.history: list[dict[str, float]] = []
 
+    def seek(self, update: int) -> None:
+        """Place the schedule at 0-based `update`: a measurement takes a later step (one after
+        which a sparse run rewires) without the updates before it."""
+        self.updates = update
+        self.epoch = update // max(1, self.task.updates_per_epoch())
+
     def technique(self, kind: type[Technique]) -> Technique | None:
         """This trial's instance of a technique, None when its config leaves it off."""
         return next((t for t in self.techniques if isinstance(t, kind)), None)

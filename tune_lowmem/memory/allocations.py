@@ -92,9 +92,14 @@ class Allocations:
         return values
 
 
-def measure_allocations(config: TrialConfig, lengths: tuple[int, int] | None = None) -> Allocations:
+def measure_allocations(
+    config: TrialConfig, lengths: tuple[int, int] | None = None, update: int | None = None
+) -> Allocations:
     """Build `config`'s trainer on its device, warm it up and take one step, all under the
-    profiler's memory reports; the step's figures from the replayed reports."""
+    profiler's memory reports; the step's figures from the replayed reports. `update`: the
+    0-based update the measured step is in the run's schedule (e.g. one after which a sparse run
+    rewires; the schedule's position decides nothing else a step allocates), rather than the one
+    after the warm-up; that step must then update the weights."""
     device = resolve_device(config.device)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     gc.collect()
@@ -103,11 +108,15 @@ def measure_allocations(config: TrialConfig, lengths: tuple[int, int] | None = N
         batches = itertools.chain.from_iterable(map(trainer.task.train_batches, itertools.count()))
         _warm_up(trainer, batches)
         batch = next(batches)
+        if update is not None:
+            trainer.seek(update)
         trainer.optimizer.zero_grad(set_to_none=True)  # the step allocates its gradients itself
         cuda = _cuda_peak_reset(device)
         with _measured_step():
-            trainer.train_step(batch)
+            stepped = trainer.train_step(batch)["stepped"]
         cuda = _cuda_peak(device) if cuda else (None, None)
+        if update is not None and not stepped:
+            raise RuntimeError(f"the measured step of update {update} skipped its update")
         model = _storages([*trainer.model.parameters(), *trainer.model.buffers()])
         model |= _storages(t for technique in trainer.techniques for t in technique.held_tensors())
         optimizer = _storages(

@@ -226,6 +226,7 @@ def cuda_prediction(
 def predict_cuda(config: TrialConfig, capability: tuple[int, int] = (9, 0)) -> CudaPrediction:
     """`cuda_prediction` of a config, from the profiler's cached dry run (no GPU needed)."""
     from ..plugins import techniques
+    from ..techniques.rewiring import rewires
     from .predict import dry_run, shape_key
     from .synthetic import synthetic_task
 
@@ -236,4 +237,5 @@ def predict_cuda(config: TrialConfig, capability: tuple[int, int] = (9, 0)) -> C
         sparse.update(technique.accounted_nonzeros(config, task, run.model))
     masks = [run.model.get_parameter(name).numel() for name in sparse]
     optimizer = task.build_optimizer(run.model)
-    return cuda_prediction(run.model, optimizer, run.activation_bytes, masks, capability)
+    activation = run.activation(rewires(config))[0]
+    return cuda_prediction(run.model, optimizer, activation, masks, capability)

@@ -40,15 +40,21 @@ from .tracker import StorageTracker
 WARM_UP_TRIES = 8  # fp16 loss scaling may skip the first steps; one of these must update
 
 
-def measure(config: TrialConfig, lengths: tuple[int, int] | None = None) -> MemoryReport:
+def measure(
+    config: TrialConfig, lengths: tuple[int, int] | None = None, update: int | None = None
+) -> MemoryReport:
     """The memory and FLOPs of one real training step of `config` on its device. `lengths`: the
-    translation task's synthetic (source, target) sentence lengths."""
+    translation task's synthetic (source, target) sentence lengths; `update`: the step's 0-based
+    update in the schedule (`Trainer.seek`; e.g. one after which a sparse run rewires), rather
+    than the one after the warm-up, and that step must update the weights."""
     device = resolve_device(config.device)
     trainer = Trainer(config, task=synthetic_task(config, device, lengths))
     batches = itertools.chain.from_iterable(map(trainer.task.train_batches, itertools.count()))
     with StorageTracker():  # loads what a first dispatch through a Python mode allocates
         _warm_up(trainer, batches)
     batch = next(batches)
+    if update is not None:
+        trainer.seek(update)
     trainer.optimizer.zero_grad(set_to_none=True)  # the step allocates its gradients itself
     existing = [*_held(trainer), *batch_tensors(batch)]
     probe = allocator_probe(device)
@@ -58,7 +64,9 @@ def measure(config: TrialConfig, lengths: tuple[int, int] | None = None) -> Memo
         torch.cuda.reset_peak_memory_stats(device)
     reads_heap = device.type != "cuda"  # glibc's heap, which holds the tracker's records too
     with _no_collection(), StorageTracker(existing, probe, reads_heap) as tracker:
-        trainer.train_step(batch)
+        stepped = trainer.train_step(batch)["stepped"]
+    if update is not None and not stepped:
+        raise RuntimeError(f"the measured step of update {update} skipped its update")
     held = _held(trainer)
     if probe is None:
         activation = tracker.peak(exclude=held)

@@ -22,6 +22,18 @@ model makes, such as the cast to half, is). Model and optimizer parts follow `ac
 state as the stepped optimizer holds it (Kahan's compensation buffers, low-precision Adam
 state (`techniques.adam_state`) included).
 
+A sparse model also rewires after some updates (`techniques.sparsity`), beside the weights,
+gradients and optimizer state; the rewiring's temporaries are sized by the dense weights (each
+layer's dense masks, the int64 positions of every zero it may regrow into and their random
+permutation) and at low density exceed the step's activations. Which weights it prunes depends
+on their values, so it cannot run on fake tensors: a real trainer of the same shape key, on the
+CPU (the bytes are any device's), its optimizer state made by an update on zero gradients, makes
+zero gradients where the fake step leaves gradients and rewires once, both under a
+`StorageTracker` (`rewiring_peak`): as in a real step, the gradients are the step's own
+allocations, and the ones the rewiring replaces count until then. A trial that rewires at all (`techniques.rewiring.rewires`) has the larger of
+the step's and the rewiring's activation part. How many weights fall under the threshold moves
+only the temporaries of the pruned count; the dense ones dominate.
+
 On the CPU the measurement reads glibc's heap, which holds more than tensor storage: each
 tensor's and storage's C++ objects and the autograd graph's nodes. The dry run counts them as
 `HEAP_BYTES_PER_STORAGE` per storage alive (`DryRun.object_bytes`, added to a CPU config's
@@ -49,6 +61,8 @@ from ..config import TrialConfig
 from ..finite import finite_flag
 from ..plugins import techniques
 from ..tasks.base import batch_tensors, map_tensors
+from ..techniques.rewiring import rewires
+from ..techniques.sparsity import Sparsity
 from ..torch_private import FakeTensorMode, default_foreach
 from ..train import Trainer
 from . import accounting
@@ -69,13 +83,22 @@ HEAP_BYTES_PER_STORAGE: int = json.loads(Path(__file__).with_name("calibration.j
 class DryRun:
     """What the fake step leaves: the fake model (with its fake gradients, unless a fused step
     consumed them), its stepped optimizer with the techniques attached, the step's activation
-    peak (tensor storage), and the FLOPs of a whole step."""
+    peak (tensor storage), and the FLOPs of a whole step; a sparse model's rewiring peak."""
 
     model: nn.Module
     optimizer: torch.optim.Optimizer
     activation_bytes: int
     object_bytes: int  # what the CPU heap holds beyond them at its peak (HEAP_BYTES_PER_STORAGE)
     flops_per_step: int
+    rewiring_bytes: int = 0  # a rewiring's temporaries at their peak (`rewiring_peak`)
+    rewiring_object_bytes: int = 0
+
+    def activation(self, rewiring: bool) -> tuple[int, int]:
+        """The activation part's tensor storage and heap objects: the step's, or when the trial
+        rewires (`rewiring`), a rewiring's if its peak is higher."""
+        step = (self.activation_bytes, self.object_bytes)
+        other = (self.rewiring_bytes, self.rewiring_object_bytes)
+        return max(step, other, key=sum) if rewiring else step
 
 
 def predict(config: TrialConfig, lengths: tuple[int, int] | None = None) -> MemoryReport:
@@ -84,7 +107,8 @@ def predict(config: TrialConfig, lengths: tuple[int, int] | None = None) -> Memo
     lengths = None if lengths is None else tuple(lengths)
     key = shape_key(config, lengths)
     run = dry_run(key, lengths)
-    return parts(run, planned_nonzeros(config, run.model, lengths), config.sparsity.storage)
+    nonzeros = planned_nonzeros(config, run.model, lengths)
+    return parts(run, nonzeros, config.sparsity.storage, rewiring=rewires(config))
 
 
 def parts(
@@ -92,16 +116,17 @@ def parts(
     nonzeros: dict[str, int],
     layout: str = "csr",
     extra_model_bytes: int = 0,
+    rewiring: bool = False,
 ) -> MemoryReport:
     """A dry run's memory by part, with the weights in `nonzeros` counted sparse in `layout`
-    (`predict`: the planned nonzeros, in the config's `sparsity.storage`). On the CPU the
-    activation part has the heap's objects with it (`DryRun.object_bytes`), as the CPU
-    measurement sees them."""
+    (`predict`: the planned nonzeros, in the config's `sparsity.storage`); `rewiring`: the trial
+    rewires (`DryRun.activation`). On the CPU the activation part has the heap's objects with it,
+    as the CPU measurement sees them."""
     return MemoryReport(
         model_bytes=accounting.model_bytes(run.model, nonzeros, layout) + extra_model_bytes,
         optimizer_bytes=accounting.held_gradient_bytes(run.model, nonzeros)
         + accounting.state_bytes(run.model, run.optimizer, nonzeros),
-        activation_bytes=run.activation_bytes + run.object_bytes,
+        activation_bytes=sum(run.activation(rewiring)),
         flops_per_step=run.flops_per_step,
         source="predicted",
     )
@@ -111,7 +136,7 @@ def heap_object_bytes(config: TrialConfig, lengths: tuple[int, int] | None = Non
     """What `predict`'s activation part counts beyond tensor storage: on the CPU, the heap's
     tensor and autograd objects at the peak (`HEAP_BYTES_PER_STORAGE`); elsewhere none."""
     lengths = None if lengths is None else tuple(lengths)
-    return dry_run(shape_key(config, lengths), lengths).object_bytes
+    return dry_run(shape_key(config, lengths), lengths).activation(rewires(config))[1]
 
 
 def planned_nonzeros(
@@ -178,13 +203,46 @@ def dry_run(key: TrialConfig, lengths: tuple[int, int] | None = None) -> DryRun:
                 del loss
                 flops[shapes[index]] = tracker.flops - before
             update(model, optimizer, precision)
+    heap = HEAP_BYTES_PER_STORAGE if device.type == "cpu" else 0  # the trial's device's
+    step = _peak(tracker, _held(model, optimizer), heap)
+    rewiring = (0, 0)
+    if key.sparsity.enabled:
+        with_grad = {name for name, param in model.named_parameters() if param.grad is not None}
+        rewiring = rewiring_peak(key, lengths, with_grad, heap)
+    return DryRun(model, optimizer, *step, sum(flops[s] for s in shapes), *rewiring)
+
+
+def rewiring_peak(
+    key: TrialConfig, lengths: tuple[int, int] | None, with_grad: set[str], heap_bytes: int
+) -> tuple[int, int]:
+    """A sparse model's rewiring, real, on the CPU (see the module docstring): the most bytes of
+    tensor storage it holds at once beyond the weights, buffers, optimizer state and the
+    gradients it leaves (zeros on the parameters named in `with_grad`), and its heap objects then
+    at `heap_bytes` a storage."""
+    cpu = TrialConfig.from_dict({**key.to_flat(), "device": "cpu"})
+    with _global_rng_kept():
+        trainer = Trainer(cpu, task=synthetic_task(cpu, torch.device("cpu"), lengths))
+    model, optimizer = trainer.model.train(), trainer.optimizer
+    _warm_up(model, optimizer, trainer.step_runner)
+    with StorageTracker(_held(model, optimizer)) as tracker:
+        for name, param in model.named_parameters():  # made in the step, as a step makes them
+            param.grad = torch.zeros_like(param) if name in with_grad else None
+        trainer.technique(Sparsity).engine.rewire()
+    return _peak(tracker, _held(model, optimizer), heap_bytes)
+
+
+def _held(model: nn.Module, optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """What a step leaves held: weights, buffers, optimizer state, the gradients that exist."""
     held = [*model.parameters(), *model.buffers(), *accounting.state_tensors(optimizer)]
-    held += [p.grad for p in model.parameters() if p.grad is not None]
-    activation = tracker.peak(exclude=held)
-    objects = 0  # a GPU allocator holds none of the heap's objects
-    if device.type == "cpu":  # the device the trial runs on (`shape_key` resolved "auto")
-        objects = tracker.peak(exclude=held, heap_bytes=HEAP_BYTES_PER_STORAGE) - activation
-    return DryRun(model, optimizer, activation, objects, sum(flops[s] for s in shapes))
+    return held + [p.grad for p in model.parameters() if p.grad is not None]
+
+
+def _peak(tracker: StorageTracker, held: list[torch.Tensor], heap_bytes: int) -> tuple[int, int]:
+    """The tracked peak beyond `held`: tensor storage, and the heap objects at `heap_bytes` a
+    storage alive then (none on a GPU, whose allocator holds none of them)."""
+    storage = tracker.peak(exclude=held)
+    objects = tracker.peak(exclude=held, heap_bytes=heap_bytes) - storage if heap_bytes else 0
+    return storage, objects
 
 
 def passes(shapes: list[tuple]) -> list[int]:
@@ -203,7 +261,7 @@ def update(model: nn.Module, optimizer: torch.optim.Optimizer, precision) -> Non
     the gradients' finiteness flag, the loss scale's unscale, and the optimizer's step as the
     precision takes it (the multi-tensor kernels' gradient-sized temporaries, the fp32 copies of
     bf16 weights and gradients that stochastic and Kahan rounding step in). A sparse model's
-    rewiring (`after_step`, every so many updates) is not run."""
+    rewiring (`after_step`, every so many updates) is `rewiring_peak`'s."""
     finite_flag([p.grad for p in model.parameters() if p.grad is not None])
     precision.unscale_(model.parameters(), True)
     precision.step(optimizer, model.parameters())

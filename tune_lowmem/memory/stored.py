@@ -22,6 +22,7 @@ from torch import nn
 
 from ..config import TrialConfig
 from ..techniques.packed import PackedLayer
+from ..techniques.rewiring import rewires
 from .predict import dry_run, parts, planned_nonzeros, shape_key
 from .report import MemoryReport
 
@@ -40,7 +41,7 @@ def stored(config: TrialConfig, lengths: tuple[int, int] | None = None) -> Memor
     """The predicted memory the step holds, from the dry run's tensors: parameters (a packed
     layer's values), gradients and optimizer state as they are, plus the index buffers."""
     run = dry_run(shape_key(config, lengths), lengths)
-    return parts(run, {}, extra_model_bytes=index_bytes(run.model))
+    return parts(run, {}, extra_model_bytes=index_bytes(run.model), rewiring=rewires(config))
 
 
 def accounted(
@@ -48,7 +49,8 @@ def accounted(
 ) -> MemoryReport:
     """The predicted memory with sparse weights counted in `layout` (csr: the paper's)."""
     run = dry_run(shape_key(config, lengths), lengths)
-    return parts(run, planned_nonzeros(config, run.model, lengths), layout)
+    nonzeros = planned_nonzeros(config, run.model, lengths)
+    return parts(run, nonzeros, layout, rewiring=rewires(config))
 
 
 def held(measured: MemoryReport, stored_report: MemoryReport) -> MemoryReport:

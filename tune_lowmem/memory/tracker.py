@@ -12,6 +12,16 @@ CPU measurement). FLOPs use the formulas of `torch.utils.flop_counter.flop_regis
 `FlopCounterMode` sums; the mode itself is not used because its module tracker's hooks keep
 tensors alive and would distort the memory recorded in the same pass.
 
+Any Python dispatch mode changes one thing torch does: where two gradients meet at a tensor used
+twice (a residual connection's input), autograd's engine sums them into the buffered one in
+place when it holds that buffer's last reference (`InputBuffer`'s accumulate), but out of place
+while a mode is active, so the step under the tracker briefly holds a third buffer. The tracker
+records what torch does without it: such a sum (an `add` that the engine itself calls, with grad
+mode off, of two tensors of one shape and dtype, the first dense and freed before the next
+operator, i.e. the engine held its last reference) takes over the first summand's storage, which
+is gone from the sum's event on; a probe's sample at that event has the summand's bytes taken
+off.
+
 A probe that reads the process heap (the CPU measurement: glibc's bytes in use) also sees the
 tracker's own records: the buffers of its lists and dict grow by about 8 bytes an operator and
 live on glibc's heap (the objects in them are Python's small-object arenas, which glibc does not
@@ -33,6 +43,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
+
+from ..torch_private import engine_called
 
 
 @dataclass
@@ -74,13 +86,17 @@ class StorageTracker(TorchDispatchMode):
         self.probe_reads_heap = probe_reads_heap
         self._alive: dict[int, Life] = {}  # id(storage) -> its life, while the storage exists
         self.samples: list[int] = []
+        self._summand: Life | None = None  # the first summand of the last operator, if a sum
         if probe:
             self._sample()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        self._summand = None
         out = func(*args, **kwargs)
         self.clock += 1
+        if _is_sum(func, args, kwargs, out):
+            self._summand = self._alive.get(id(args[0].untyped_storage()))
         formula = flop_registry.get(func._overloadpacket)
         if formula is not None:
             self.flops += formula(*args, **kwargs, out_val=out)
@@ -126,6 +142,10 @@ class StorageTracker(TorchDispatchMode):
 
     def _end(self, key: int, life: Life) -> None:
         life.died = self.clock + 1  # alive at the event in progress, gone from the next one
+        if life is self._summand:  # the engine's sum, which torch makes in this storage
+            life.died = self.clock
+            if self.samples:
+                self.samples[-1] -= life.nbytes
         if self._alive.get(key) is life:
             del self._alive[key]
 
@@ -159,3 +179,29 @@ class StorageTracker(TorchDispatchMode):
             delta[life.born] += weight(life)
             delta[self.clock + 1 if life.died is None else life.died] -= weight(life)
         return list(accumulate(delta))[: self.clock + 1]
+
+
+def _is_sum(func, args: tuple, kwargs: dict, out) -> bool:
+    """Whether an operator is one torch's engine may run in place when no mode is active: a
+    gradient sum (see the module docstring; whether it held the last reference shows later)."""
+    if func is not torch.ops.aten.add.Tensor or kwargs.get("alpha", 1) != 1 or len(args) != 2:
+        return False
+    first, second = args
+    return (
+        isinstance(second, torch.Tensor)
+        and not torch.is_grad_enabled()
+        and first.shape == second.shape == out.shape
+        and first.dtype == second.dtype == out.dtype
+        and _dense(first)
+        and engine_called(sys._getframe(2))  # the frame that dispatched it
+    )
+
+
+def _dense(tensor: torch.Tensor) -> bool:
+    """Non-overlapping and dense: its elements fill its storage span exactly, in some order."""
+    expected = 1
+    for stride, size in sorted((t, s) for s, t in zip(tensor.shape, tensor.stride()) if s > 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True

@@ -18,6 +18,7 @@ stop scales). Either way rewiring happens after update u when u > 0 and u % peri
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -120,6 +121,13 @@ def rewiring_updates(sparsity: SparsityConfig, run: RunLength) -> Iterator[int]:
     return (u for u in range(run.updates) if rewires_after(sparsity, run, u // per_epoch, u))
 
 
+@functools.lru_cache(maxsize=256)
+def first_rewiring(sparsity: SparsityConfig, run: RunLength) -> int | None:
+    """The first update after which the run rewires; None when it never does (finding that
+    walks the whole run, hence the cache: the profiler asks for every trial)."""
+    return next(rewiring_updates(sparsity, run), None)
+
+
 def planned_run(config: TrialConfig) -> RunLength:
     """A trial's run length from its config alone, as its task built synthetic (no data set
     loaded, as the profiler builds it) estimates it (exact for CIFAR-10; for IWSLT'14 epochs of
@@ -134,3 +142,15 @@ def planned_rewirings(config: TrialConfig) -> int:
     if not config.sparsity.enabled:
         return 0
     return sum(1 for _ in rewiring_updates(config.sparsity, planned_run(config)))
+
+
+def planned_first_rewiring(config: TrialConfig) -> int | None:
+    """The first update after which a trial rewires; None when it never does (or is dense)."""
+    if not config.sparsity.enabled:
+        return None
+    return first_rewiring(config.sparsity, planned_run(config))
+
+
+def rewires(config: TrialConfig) -> bool:
+    """Whether a trial rewires at all (its peak memory may then be a rewiring's)."""
+    return planned_first_rewiring(config) is not None
