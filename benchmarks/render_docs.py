@@ -176,6 +176,10 @@ def sweep_scale(result: dict) -> str:
             "windows_over_half_trial_wall"
         ],
     }
+    if "windows_trial_wall_besides_epochs_s_median" in result:  # recorded since it was added
+        rows["median time of one trial besides its epochs"] = result[
+            "windows_trial_wall_besides_epochs_s_median"
+        ]
     statuses = ", ".join(f"{n} {s}" for s, n in result["statuses"].items())
     files = ", ".join(f"{n} in `{table_}/`" for table_, n in result["store_files_end"].items())
     wall = result["sweep_wall_s"]

@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import subprocess
 import sys
+import weakref
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,14 @@ from tune_lowmem import store
 from tune_lowmem.memory.predict import predict
 from tune_lowmem.space import SearchSpace
 from tune_lowmem.train import Trainer
-from tune_lowmem.trainable import CHECKPOINT_FILE, final_result, result_from_row, train_trial
+from tune_lowmem.trainable import (
+    CHECKPOINT_FILE,
+    FULL_COLLECTION_EVERY,
+    final_result,
+    freeze_survivors,
+    result_from_row,
+    train_trial,
+)
 
 TINY_BASE = {
     "device": "cpu",
@@ -93,6 +102,31 @@ def test_trainable_reports_trains_and_fails(local_ray, tmp_path):
     row = by_id.loc[failed.metrics["trial_id"]]
     assert row["status"] == "failed" and row["failure_reason"].startswith("TrainingDiverged: ")
     assert len(rows) == 2
+
+
+class Cycle:
+    def __init__(self):
+        self.me = self
+
+
+def test_what_earlier_trials_left_is_out_of_a_trials_collections():
+    """A reused worker keeps what its earlier trials cached; a trial's full collections
+    (`memory.measure`) must not traverse it, or a trial costs more with every trial run before;
+    cyclic garbage among it is still freed, within FULL_COLLECTION_EVERY trials."""
+    cached = [[i] for i in range(20_000)]  # alive as the trial starts
+    dropped = Cycle()
+    freed = weakref.ref(dropped)
+    try:
+        freeze_survivors()
+        collected = gc.get_objects()  # what a full collection now traverses
+        assert len(collected) < 10_000 and not any(o is cached for o in collected)
+        del dropped  # a cache entry evicted after it was frozen
+        gc.collect()
+        for _ in range(FULL_COLLECTION_EVERY):
+            freeze_survivors()
+        assert freed() is None
+    finally:
+        gc.unfreeze()
 
 
 def test_a_stored_trial_reports_its_row_again(tmp_path):
