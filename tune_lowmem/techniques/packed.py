@@ -109,14 +109,16 @@ def positions(index: Mapping[str, torch.Tensor], shape: tuple[int, ...], nonzero
         pointers = index["weight_rows"]
         rows = torch.arange(shape[0], device=pointers.device)
         row_of = torch.repeat_interleave(rows, pointers[1:] - pointers[:-1], output_size=nonzeros)
-        return row_of * (numel // shape[0]) + index["weight_columns"].long()
+        # in place, columns widened to int32 only (uint16 does not promote): one int64 array of
+        # the nonzeros alive, not four, in what is the step's peak at the layer's backward
+        return row_of.mul_(numel // shape[0]).add_(index["weight_columns"].to(torch.int32))
     return torch.nonzero_static(bitmap_mask(index["weight_bitmap"], numel), size=nonzeros)[:, 0]
 
 
 def bitmap_mask(bitmap: torch.Tensor, numel: int) -> torch.Tensor:
     """The flat bool mask of a bitmap."""
     shifts = torch.arange(BITS, device=bitmap.device, dtype=torch.uint8)
-    return ((bitmap[:, None] >> shifts) & 1).bool().reshape(-1)[:numel]
+    return (bitmap[:, None] >> shifts).bitwise_and_(1).bool().reshape(-1)[:numel]
 
 
 def scatter(values: torch.Tensor, where: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
