@@ -273,6 +273,7 @@ def main() -> None:
             row.update(measured_fields(at, batch, args.measure_timeout, baseline_measured))
             if index == 0 and "measured_mb" in row and batch == config.to_flat()[size]:
                 baseline_measured = row["measured_mb"] * MB
+                row["x_measured"] = 1.0
             line += f" | {batch:5} " + (
                 f"{row['measured_mb']:8.2f} {row['x_measured'] or 0:6.2f}x "
                 f"{row['predicted_tensors_mb']:7.2f} {row['measured_peak_mb']:9.2f}"

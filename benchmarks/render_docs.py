@@ -284,6 +284,7 @@ def search_replay(result: dict) -> str:
 RENDERERS: dict[str, Callable[[dict], str]] = {
     "profiler_accuracy": profiler_accuracy,
     "memory_ladder": memory_ladder,
+    "memory_ladder_paper": memory_ladder,
     "step_time": step_time,
     "sweep_scale": sweep_scale,
     "sweep_scale_300": sweep_scale,

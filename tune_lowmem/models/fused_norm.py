@@ -18,7 +18,9 @@ BN input and the ReLU output (which the conv saves as its input). Two exact repl
 A conv may hold its weight packed (a sparse layer's nonzero values: `techniques.packed`): the
 units then take the stored tensor, build the dense weight with the conv's `unpacked` while they
 compute, and give back its gradient through the conv's `packed` (`stored_weight`), so the dense
-weight is never saved between forward and backward.
+weight is never saved between forward and backward; the block's backward builds each dense weight
+where it is used (conv1's twice) and gathers each gradient as soon as it is complete, so a dense
+weight is alive only while its convolution's part of the backward runs.
 
 Both work on batch chunks, so a normalised tensor never exists at full size: the extra memory is
 a few chunk-sized temporaries. The results and every gradient are those of the plain modules in

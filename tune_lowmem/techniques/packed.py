@@ -19,9 +19,10 @@ The layer's forward is `PackedOp`, an autograd Function: forward scatters the va
 weight, runs the convolution or linear map, and saves only the input and the packed values;
 backward rebuilds the dense weight, computes the input gradient and the weight gradient with
 `torch.nn.grad` (the kernels torch's own autograd calls) and gathers the weight gradient at the
-nonzeros. The dense weight and its gradient exist one layer at a time (with the fused BN-ReLU-conv
-units, one unit at a time: `unpacked` and `packed` are what they call). Gradient checkpointing
-recomputes through the same Function.
+nonzeros. The dense weight and its gradient exist one layer at a time (the fused BN-ReLU-conv
+units call `unpacked` and `packed`: a fused block holds its convolutions' dense weights together in
+its forward, one at a time in its backward). Gradient checkpointing recomputes through the same
+Function.
 """
 
 from __future__ import annotations
