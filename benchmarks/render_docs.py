@@ -285,6 +285,7 @@ RENDERERS: dict[str, Callable[[dict], str]] = {
     "profiler_accuracy": profiler_accuracy,
     "memory_ladder": memory_ladder,
     "memory_ladder_paper": memory_ladder,
+    "memory_ladder_more": memory_ladder,
     "step_time": step_time,
     "sweep_scale": sweep_scale,
     "sweep_scale_300": sweep_scale,
