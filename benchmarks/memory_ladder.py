@@ -9,27 +9,34 @@ Transformer (a full 4,000-token minibatch of 30-token sentence pairs). Each rung
   `memory.stored.stored`, the dry run's own tensors);
 - "acc csr": the paper's accounting, sparse weights as CSR (`memory.stored.accounted`);
 ratios of both to the baseline's total, and FLOPs per step against the baseline's (the
-recomputation's cost). With --measure, a real step (`memory.measure`: on the CPU glibc's heap,
-sampled after every operator) for the rungs named: measured activation MB, the measured total
-(weights, gradients and state as held plus the measured activation), its ratio to the baseline's
-predicted total, and the step's peak of everything held (the input batch included).
+recomputation's cost). With --measure, a real step of each rung named, measured independently
+of the prediction (`memory.allocations`: torch's allocator reports every allocation and free to
+torch.profiler, replayed), each in its own process under a time limit, at the ladder's batch or
+at `index:batch` (a microbatched rung holds per microbatch what it holds at any batch it
+divides, which the row's prediction at that batch shows): the measured total (weights,
+gradients and state as held plus the activation peak, operators' workspace out, as the paper
+counts), its ratio to the measured baseline, the prediction's tensors alone at the measured batch
+(the stored total less the CPU heap's objects, which the allocator does not report), and the
+step's peak of everything live (input batch and workspace included).
 Rows go to benchmarks/results/memory_ladder.json (--json), one list per task.
 
-    .venv/bin/python benchmarks/memory_ladder.py [--task wrn|dct] [--batch 100] [--measure 0 1 5]
-        [--only 1 5] [--json benchmarks/results/memory_ladder.json]
+    .venv/bin/python benchmarks/memory_ladder.py [--task wrn|dct] [--batch 100]
+        [--measure 0 7 27:10] [--measure-timeout 1800] [--only 1 5]
+        [--json benchmarks/results/memory_ladder.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import time
 from pathlib import Path
 
 from tune_lowmem.config import TrialConfig
 from tune_lowmem.memory import MB
-from tune_lowmem.memory.measure import measure
-from tune_lowmem.memory.predict import predict
+from tune_lowmem.memory.allocations import Allocations, measure_allocations
+from tune_lowmem.memory.predict import heap_object_bytes, predict
 from tune_lowmem.memory.stored import accounted, stored
 
 RESULTS = Path(__file__).parent / "results" / "memory_ladder.json"
@@ -83,6 +90,10 @@ EXACT = [
     ("+ microbatch 1 (exact chain)", {"microbatch.size": 1}),
     ("+ 5% nonzeros (exact chain)", {"sparsity.density": 0.05}),
 ]
+# the paper's combination made real (chain-min's last rung) with each layer's smaller index layout
+BEST = [("+ storage best (chain-min)", {"sparsity.storage": "best"})]
+# the lossy choices on top of the exact chain's last rung (each labelled lossy)
+LOSSY = [("+ fused step heavy-ball (lossy, on 5% exact)", {"fused_step": "heavy-ball"})]
 # the paper's chain with the DP-placed nested checkpoints in place of residual-2*
 CHAIN_MIN = [
     ("fp32 chain-min + fused block", {"checkpoint": "chain-min", **BLOCK}),
@@ -147,8 +158,10 @@ def wrn_rungs() -> list[tuple[str, dict]]:
         *fused,
         *chain(BEYOND, fused[-1][1]),
         *chain(FP32_STATE),
-        *chain(CHAIN_MIN),
-        *chain(EXACT),
+        *(paper := chain(CHAIN_MIN)),
+        *(exact := chain(EXACT)),
+        *chain(LOSSY, exact[-1][1]),
+        *chain(BEST, paper[-1][1]),
     ]
 
 
@@ -158,27 +171,75 @@ def dct_rungs() -> list[tuple[str, dict]]:
     return [*paper, *beyond, *chain(DCT_FUSED), *chain(DCT_FP32_STATE)]
 
 
+def measurement(text: str) -> tuple[int, int | None]:
+    """A --measure item: a rung index, optionally `:batch` to measure at."""
+    index, _, batch = text.partition(":")
+    try:
+        return int(index), int(batch) if batch else None
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not INDEX or INDEX:BATCH") from None
+
+
+def _allocations(flat: dict) -> Allocations:
+    return measure_allocations(TrialConfig.from_dict(flat))
+
+
+def measured(config: TrialConfig, timeout: float) -> Allocations | None:
+    """`measure_allocations` of `config` in a process of its own (the profiler's trace and the
+    allocator start clean), None when it runs past `timeout` seconds."""
+    with multiprocessing.get_context("spawn").Pool(1) as pool:  # leaving it ends the process
+        try:
+            return pool.apply_async(_allocations, (config.to_flat(),)).get(timeout)
+        except multiprocessing.TimeoutError:
+            return None
+
+
+def measured_fields(
+    config: TrialConfig, batch: int, timeout: float, baseline: float | None
+) -> dict:
+    """The row's measured figures (see the module docstring); `baseline`: the measured baseline
+    total in bytes, if measured."""
+    started = time.perf_counter()
+    step = measured(config, timeout)
+    fields = {"measured_batch": batch, "measure_seconds": round(time.perf_counter() - started)}
+    if step is None:
+        return {**fields, "measured": f"timed out after {timeout:g} s"}
+    return {
+        **fields,
+        "measured_mb": step.total_bytes / MB,
+        "x_measured": None if baseline is None else baseline / step.total_bytes,
+        "measured_activation_mb": step.activation_bytes / MB,
+        "measured_peak_mb": step.peak_bytes / MB,
+        "predicted_tensors_mb": (predict(config).total_bytes - heap_object_bytes(config)) / MB,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--task", choices=("wrn", "dct"), default="wrn")
     parser.add_argument("--batch", type=int, default=100, help="WRN images per minibatch")
-    parser.add_argument("--measure", type=int, nargs="*", default=[], help="rung indices")
+    parser.add_argument(
+        "--measure", type=measurement, nargs="*", default=[], help="rung indices [:batch]"
+    )
+    parser.add_argument("--measure-timeout", type=float, default=1800, help="seconds per rung")
     parser.add_argument("--only", type=int, nargs="*", help="rungs to print (the baseline too)")
     parser.add_argument("--json", type=Path, default=RESULTS, help="where the rows go")
     args = parser.parse_args()
+    to_measure = dict(args.measure)
     if args.task == "wrn":
         base = {"model.depth": 28, "model.width": 2, "schedule.batch_size": args.batch}
         title, ladder = f"WRN-28-2, batch {args.batch}", wrn_rungs()
     else:
         base = {"task": "dct-iwslt14", "schedule.max_tokens": 4000}
         title, ladder = "DC-Transformer, 4000 tokens (30-token pairs)", dct_rungs()
+    size = "schedule.batch_size" if args.task == "wrn" else "schedule.max_tokens"
     print(f"{title}; MB = 10**6 bytes; ratios to the fp32 baseline's total")
     print(
         f"{'#':>2} {'rung':42} {'act':>7} {'stored':>7} {'acc csr':>7} "
         f"{'x stored':>8} {'x csr':>7} {'paper':>6} {'FLOPs':>6} | "
-        f"{'meas act':>8} {'meas tot':>8} {'x meas':>7} {'meas peak':>9} {'s':>5}"
+        f"{'batch':>5} {'meas tot':>8} {'x meas':>7} {'tensors':>7} {'meas peak':>9} {'s':>5}"
     )
-    baseline, rows = None, []
+    baseline, baseline_measured, rows = None, None, []
     for index, (label, flat) in enumerate(ladder):
         if args.only is not None and index not in {0, *args.only}:
             continue
@@ -206,20 +267,20 @@ def main() -> None:
             f"{csr.total_mb:7.2f} {row['x_stored']:7.2f}x {row['x_accounted_csr']:6.2f}x "
             f"{PAPER.get(label, ''):>6} {row['flops_ratio']:5.2f}x"
         )
-        if index in args.measure:
-            started = time.perf_counter()
-            measured = measure(config)
-            row.update(
-                measured_activation_mb=measured.activation_bytes / MB,
-                measured_mb=measured.total_mb,
-                x_measured=baseline.total_bytes / measured.total_bytes,
-                measured_peak_mb=measured.peak_bytes / MB,
+        if index in to_measure:
+            batch = to_measure[index] or config.to_flat()[size]
+            at = TrialConfig.from_dict({**config.to_flat(), size: batch})
+            row.update(measured_fields(at, batch, args.measure_timeout, baseline_measured))
+            if index == 0 and "measured_mb" in row and batch == config.to_flat()[size]:
+                baseline_measured = row["measured_mb"] * MB
+                row["x_measured"] = 1.0
+            line += f" | {batch:5} " + (
+                f"{row['measured_mb']:8.2f} {row['x_measured'] or 0:6.2f}x "
+                f"{row['predicted_tensors_mb']:7.2f} {row['measured_peak_mb']:9.2f}"
+                if "measured_mb" in row
+                else f"{row['measured']:>33}"
             )
-            line += (
-                f" | {measured.activation_bytes / MB:8.2f} {measured.total_mb:8.2f} "
-                f"{row['x_measured']:6.2f}x {measured.peak_bytes / MB:9.2f} "
-                f"{time.perf_counter() - started:5.0f}"
-            )
+            line += f" {row['measure_seconds']:5}"
         rows.append(row)
         print(line, flush=True)
     if args.json:

@@ -96,16 +96,23 @@ def profiler_accuracy(result: dict) -> str:
     return "\n".join(lines + table(header, points)) + "\n"
 
 
+LADDER_MEASURED = ["at batch", "measured MB", "x measured", "tensors MB", "peak MB"]
+MEASURED_FIGURES = ("predicted_tensors_mb", "measured_peak_mb")  # the last two columns'
+
+
 def ladder_row(rung: dict, measured: bool) -> list:
-    """A rung's cells; with `measured`, its measured MB and ratio ("-" for a rung not measured)."""
+    """A rung's cells; with `measured`, its measured figures (`LADDER_MEASURED`; "-" for a rung
+    not measured, or not against a measured baseline)."""
     cells = [rung["index"], rung["rung"], f"{rung['activation_mb']:.2f}"]
     cells += [f"{rung['stored_mb']:.2f}", f"{rung['x_stored']:.1f}x"]
     cells += [f"{rung['accounted_csr_mb']:.2f}", f"{rung['x_accounted_csr']:.1f}x"]
     if measured:
-        taken = "measured_mb" in rung
-        cells += (
-            [f"{rung['measured_mb']:.2f}", f"{rung['x_measured']:.1f}x"] if taken else ["-"] * 2
-        )
+        late = rung.get("measured", "-")  # a measurement that ran past its time limit says so
+        cells += [rung.get("measured_batch", "-")]
+        cells += [f"{rung['measured_mb']:.2f}"] if "measured_mb" in rung else [late]
+        ratio = rung.get("x_measured")
+        cells += [f"{ratio:.1f}x" if ratio else "-"]
+        cells += [f"{rung[k]:.2f}" if k in rung else "-" for k in MEASURED_FIGURES]
     return [*cells, rung["paper"] or ""]
 
 
@@ -114,9 +121,9 @@ def memory_ladder(result: dict) -> str:
     lines = []
     for task in result.values():
         rows, base = task["rows"], task["rows"][0]
-        measured = any("measured_mb" in r for r in rows)
+        measured = any("measured_batch" in r for r in rows)
         header = ["#", "rung", "act MB", "stored MB", "x stored", "acc csr MB", "x csr"]
-        header += ["measured MB", "x measured"] if measured else []
+        header += LADDER_MEASURED if measured else []
         lines += [
             f"{task['title']}; ratios to rung {base['index']} ({base['rung']}, "
             f"{base['stored_mb']:.2f} MB stored)"
@@ -283,6 +290,8 @@ def search_replay(result: dict) -> str:
 RENDERERS: dict[str, Callable[[dict], str]] = {
     "profiler_accuracy": profiler_accuracy,
     "memory_ladder": memory_ladder,
+    "memory_ladder_paper": memory_ladder,
+    "memory_ladder_more": memory_ladder,
     "step_time": step_time,
     "sweep_scale": sweep_scale,
     "sweep_scale_300": sweep_scale,

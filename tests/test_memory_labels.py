@@ -20,6 +20,7 @@ from tune_lowmem.train import Trainer
 from tune_lowmem.trainable import memory_metrics, store_record
 
 SPARSE = {"sparsity.density": 0.3}
+BITMAP = {**SPARSE, "sparsity.storage": "bitmap"}
 
 
 @pytest.mark.parametrize(
@@ -70,14 +71,14 @@ def test_a_trial_row_records_stored_beside_accounted(tmp_path):
         }
     )
     steps = {}
-    for trial_id, changes in (("sparse", SPARSE), ("dense", {})):
+    for trial_id, changes in (("sparse", BITMAP), ("dense", {})):
         config = tiny_wrn_config(**changes)
         predicted = predict(config)
         measured = MemoryReport(  # a measurement: accounted parts, its own activation and peak
             predicted.model_bytes, predicted.optimizer_bytes, 10**7, 1, "measured", 2 * 10**7
         )
         steps[trial_id] = held(measured, stored(config)).total_mb
-        memory = memory_metrics(predicted, measured, stored(config))
+        memory = memory_metrics(predicted, measured, stored(config), accounted(config, "csr"))
         record = store_record(space, "labels", trial_id, "completed", config.to_flat(), {}, memory)
         store.write_trial(tmp_path, record)
     rows = store.read_trials(tmp_path, "labels").set_index("trial_id")
@@ -85,14 +86,20 @@ def test_a_trial_row_records_stored_beside_accounted(tmp_path):
     # packed: the objective is what the step stores
     assert sparse["memory.predicted_stored_total_mb"] == sparse["memory.predicted_total_mb"]
     assert sparse["memory.predicted_stored_total_mb"] == pytest.approx(
-        stored(tiny_wrn_config(**SPARSE)).total_mb
+        stored(tiny_wrn_config(**BITMAP)).total_mb
     )
+    # the paper's accounting beside it, sparse weights as CSR whatever the layout stored
+    csr = accounted(tiny_wrn_config(**BITMAP), "csr").total_mb
+    assert sparse["memory.paper_csr_total_mb"] == pytest.approx(csr)
+    assert csr != sparse["memory.predicted_total_mb"]
+    assert dense["memory.paper_csr_total_mb"] == dense["memory.predicted_total_mb"]
     assert sparse["memory.measured_stored_total_mb"] == sparse["memory.measured_total_mb"]
     assert sparse["memory.measured_stored_total_mb"] == pytest.approx(steps["sparse"])
     assert dense["memory.predicted_stored_total_mb"] == dense["memory.predicted_total_mb"]
     assert dense["memory.measured_stored_total_mb"] == dense["memory.measured_total_mb"]
     memory = memory_metrics(predict(tiny_wrn_config()), None, stored(tiny_wrn_config()))
     assert memory["memory.measured_stored_total_mb"] is None  # not measured: not invented
+    assert memory["memory.paper_csr_total_mb"] is None
 
 
 def test_the_launch_front_labels_its_memory_columns():
@@ -100,8 +107,14 @@ def test_the_launch_front_labels_its_memory_columns():
     from tune_lowmem.progress import front_table
 
     front = pd.DataFrame(
-        {"val_accuracy": [0.3], "memory.predicted_total_mb": [4.2], "checkpoint": ["none"]}
+        {
+            "val_accuracy": [0.3],
+            "memory.predicted_total_mb": [4.2],
+            "memory.paper_csr_total_mb": [4.5],
+            "checkpoint": ["none"],
+        }
     )
     header = front_table(front).splitlines()[0]
     assert "memory.predicted_total_mb (accounted)" in header
+    assert "memory.paper_csr_total_mb (paper's CSR accounting)" in header
     assert "val_accuracy (" not in header and "checkpoint (" not in header

@@ -73,6 +73,9 @@ def test_searcher_screens_points_runs_seeds_and_survives_pickling(tmp_path):
     assert (
         infeasible["memory.predicted_stored_total_mb"] == infeasible["memory.predicted_total_mb"]
     ).all()
+    assert (
+        infeasible["memory.paper_csr_total_mb"] == infeasible["memory.predicted_total_mb"]
+    ).all()
     (invalid,) = [i for i in rows.index if i.startswith("invalid-")]
     assert rows.loc[invalid, "failure_reason"] == (
         "invalid config: microbatch.size: 4 is not allowed; a divisor of schedule.batch_size 25 is required"

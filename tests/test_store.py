@@ -374,16 +374,19 @@ def test_bad_values_name_their_field_and_write_nothing(tmp_path, changes, epochs
 
 
 def test_rows_before_the_stored_totals_read_with_them_empty(tmp_path):
-    """The stored totals came after the first stores: a file without them reads beside one with
-    them, its cells empty rather than a guess."""
+    """The stored totals and the paper's CSR column came after the first stores: a file without
+    them reads beside one with them, its cells empty rather than a guess."""
     memory = {"predicted_total_mb": 1.5, "predicted_stored_total_mb": 2.25}
-    write_trial(tmp_path, record(memory=memory))
+    write_trial(tmp_path, record(memory={**memory, "paper_csr_total_mb": 1.75}))
     path = tmp_path / "trials" / "sweep=wrn" / "t_00001.parquet"
     table = pq.read_table(path)
-    stored = ["memory.predicted_stored_total_mb", "memory.measured_stored_total_mb"]
-    older = table.drop_columns(stored).set_column(1, "trial_id", pa.array(["old"]))
+    later = ["memory.predicted_stored_total_mb", "memory.measured_stored_total_mb"]
+    later.append("memory.paper_csr_total_mb")
+    older = table.drop_columns(later).set_column(1, "trial_id", pa.array(["old"]))
     pq.write_table(older, path.with_name("old.parquet"))
     rows = read_trials(tmp_path).set_index("trial_id")
     assert rows.loc["t_00001", "memory.predicted_stored_total_mb"] == 2.25
+    assert rows.loc["t_00001", "memory.paper_csr_total_mb"] == 1.75
     assert pd.isna(rows.loc["old", "memory.predicted_stored_total_mb"])
+    assert pd.isna(rows.loc["old", "memory.paper_csr_total_mb"])
     assert rows.loc["old", "memory.predicted_total_mb"] == 1.5

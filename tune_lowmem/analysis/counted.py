@@ -8,7 +8,8 @@ layer at a time), so for runs of this version the two are equal. Stores written 
 layers were packed hold a larger stored figure (their step kept dense weights, gradients and
 state plus a bool mask per sparse weight) beside the accounted one, and read labelled so.
 Activations, and the allocator's own peaks, are held as counted. Without sparse weights the two
-are equal.
+are equal. `memory.paper_csr_total_mb` is the prediction as the paper accounts it (sparse weights
+as CSR whatever the layout), the comparison column of reproduction sweeps, labelled so.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
-ACCOUNTED, STORED = "accounted", "stored"
+from ..results import PAPER_CSR_METRIC
+
+ACCOUNTED, STORED, PAPER_CSR = "accounted", "stored", "paper's CSR accounting"
 # each accounted total -> the column holding the same figure as the step stores it
 STORED_TOTALS = {
     f"memory.{source}_total_mb": f"memory.{source}_stored_total_mb"
@@ -34,10 +37,12 @@ LEGEND = (
 
 
 def counted(column: str) -> str | None:
-    """`ACCOUNTED` or `STORED` for a memory column in MB; None for anything else (FLOPs, a
-    metric)."""
+    """`ACCOUNTED`, `STORED` or `PAPER_CSR` for a memory column in MB; None for anything else
+    (FLOPs, a metric)."""
     if not (column.startswith("memory.") and column.endswith("_mb")):
         return None
+    if column == PAPER_CSR_METRIC:
+        return PAPER_CSR
     source, _, part = column.removeprefix("memory.").partition("_")
     accounted = source in ("predicted", "measured") and part in _ACCOUNTED_PARTS
     return ACCOUNTED if accounted else STORED

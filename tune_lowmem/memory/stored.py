@@ -66,12 +66,17 @@ def held(measured: MemoryReport, stored_report: MemoryReport) -> MemoryReport:
 
 
 def stored_totals(
-    stored_report: MemoryReport, measured: MemoryReport | None = None
+    stored_report: MemoryReport,
+    measured: MemoryReport | None = None,
+    paper_csr: MemoryReport | None = None,
 ) -> dict[str, float | None]:
     """The stored totals as the store's columns name them (`<source>_stored_total_mb`), beside
-    the accounted `<source>_total_mb` of `MemoryReport.to_dict`; None: not measured."""
+    the accounted `<source>_total_mb` of `MemoryReport.to_dict`, and the paper's CSR accounting
+    of the prediction (`accounted(config, "csr")`) as `paper_csr_total_mb`; None: not measured,
+    or not given."""
     step = None if measured is None else held(measured, stored_report)
     return {
         "predicted_stored_total_mb": stored_report.total_mb,
         "measured_stored_total_mb": None if step is None else step.total_mb,
+        "paper_csr_total_mb": None if paper_csr is None else paper_csr.total_mb,
     }

@@ -18,7 +18,9 @@ BN input and the ReLU output (which the conv saves as its input). Two exact repl
 A conv may hold its weight packed (a sparse layer's nonzero values: `techniques.packed`): the
 units then take the stored tensor, build the dense weight with the conv's `unpacked` while they
 compute, and give back its gradient through the conv's `packed` (`stored_weight`), so the dense
-weight is never saved between forward and backward.
+weight is never saved between forward and backward; the block's backward builds each dense weight
+where it is used (conv1's twice) and gathers each gradient as soon as it is complete, so a dense
+weight is alive only while its convolution's part of the backward runs.
 
 Both work on batch chunks, so a normalised tensor never exists at full size: the extra memory is
 a few chunk-sized temporaries. The results and every gradient are those of the plain modules in
@@ -179,21 +181,24 @@ class FusedBlock(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out):
-        x, mean1, invstd1, w1, b1, conv1, w2, b2, conv2, shortcut, mean2, invstd2 = (
+        x, mean1, invstd1, w1, b1, stored1, w2, b2, stored2, stored3, mean2, invstd2 = (
             ctx.saved_tensors
         )
         shapes, chunks = ctx.shapes, ctx.chunks
         norm1, norm2 = (w1, b1, mean1, invstd1), (w2, b2, mean2, invstd2)
-        conv1, conv2 = _dense(conv1, shapes[0]), _dense(conv2, shapes[1])
-        shortcut = None if shortcut is None else _dense(shortcut, shapes[2])
+        # a packed conv's dense weight is built where it is used and let go after (conv1's twice),
+        # and its gradient gathered at once: no dense weight waits while another conv computes
+        conv1 = _dense(stored1, shapes[0])
         buffer = _gather(_unit_chunks(_chunks(x, chunks), norm1, conv1, shapes[0]), len(x))
+        del conv1
         buffer, grad_w2, grad_b2, (grad_conv2,) = _unit_backward(
-            buffer, norm2, [(conv2, shapes[1], grad_out)], chunks, into=buffer
+            buffer, norm2, [(_dense(stored2, shapes[1]), shapes[1], grad_out)], chunks, into=buffer
         )  # now its gradient
-        convs = [(conv1, shapes[0], buffer)]
-        if shortcut is not None:
-            convs.append((shortcut, shapes[2], grad_out))
-        identity = shortcut is None
+        grad_conv2 = _stored_grad(grad_conv2, shapes[1])
+        convs = [(_dense(stored1, shapes[0]), shapes[0], buffer)]
+        if stored3 is not None:
+            convs.append((_dense(stored3, shapes[2]), shapes[2], grad_out))
+        identity = len(convs) == 1
         grad_x, grad_w1, grad_b1, grad_convs = _unit_backward(
             x,
             norm1,
@@ -202,17 +207,19 @@ class FusedBlock(torch.autograd.Function):
             into=buffer if identity else None,
             residual=grad_out if identity else None,
         )
-        grad_shortcut = None if identity else _stored_grad(grad_convs[1], shapes[2])
+        del convs
+        grad_conv1 = _stored_grad(grad_convs.pop(0), shapes[0])
+        grad_shortcut = None if identity else _stored_grad(grad_convs.pop(0), shapes[2])
         return (
             grad_x,
             None,
             None,
             grad_w1,
             grad_b1,
-            _stored_grad(grad_convs[0], shapes[0]),
+            grad_conv1,
             grad_w2,
             grad_b2,
-            _stored_grad(grad_conv2, shapes[1]),
+            grad_conv2,
             grad_shortcut,
             None,
             None,
@@ -326,10 +333,6 @@ def _unit_backward(x, norm, convs, chunks, into=None, residual=None):
             result += residual[start:stop]
         grad_x[start:stop] = result
     del grad, result
-    dtypes = [w.dtype for w, _, _ in convs]
-    return (
-        grad_x,
-        sum_gx.to(weight.dtype),
-        sum_g.to(bias.dtype),
-        [g.to(dtype) for g, dtype in zip(grad_convs, dtypes, strict=True)],
-    )
+    grad_convs.reverse()  # each fp32 sum let go as it is cast, not all held to the end
+    grad_convs = [grad_convs.pop().to(w.dtype) for w, _, _ in convs]
+    return grad_x, sum_gx.to(weight.dtype), sum_g.to(bias.dtype), grad_convs

@@ -37,6 +37,8 @@ MEMORY_COLUMNS: dict[str, pa.DataType] = {
     # What the masked step holds (sparse weights dense, with masks), beside the accounted totals
     # above (sparse weights as CSR); empty in rows of stores written before them
     **{f"{kind}_stored_total_mb": pa.float64() for kind in ("predicted", "measured")},
+    # the prediction with sparse weights as CSR, the paper's accounting (empty in older stores)
+    "paper_csr_total_mb": pa.float64(),
     "flops_per_step": pa.int64(),
     **dict.fromkeys(CUDA_PEAK_COLUMNS, pa.float64()),
 }

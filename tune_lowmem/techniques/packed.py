@@ -19,9 +19,10 @@ The layer's forward is `PackedOp`, an autograd Function: forward scatters the va
 weight, runs the convolution or linear map, and saves only the input and the packed values;
 backward rebuilds the dense weight, computes the input gradient and the weight gradient with
 `torch.nn.grad` (the kernels torch's own autograd calls) and gathers the weight gradient at the
-nonzeros. The dense weight and its gradient exist one layer at a time (with the fused BN-ReLU-conv
-units, one unit at a time: `unpacked` and `packed` are what they call). Gradient checkpointing
-recomputes through the same Function.
+nonzeros. The dense weight and its gradient exist one layer at a time (the fused BN-ReLU-conv
+units call `unpacked` and `packed`: a fused block holds its convolutions' dense weights together in
+its forward, one at a time in its backward). Gradient checkpointing recomputes through the same
+Function.
 """
 
 from __future__ import annotations
@@ -109,14 +110,16 @@ def positions(index: Mapping[str, torch.Tensor], shape: tuple[int, ...], nonzero
         pointers = index["weight_rows"]
         rows = torch.arange(shape[0], device=pointers.device)
         row_of = torch.repeat_interleave(rows, pointers[1:] - pointers[:-1], output_size=nonzeros)
-        return row_of * (numel // shape[0]) + index["weight_columns"].long()
+        # in place, columns widened to int32 only (uint16 does not promote): one int64 array of
+        # the nonzeros alive, not four, in what is the step's peak at the layer's backward
+        return row_of.mul_(numel // shape[0]).add_(index["weight_columns"].to(torch.int32))
     return torch.nonzero_static(bitmap_mask(index["weight_bitmap"], numel), size=nonzeros)[:, 0]
 
 
 def bitmap_mask(bitmap: torch.Tensor, numel: int) -> torch.Tensor:
     """The flat bool mask of a bitmap."""
     shifts = torch.arange(BITS, device=bitmap.device, dtype=torch.uint8)
-    return ((bitmap[:, None] >> shifts) & 1).bool().reshape(-1)[:numel]
+    return (bitmap[:, None] >> shifts).bitwise_and_(1).bool().reshape(-1)[:numel]
 
 
 def scatter(values: torch.Tensor, where: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
