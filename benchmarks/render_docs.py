@@ -297,6 +297,7 @@ RENDERERS: dict[str, Callable[[dict], str]] = {
     "sweep_scale_300": sweep_scale,
     "cluster_sweep": cluster_sweep,
     "search_replay_wrn16": search_replay,
+    "search_replay_wrn16_stopping": search_replay,
 }
 
 

@@ -187,3 +187,48 @@ def test_the_space_refuses_it_without_a_predicted_memory_objective():
         )
     with pytest.raises(ConfigError, match="sampler_options.population_size: not an option"):
         build_sampler(table_space(sampler_options={"population_size": 4})[0])
+
+
+def test_of_points_that_train_alike_it_asks_only_the_least_memory_one_once():
+    """Checkpointing is exact (the same training, less memory): the sampler asks each training
+    once, always at its least-memory strategy; a lossy fused step is a training of its own."""
+    saving = {"none": 1.0, "residual-1": 0.6, "residual-2*": 0.8}
+    space = SearchSpace.from_dict(
+        {
+            "name": "exact",
+            "base": BASE,
+            "params": {
+                "checkpoint": {"type": "choice", "values": list(saving)},
+                "fused_step": {"type": "choice", "values": ["none", "exact", "heavy-ball"]},
+                "precision": {"type": "choice", "values": ["fp32", "bf16"]},
+                "sparsity.density": {"type": "choice", "values": [0.1, 0.3, 1.0]},
+                "schedule.lr_multiplier": {"type": "choice", "values": [0.5, 1.0]},
+            },
+            "objectives": OBJECTIVES,
+            "num_samples": 12,
+        }
+    )
+
+    def exact_memory(params):
+        lossy = 0.9 if params["fused_step"] == "heavy-ball" else 1.0
+        return memory(params) * saving[params["checkpoint"]] * lossy
+
+    study = optuna.create_study(directions=list(OBJECTIVES.values()))
+    study.sampler = KnownMemorySampler(space, seed=0, memory=exact_memory)
+    for _ in range(12):
+        trial = study.ask()
+        params = space.sample(trial)
+        study.tell(trial, [accuracy(params), exact_memory(params)])
+    asked = [t.params for t in study.get_trials()]
+    assert all(p["checkpoint"] == "residual-1" for p in asked)
+    assert all(p["fused_step"] in ("none", "heavy-ball") for p in asked)  # exact: no saving
+    trainings = [
+        (
+            p["fused_step"] == "heavy-ball",
+            p["precision"],
+            p["sparsity.density"],
+            p["schedule.lr_multiplier"],
+        )
+        for p in asked
+    ]
+    assert len(set(trainings)) == len(trainings)

@@ -8,6 +8,9 @@ points by the expected improvement of the front's hypervolume given each one's k
 (`expected_improvement`): with one uncertain objective the improvement is a sum over the front's
 steps, closed form under a Gaussian. Hypervolume is on log memory (savings are ratios).
 
+- Exact params (`exact.EXACT_VALUES`: checkpointing, fused norms, sparse storage, the exact
+  fused step) change memory, never accuracy: the model leaves them out, and of the points that
+  train alike (one `exact.training_key`) only the least-memory one is ever proposed, once.
 - Candidates: every point of a small all-choice space, else random draws of the space (its
   conditions applied by `SearchSpace.sample`) plus one- and two-param changes of the front's
   points. Points already asked are never proposed again, nor points over the memory budget or
@@ -50,6 +53,7 @@ from scipy.special import ndtr
 from ..config import ConfigError
 from ..results import PREDICTED_METRICS, STORED_METRICS
 from ..space import Param, SearchSpace, worst_value
+from .exact import exact, training_key
 from .gaussian_process import GaussianProcess
 
 KNOWN = (*PREDICTED_METRICS, STORED_METRICS[0])  # objectives the profiler gives before training
@@ -119,10 +123,12 @@ class KnownMemorySampler(BaseSampler):
     def choose(self, trials: Sequence[FrozenTrial], number: int) -> dict[str, Any] | None:
         asked = [t for t in trials if t.number != number and t.params]
         told = [t for t in asked if t.state == TrialState.COMPLETE and self.informative(t)]
-        seen = {point_key(t.params) for t in asked}
-        candidates = [c for c in self.candidates(told) if point_key(c) not in seen]
-        memories = [self.memory_of(c) for c in candidates]
-        feasible = [(c, m) for c, m in zip(candidates, memories) if m is not None and m > 0]
+        seen = {training_key(t.params) for t in asked}
+        trainings: dict[str, dict[str, Any]] = {}
+        for candidate in self.candidates(told):
+            trainings.setdefault(training_key(candidate), candidate)
+        cheapest = [self.cheapest(c) for k, c in trainings.items() if k not in seen]
+        feasible = [pair for pair in cheapest if pair is not None]
         if not feasible:
             return None
         if len(told) < max(self.n_startup_trials, 2):  # the model needs two values at least
@@ -146,6 +152,22 @@ class KnownMemorySampler(BaseSampler):
         if key not in self.cache:
             self.cache[key] = self.memory(params)
         return self.cache[key]
+
+    def cheapest(self, point: Mapping[str, Any]) -> tuple[dict[str, Any], float] | None:
+        """The least-memory point that trains as `point` does (its exact params' values
+        exchanged, `exact.EXACT_VALUES`), with its memory; None if none is feasible."""
+        exchangeable = [
+            [(p.name, v) for v in p.values if exact(p.name, v)]
+            for p in self.space.params
+            if p.kind == "choice" and p.name in point and exact(p.name, point[p.name])
+        ]
+        best = None
+        for values in itertools.product(*exchangeable):
+            variant = self.space.sample(Completing({**point, **dict(values)}, RandomDraw(self.rng)))
+            memory = self.memory_of(variant)
+            if memory is not None and memory > 0 and (best is None or memory < best[1]):
+                best = (variant, memory)
+        return best
 
     def spread(self, feasible, asked: Sequence[FrozenTrial]) -> dict[str, Any]:
         """The candidate farthest in log memory from every point asked (a random one first)."""
@@ -218,10 +240,20 @@ class KnownMemorySampler(BaseSampler):
         return self.space.sample(Completing(fixed, draw))
 
     def encode(self, params: Mapping[str, Any]) -> list[float]:
-        return [x for p in self.space.params for x in encode_param(p, params.get(p.name, MISSING))]
+        """The features the learned objective depends on: exact values read as absent."""
+        return [
+            x
+            for p in self.space.params
+            for x in encode_param(p, trained_value(p.name, params.get(p.name, MISSING)))
+        ]
 
 
 MISSING = object()
+
+
+def trained_value(name: str, value: Any) -> Any:
+    """A param's value as training sees it: an exact one (`exact.EXACT_VALUES`) as absent."""
+    return MISSING if value is not MISSING and exact(name, value) else value
 
 
 def encode_param(param: Param, value: Any) -> list[float]:
