@@ -372,7 +372,8 @@ def trial_workers() -> list[int]:
 
 
 def test_a_trial_whose_worker_dies_is_stored_failed_and_the_sweep_goes_on(local_ray, tmp_path):
-    """What the OS's out-of-memory killer does to a trial: its process vanishes mid-epoch."""
+    """What the OS's out-of-memory killer does to a trial: its process vanishes mid-epoch. A
+    resume keeps its failed row: it is not trained again under a new trial id."""
     path = write_space(
         tmp_path,
         name="died",
@@ -406,6 +407,9 @@ def test_a_trial_whose_worker_dies_is_stored_failed_and_the_sweep_goes_on(local_
     assert rows.loc[killed[0], "status"] == "failed"
     assert rows.loc[killed[0], "failure_reason"].startswith("worker failed 1 times: ")
     assert sorted(t.state.name for t in study(root, "died").trials) == ["COMPLETE", "FAIL"]
+
+    resumed = resume("died", store_root=root).trials  # the errored trial reports its row again
+    assert resumed.set_index("trial_id")["status"].to_dict() == rows["status"].to_dict()
 
 
 def test_killed_driver_then_resume_stores_every_trial_once(local_ray, tmp_path):

@@ -282,13 +282,14 @@ def resume(name: str, store_root: str | Path = "runs", address: str | None = Non
             say(f"sweep {name}: resuming from {folder}")
             place.bind(name, root)  # before Tune unpickles the searcher and the callbacks
             journal.repair(folder / journal.JOURNAL)
-            # restart_errored: a trial that errored without a row (its write failed) runs again;
-            # one whose row is stored (a worker that died too often) reports that row again
+            # resume_errored keeps an errored trial's id (restart_errored would give it a new
+            # one): one that errored without a row (its write failed) runs again; one whose row
+            # is stored (a worker that died too often) reports that row again, not a second one
             tuner = tune.Tuner.restore(
                 str(folder),
                 trainable=_trainable(space, name, root),
                 resume_unfinished=True,
-                restart_errored=True,
+                resume_errored=True,
             )
         else:  # stopped before Tune saved anything: start it, the journal keeps what was asked
             say(f"sweep {name}: nothing to restore in {folder}; starting it")
