@@ -462,3 +462,12 @@ def test_killed_driver_then_resume_stores_every_trial_once(local_ray, tmp_path):
     trials = [t for t in study(root, "known").trials if t.state == TrialState.COMPLETE]
     assert len(trials) == 5
     assert len({tuple(sorted(t.params.items())) for t in trials}) == 5
+
+
+def test_an_unpickled_errors_reason_is_its_last_line_not_a_file():
+    """Tune keeps a lost node's RpcError only as a text trace (error.txt, one block a failure):
+    the stored reason is the latest failure's message."""
+    lost = "The actor aeeb is unavailable: RpcError: recvmsg:Connection reset by peer"
+    trace = f"Failure # 1 (occurred at 2026-12-04_15-12-12)\n{lost} 1\n\nFailure # 2 (occurred at 2026-12-04_15-12-13)\n{lost} 2\n"
+    assert search_driver.last_line(trace) == f"{lost} 2"
+    assert search_driver.last_line(None) is None and search_driver.last_line("\n") is None

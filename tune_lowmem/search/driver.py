@@ -87,7 +87,7 @@ class RecordWorkerDeaths(Callback):
         root = place.root(self.sweep)
         if trial.trial_id in store.trial_ids(root, self.sweep):
             return
-        error = trial.get_pickled_error() or trial.error_file or "unknown error"
+        error = trial.get_pickled_error() or last_line(trial.get_error()) or "unknown error"
         failed_write = write_failure(error)
         if failed_write is not None:
             raise failed_write
@@ -124,6 +124,13 @@ class CompactAsItGoes(Callback):
         store.compact(place.root(self.sweep), self.sweep)
 
     on_trial_error = on_trial_complete
+
+
+def last_line(trace: str | None) -> str | None:
+    """The exception line of a text trace (what Tune keeps of an error it could not pickle, such
+    as a lost node's RpcError), not the file it is written in."""
+    lines = [line for line in (trace or "").splitlines() if line.strip()]
+    return lines[-1].strip() if lines else None
 
 
 def write_failure(error: BaseException | str | None) -> store.WriteFailed | None:
