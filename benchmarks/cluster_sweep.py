@@ -65,6 +65,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--points", type=int, default=500)
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/cluster_sweep.json")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the store and logs (printed) for inspection"
+    )
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="cs-", dir="/tmp"))  # short: Ray's socket paths
     cluster = LocalCluster(folder / "ray", env={"PYTHONPATH": str(ROOT)})
@@ -104,6 +107,7 @@ def main() -> None:
             text=True,
             check=False,
         )
+        (folder / "resume.log").write_text(done.stdout + done.stderr)
         result["resume_exit_status"] = done.returncode
         result["resume_s"] = round(time.monotonic() - resumed, 1)
         if done.returncode != 0:
@@ -130,7 +134,10 @@ def main() -> None:
         )
     finally:
         cluster.shutdown()
-        shutil.rmtree(folder, ignore_errors=True)
+        if args.keep:
+            print(f"kept {folder}")
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
     for key, value in result.items():
         print(f"{key}: {value}")
     args.out.parent.mkdir(parents=True, exist_ok=True)

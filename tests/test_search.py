@@ -372,7 +372,8 @@ def trial_workers() -> list[int]:
 
 
 def test_a_trial_whose_worker_dies_is_stored_failed_and_the_sweep_goes_on(local_ray, tmp_path):
-    """What the OS's out-of-memory killer does to a trial: its process vanishes mid-epoch."""
+    """What the OS's out-of-memory killer does to a trial: its process vanishes mid-epoch. A
+    resume keeps its failed row: it is not trained again under a new trial id."""
     path = write_space(
         tmp_path,
         name="died",
@@ -384,28 +385,35 @@ def test_a_trial_whose_worker_dies_is_stored_failed_and_the_sweep_goes_on(local_
         params={"schedule.lr_multiplier": {"type": "loguniform", "low": 0.5, "high": 2.0}},
     )
     root = tmp_path / "store"
-    killed: list[str] = []
+    killed: list[int] = []
 
-    def kill_the_first_trial_after_its_first_epoch() -> None:
+    def kill_the_running_trial_once_an_epoch_is_reported() -> None:
+        """One trial runs at a time, so the one worker is the running trial's, whichever it is
+        (a reused worker may already run the second trial when the first's epoch is seen)."""
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline and not killed:
-            for result in sweep_folder(root, "died").glob("*/result.json"):
-                workers = trial_workers()
-                if result.stat().st_size > 0 and workers:
-                    os.kill(workers[0], signal.SIGKILL)
-                    killed.append(result.parent.name)
-                    return
+            reported = any(
+                r.stat().st_size > 0 for r in sweep_folder(root, "died").glob("*/result.json")
+            )
+            workers = trial_workers()
+            if reported and workers:
+                os.kill(workers[0], signal.SIGKILL)
+                killed.append(workers[0])
+                return
             time.sleep(0.05)
 
-    killer = threading.Thread(target=kill_the_first_trial_after_its_first_epoch)
+    killer = threading.Thread(target=kill_the_running_trial_once_an_epoch_is_reported)
     killer.start()
     outcome = launch(path, store_root=root)
     killer.join()
     rows = outcome.trials.set_index("trial_id")
     assert len(killed) == 1 and sorted(rows["status"]) == ["completed", "failed"]
-    assert rows.loc[killed[0], "status"] == "failed"
-    assert rows.loc[killed[0], "failure_reason"].startswith("worker failed 1 times: ")
+    (reason,) = rows.loc[rows["status"] == "failed", "failure_reason"]
+    assert reason.startswith("worker failed 1 times: ")
     assert sorted(t.state.name for t in study(root, "died").trials) == ["COMPLETE", "FAIL"]
+
+    resumed = resume("died", store_root=root).trials  # the errored trial reports its row again
+    assert resumed.set_index("trial_id")["status"].to_dict() == rows["status"].to_dict()
 
 
 def test_killed_driver_then_resume_stores_every_trial_once(local_ray, tmp_path):
@@ -454,3 +462,12 @@ def test_killed_driver_then_resume_stores_every_trial_once(local_ray, tmp_path):
     trials = [t for t in study(root, "known").trials if t.state == TrialState.COMPLETE]
     assert len(trials) == 5
     assert len({tuple(sorted(t.params.items())) for t in trials}) == 5
+
+
+def test_an_unpickled_errors_reason_is_its_last_line_not_a_file():
+    """Tune keeps a lost node's RpcError only as a text trace (error.txt, one block a failure):
+    the stored reason is the latest failure's message."""
+    lost = "The actor aeeb is unavailable: RpcError: recvmsg:Connection reset by peer"
+    trace = f"Failure # 1 (occurred at 2026-12-04_15-12-12)\n{lost} 1\n\nFailure # 2 (occurred at 2026-12-04_15-12-13)\n{lost} 2\n"
+    assert search_driver.last_line(trace) == f"{lost} 2"
+    assert search_driver.last_line(None) is None and search_driver.last_line("\n") is None

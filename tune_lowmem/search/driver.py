@@ -87,7 +87,7 @@ class RecordWorkerDeaths(Callback):
         root = place.root(self.sweep)
         if trial.trial_id in store.trial_ids(root, self.sweep):
             return
-        error = trial.get_pickled_error() or trial.error_file or "unknown error"
+        error = trial.get_pickled_error() or last_line(trial.get_error()) or "unknown error"
         failed_write = write_failure(error)
         if failed_write is not None:
             raise failed_write
@@ -124,6 +124,13 @@ class CompactAsItGoes(Callback):
         store.compact(place.root(self.sweep), self.sweep)
 
     on_trial_error = on_trial_complete
+
+
+def last_line(trace: str | None) -> str | None:
+    """The exception line of a text trace (what Tune keeps of an error it could not pickle, such
+    as a lost node's RpcError), not the file it is written in."""
+    lines = [line for line in (trace or "").splitlines() if line.strip()]
+    return lines[-1].strip() if lines else None
 
 
 def write_failure(error: BaseException | str | None) -> store.WriteFailed | None:
@@ -282,13 +289,14 @@ def resume(name: str, store_root: str | Path = "runs", address: str | None = Non
             say(f"sweep {name}: resuming from {folder}")
             place.bind(name, root)  # before Tune unpickles the searcher and the callbacks
             journal.repair(folder / journal.JOURNAL)
-            # restart_errored: a trial that errored without a row (its write failed) runs again;
-            # one whose row is stored (a worker that died too often) reports that row again
+            # resume_errored keeps an errored trial's id (restart_errored would give it a new
+            # one): one that errored without a row (its write failed) runs again; one whose row
+            # is stored (a worker that died too often) reports that row again, not a second one
             tuner = tune.Tuner.restore(
                 str(folder),
                 trainable=_trainable(space, name, root),
                 resume_unfinished=True,
-                restart_errored=True,
+                resume_errored=True,
             )
         else:  # stopped before Tune saved anything: start it, the journal keeps what was asked
             say(f"sweep {name}: nothing to restore in {folder}; starting it")
