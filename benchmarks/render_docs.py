@@ -292,6 +292,7 @@ RENDERERS: dict[str, Callable[[dict], str]] = {
     "memory_ladder": memory_ladder,
     "memory_ladder_paper": memory_ladder,
     "memory_ladder_more": memory_ladder,
+    "memory_ladder_rewiring": memory_ladder,
     "step_time": step_time,
     "sweep_scale": sweep_scale,
     "sweep_scale_300": sweep_scale,
