@@ -466,8 +466,21 @@ def test_killed_driver_then_resume_stores_every_trial_once(local_ray, tmp_path):
 
 def test_an_unpickled_errors_reason_is_its_last_line_not_a_file():
     """Tune keeps a lost node's RpcError only as a text trace (error.txt, one block a failure):
-    the stored reason is the latest failure's message."""
+    the reason is the latest failure's message; a pickled error is taken as it is."""
+
+    class Errored:  # the two accessors of Ray Tune's Trial that the driver reads
+        def __init__(self, pickled, trace):
+            self.pickled, self.trace = pickled, trace
+
+        def get_pickled_error(self):
+            return self.pickled
+
+        def get_error(self):
+            return self.trace
+
     lost = "The actor aeeb is unavailable: RpcError: recvmsg:Connection reset by peer"
     trace = f"Failure # 1 (occurred at 2026-12-04_15-12-12)\n{lost} 1\n\nFailure # 2 (occurred at 2026-12-04_15-12-13)\n{lost} 2\n"
-    assert search_driver.last_line(trace) == f"{lost} 2"
-    assert search_driver.last_line(None) is None and search_driver.last_line("\n") is None
+    assert search_driver.trial_error(Errored(None, trace)) == f"{lost} 2"
+    assert search_driver.trial_error(Errored(None, None)) == "unknown error"
+    pickled = MemoryError("can't allocate memory")
+    assert search_driver.trial_error(Errored(pickled, trace)) is pickled

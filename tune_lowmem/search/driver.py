@@ -87,7 +87,7 @@ class RecordWorkerDeaths(Callback):
         root = place.root(self.sweep)
         if trial.trial_id in store.trial_ids(root, self.sweep):
             return
-        error = trial.get_pickled_error() or last_line(trial.get_error()) or "unknown error"
+        error = trial_error(trial)
         failed_write = write_failure(error)
         if failed_write is not None:
             raise failed_write
@@ -126,11 +126,14 @@ class CompactAsItGoes(Callback):
     on_trial_error = on_trial_complete
 
 
-def last_line(trace: str | None) -> str | None:
-    """The exception line of a text trace (what Tune keeps of an error it could not pickle, such
-    as a lost node's RpcError), not the file it is written in."""
-    lines = [line for line in (trace or "").splitlines() if line.strip()]
-    return lines[-1].strip() if lines else None
+def trial_error(trial) -> BaseException | str:
+    """A Tune trial's latest error: the pickled exception, else the exception line of the text
+    trace Tune keeps of one it could not pickle (a lost node's RpcError), not that file's path."""
+    pickled = trial.get_pickled_error()
+    if pickled is not None:
+        return pickled
+    lines = [line for line in (trial.get_error() or "").splitlines() if line.strip()]
+    return lines[-1].strip() if lines else "unknown error"
 
 
 def write_failure(error: BaseException | str | None) -> store.WriteFailed | None:
