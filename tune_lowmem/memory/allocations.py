@@ -1,5 +1,6 @@
-"""A training step's memory as torch's allocators report it: a measurement that shares no code
-with the prediction (`predict`) or the project's dispatch-level tracker (`tracker`, `measure`).
+"""A training step's memory as torch's allocators report it: a measurement that shares no
+counting code with the prediction (`predict`) or the project's dispatch-level tracker (`tracker`,
+`measure`); only the step it counts is driven as `measure` drives it (`stepping`).
 
 The trainer is built, takes a warm-up step (so the optimizer's state exists) and one measured
 step, all inside one `torch.profiler.profile(profile_memory=True)`. With memory profiling on,
@@ -37,7 +38,6 @@ import bisect
 import contextlib
 import dataclasses
 import gc
-import itertools
 import json
 import math
 import os
@@ -50,12 +50,11 @@ from torch.profiler import ProfilerActivity, profile, record_function
 from ..config import TrialConfig
 from ..tasks.base import batch_tensors
 from ..torch_private import decomposes
-from ..train import Trainer, resolve_device
+from ..train import resolve_device
+from . import stepping
 from .report import MB
-from .synthetic import synthetic_task
 
 STEP = "tune_lowmem.measured_step"
-WARM_UP_TRIES = 8  # fp16 loss scaling may skip the first steps; one of these must update
 DEVICE_TYPES = {"cpu": 0, "cuda": 1}  # the trace's "Device Type" (c10::DeviceType)
 
 
@@ -104,19 +103,13 @@ def measure_allocations(
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     gc.collect()
     with profile(activities=activities, profile_memory=True) as profiler:
-        trainer = Trainer(config, task=synthetic_task(config, device, lengths))
-        batches = itertools.chain.from_iterable(map(trainer.task.train_batches, itertools.count()))
-        _warm_up(trainer, batches)
-        batch = next(batches)
-        if update is not None:
-            trainer.seek(update)
-        trainer.optimizer.zero_grad(set_to_none=True)  # the step allocates its gradients itself
+        trainer, batches = stepping.synthetic_trainer(config, lengths)
+        stepping.warm_up(trainer, batches)
+        batch = stepping.ready(trainer, batches, update)
         cuda = _cuda_peak_reset(device)
         with _measured_step():
-            stepped = trainer.train_step(batch)["stepped"]
+            stepping.take(trainer, batch, update)
         cuda = _cuda_peak(device) if cuda else (None, None)
-        if update is not None and not stepped:
-            raise RuntimeError(f"the measured step of update {update} skipped its update")
         model = _storages([*trainer.model.parameters(), *trainer.model.buffers()])
         model |= _storages(t for technique in trainer.techniques for t in technique.held_tensors())
         optimizer = _storages(
@@ -146,13 +139,6 @@ def measure_allocations(
         cuda_max_allocated_bytes=cuda[0],
         cuda_stats_peak_bytes=cuda[1],
     )
-
-
-def _warm_up(trainer: Trainer, batches) -> None:
-    for _ in range(WARM_UP_TRIES):
-        if trainer.train_step(next(batches))["stepped"]:
-            return
-    raise RuntimeError(f"no optimizer step in {WARM_UP_TRIES} warm-up steps (loss scale overflow)")
 
 
 @contextlib.contextmanager

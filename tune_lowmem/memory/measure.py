@@ -24,20 +24,16 @@ import ctypes
 import ctypes.util
 import functools
 import gc
-import itertools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 
 import torch
 
 from ..config import TrialConfig
 from ..tasks.base import batch_tensors
-from ..train import Trainer, resolve_device
-from . import accounting
+from ..train import Trainer
+from . import accounting, stepping
 from .report import MemoryReport
-from .synthetic import synthetic_task
 from .tracker import StorageTracker
-
-WARM_UP_TRIES = 8  # fp16 loss scaling may skip the first steps; one of these must update
 
 
 def measure(
@@ -47,15 +43,11 @@ def measure(
     translation task's synthetic (source, target) sentence lengths; `update`: the step's 0-based
     update in the schedule (`Trainer.seek`; e.g. one after which a sparse run rewires), rather
     than the one after the warm-up, and that step must update the weights."""
-    device = resolve_device(config.device)
-    trainer = Trainer(config, task=synthetic_task(config, device, lengths))
-    batches = itertools.chain.from_iterable(map(trainer.task.train_batches, itertools.count()))
+    trainer, batches = stepping.synthetic_trainer(config, lengths)
+    device = trainer.device
     with StorageTracker():  # loads what a first dispatch through a Python mode allocates
-        _warm_up(trainer, batches)
-    batch = next(batches)
-    if update is not None:
-        trainer.seek(update)
-    trainer.optimizer.zero_grad(set_to_none=True)  # the step allocates its gradients itself
+        stepping.warm_up(trainer, batches)
+    batch = stepping.ready(trainer, batches, update)
     existing = [*_held(trainer), *batch_tensors(batch)]
     probe = allocator_probe(device)
     gc.collect()  # before the peak is reset: garbage alive at the reset would stay in the peak
@@ -64,9 +56,7 @@ def measure(
         torch.cuda.reset_peak_memory_stats(device)
     reads_heap = device.type != "cuda"  # glibc's heap, which holds the tracker's records too
     with _no_collection(), StorageTracker(existing, probe, reads_heap) as tracker:
-        stepped = trainer.train_step(batch)["stepped"]
-    if update is not None and not stepped:
-        raise RuntimeError(f"the measured step of update {update} skipped its update")
+        stepping.take(trainer, batch, update)
     held = _held(trainer)
     if probe is None:
         activation = tracker.peak(exclude=held)
@@ -151,13 +141,6 @@ def _no_collection():
         yield
     finally:
         gc.enable()
-
-
-def _warm_up(trainer: Trainer, batches: Iterator) -> None:
-    for _ in range(WARM_UP_TRIES):
-        if trainer.train_step(next(batches))["stepped"]:
-            return
-    raise RuntimeError(f"no optimizer step in {WARM_UP_TRIES} warm-up steps (loss scale overflow)")
 
 
 def _held(trainer: Trainer) -> list[torch.Tensor]:
