@@ -54,9 +54,11 @@ from .results import (
 )
 from .store import check_name
 from .validation import (
+    Field,
+    checked,
+    choice,
     is_int,
     is_number,
-    known_keys,
     mapping,
     nonnegative_float,
     nonnegative_int,
@@ -64,7 +66,9 @@ from .validation import (
     optional_positive_float,
     optional_positive_int,
     positive_int,
+    read_section,
     require,
+    section,
 )
 from .yaml_loading import load_file, load_text
 
@@ -72,32 +76,6 @@ PARAM_TYPES = ("uniform", "loguniform", "int", "choice")
 UNKNOWN_WORST = 1e9  # what a never-trained point is told for a metric without bounds
 CONSTRAINT = "memory_over_budget_mb"  # Optuna constraint: predicted MB - budget, > 0 is infeasible
 
-_TOP_KEYS = (
-    "name",
-    "description",
-    "base",
-    "params",
-    "conditions",
-    "objectives",
-    "memory_budget_mb",
-    "sampler",
-    "sampler_options",
-    "sampler_seed",
-    "num_samples",
-    "seeds_per_point",
-    "resources",
-    "max_concurrent",
-    "max_failures",
-    "resume_checkpoint_s",
-    "scheduler",
-)
-_PARAM_KEYS = {
-    "uniform": ("low", "high", "step"),
-    "loguniform": ("low", "high"),
-    "int": ("low", "high", "step"),
-    "choice": ("values",),
-}
-_RESOURCE_KEYS = ("cpu", "gpu", "gpu_memory_mb")
 _NOT_SEARCHABLE = {
     "task": "the task fixes the model and schedule sections; set it in base",
     "seed": "seeds come from seeds_per_point (0..k-1)",
@@ -115,8 +93,126 @@ _OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
 _CONDITION = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(<=|>=|==|!=|<|>|not in|in)\s*(.+?)\s*$")
 _GRID_LIMIT = 1_000_000
 SCHEDULERS = ("mo-asha",)
-_SCHEDULER_KEYS = ("type", "grace_epochs", "reduction_factor")
 _PROBE_COMBINATIONS = 256  # other params' probe values tried before a value is declared impossible
+
+
+# ---- the file's keys: each one's check and default, read in one call (`read_section`) ----------
+
+
+def _text(value: Any, field_name: str) -> str:
+    return checked(value, isinstance(value, str), field_name, "text")
+
+
+def _gpu(value: Any, field_name: str) -> float | str:
+    whole_or_share = is_number(value) and value >= 0 and (value < 1 or float(value).is_integer())
+    return checked(
+        value,
+        value == "auto" or whole_or_share,
+        field_name,
+        "auto, a share below 1, or a whole number of GPUs",
+    )
+
+
+def _megabytes(value: Any, field_name: str) -> float | None:
+    if value is None:
+        return None
+    return float(
+        checked(value, is_number(value) and value > 0, field_name, "a positive number (MB)")
+    )
+
+
+def _reduction_factor(value: Any, field_name: str) -> float:
+    return float(checked(value, is_number(value) and value > 1, field_name, "a number > 1"))
+
+
+def _choice_values(values: Any, field_name: str) -> tuple:
+    """A choice param's values: a non-empty list of distinct finite scalars."""
+    require(
+        isinstance(values, list) and len(values) > 0,
+        field_name,
+        f"{values!r} is not allowed; a non-empty list is required",
+    )
+    for value in values:
+        require(
+            value is None or isinstance(value, (str, int, float, bool)),
+            field_name,
+            f"{value!r} is not allowed; numbers, text, true/false or null are required",
+        )
+    for i, value in enumerate(values):
+        require(
+            not (isinstance(value, float) and not math.isfinite(value)),
+            field_name,
+            f"{value!r} is not allowed; finite numbers are required",
+        )
+        same = [other for other in values[:i] if other == value]
+        if same:
+            raise ConfigError(
+                field_name,
+                f"{same[0]!r} and {value!r} are the same choice "
+                "(they compare equal); distinct values are required",
+            )
+    return tuple(values)
+
+
+def _range_fields(
+    kind: str, number: Callable[[Any], bool], what: str, *, stepped: bool = True
+) -> dict[str, Field]:
+    """low and high, both required and each `what`, and (`stepped`) an optional step > 0."""
+
+    def end(value: Any, field_name: str) -> Any:
+        return checked(value, number(value), field_name, what)
+
+    def step(value: Any, field_name: str) -> Any:
+        ok = value is None or (number(value) and value > 0)
+        return checked(value, ok, field_name, f"{what} > 0")
+
+    ends = Field(end, required=f"required for type {kind}")
+    return {"low": ends, "high": ends, **({"step": Field(step)} if stepped else {})}
+
+
+def _optional_seed(value: Any, field_name: str) -> int | None:
+    return numpy_seed(value, field_name, optional=True)
+
+
+def _scheduler_type(value: Any, field_name: str) -> str:
+    return choice(value, SCHEDULERS, field_name)
+
+
+_PARAM_FIELDS = {  # a param's keys besides its type
+    "uniform": _range_fields("uniform", is_number, "a finite number"),
+    "loguniform": _range_fields("loguniform", is_number, "a finite number", stepped=False),
+    "int": _range_fields("int", is_int, "an integer"),
+    "choice": {"values": Field(_choice_values)},
+}
+_RESOURCE_FIELDS = {
+    "cpu": Field(positive_int, 1),
+    "gpu": Field(_gpu, 0),
+    "gpu_memory_mb": Field(_megabytes),  # required with gpu: auto (`_resources`)
+}
+_SCHEDULER_FIELDS = {
+    "type": Field(_scheduler_type),
+    "grace_epochs": Field(positive_int, 1),
+    "reduction_factor": Field(_reduction_factor, 3),
+}
+_SPACE_FIELDS = {  # the file's top level; what needs other keys is checked in `from_dict`
+    "name": Field(check_name, required="required"),
+    "description": Field(_text, "", blank_is_default=True),
+    "base": Field(mapping, required="required"),
+    "params": Field(mapping, required="required"),
+    "conditions": Field(mapping, {}, blank_is_default=True),
+    "objectives": Field(mapping, required="required"),
+    "memory_budget_mb": Field(optional_positive_float),
+    "sampler": Field(),  # one of the samplers, checked in `from_dict`
+    "sampler_options": Field(mapping, {}, blank_is_default=True),
+    "sampler_seed": Field(_optional_seed, 0),
+    "num_samples": Field(optional_positive_int),  # required unless the grid gives it
+    "seeds_per_point": Field(positive_int, 1),
+    "resources": Field(section(_RESOURCE_FIELDS), {}, blank_is_default=True),
+    "max_concurrent": Field(optional_positive_int),
+    "max_failures": Field(nonnegative_int, 1),
+    "resume_checkpoint_s": Field(nonnegative_float, 10.0),
+    "scheduler": Field(section(_SCHEDULER_FIELDS, optional=True)),
+}
 
 
 def worst_value(metric: str, direction: str, task: str | None = None) -> float:
@@ -272,22 +368,13 @@ class SearchSpace:
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> SearchSpace:
-        known_keys(raw, _TOP_KEYS, "")
-        for key in ("name", "base", "params", "objectives"):
-            if key not in raw:
-                raise ConfigError(key, "required")
-        name = check_name(raw["name"], "name")
-        description = raw.get("description") or ""
-        require(
-            isinstance(description, str),
-            "description",
-            f"{description!r} is not allowed; text is required",
-        )
-        base = _base(raw["base"])
-        task = base["task"]
-        params = _params(raw["params"], base)
-        conditions = _conditions(raw.get("conditions") or {}, params)
-        objectives = _objectives(raw["objectives"], task)
+        """Each key by its own rules (`_SPACE_FIELDS`), then what it must be beside the others:
+        the base a valid config, the params valid over it, the objectives metrics of its task."""
+        values = read_section(raw, _SPACE_FIELDS, "")
+        base = _base(values["base"])
+        params = _params(values["params"], base)
+        conditions = _conditions(values["conditions"], params)
+        objectives = _objectives(values["objectives"], base["task"])
         _validation_split(objectives, base, params)
         sampler = raw.get("sampler", "nsga2")
         require(
@@ -296,27 +383,17 @@ class SearchSpace:
             f"{sampler!r} is not allowed; allowed: {', '.join(SAMPLERS)}",
         )
         return cls(
-            name,
-            base,
-            params,
-            objectives,
-            description=description,
-            conditions=conditions,
-            memory_budget_mb=optional_positive_float(
-                raw.get("memory_budget_mb"), "memory_budget_mb"
-            ),
-            sampler=sampler,
-            sampler_options=mapping(raw.get("sampler_options") or {}, "sampler_options"),
-            sampler_seed=numpy_seed(raw.get("sampler_seed", 0), "sampler_seed", optional=True),
-            num_samples=_num_samples(raw.get("num_samples"), sampler, params, conditions),
-            seeds_per_point=positive_int(raw.get("seeds_per_point", 1), "seeds_per_point"),
-            resources=_resources(raw.get("resources") or {}, base),
-            max_concurrent=optional_positive_int(raw.get("max_concurrent"), "max_concurrent"),
-            max_failures=nonnegative_int(raw.get("max_failures", 1), "max_failures"),
-            resume_checkpoint_s=nonnegative_float(
-                raw.get("resume_checkpoint_s", 10.0), "resume_checkpoint_s"
-            ),
-            scheduler=_scheduler(raw.get("scheduler"), base, params),
+            **{
+                **values,
+                "base": base,
+                "params": params,
+                "conditions": conditions,
+                "objectives": objectives,
+                "sampler": sampler,
+                "num_samples": _num_samples(values["num_samples"], sampler, params, conditions),
+                "resources": _resources(values["resources"], base),
+                "scheduler": _scheduler(values["scheduler"], base, params),
+            }
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -364,26 +441,12 @@ class SearchSpace:
 
 
 def _scheduler(
-    raw: Any, base: dict[str, Any], params: tuple[Param, ...]
+    values: dict[str, Any] | None, base: dict[str, Any], params: tuple[Param, ...]
 ) -> SchedulerSettings | None:
     """Early stopping's settings; its rungs count epochs of the base's fixed schedule."""
-    if raw is None:
+    if values is None:
         return None
-    raw = mapping(raw, "scheduler")
-    known_keys(raw, _SCHEDULER_KEYS, "scheduler.")
-    kind = raw.get("type")
-    require(
-        kind in SCHEDULERS,
-        "scheduler.type",
-        f"{kind!r} is not allowed; allowed: {', '.join(SCHEDULERS)}",
-    )
-    grace = positive_int(raw.get("grace_epochs", 1), "scheduler.grace_epochs")
-    factor = raw.get("reduction_factor", 3)
-    require(
-        is_number(factor) and factor > 1,
-        "scheduler.reduction_factor",
-        f"{factor!r} is not allowed; a number > 1 is required",
-    )
+    grace = values["grace_epochs"]
     epochs = base.get("schedule.epochs")
     require(
         is_int(epochs) and "schedule.epochs" not in {p.name for p in params},
@@ -395,16 +458,15 @@ def _scheduler(
         "scheduler.grace_epochs",
         f"{grace} is not allowed; fewer than schedule.epochs ({epochs}) is required",
     )
-    return SchedulerSettings(kind, grace, float(factor), epochs)
+    return SchedulerSettings(**values, max_epochs=epochs)
 
 
 def _config_message(error: ConfigError) -> str:
     return str(error).removeprefix(f"{error.field}: ")
 
 
-def _base(raw: Any) -> dict[str, Any]:
+def _base(raw: dict[str, Any]) -> dict[str, Any]:
     """The fixed values as a full flat config, built once to prove them valid."""
-    raw = mapping(raw, "base")
     for key in raw:
         if key.split(".")[0] == "seed":
             raise ConfigError("base.seed", f"not allowed; {_NOT_SEARCHABLE['seed']}")
@@ -420,8 +482,7 @@ def _base(raw: Any) -> dict[str, Any]:
     return flat
 
 
-def _params(raw: Any, base: dict[str, Any]) -> tuple[Param, ...]:
-    raw = mapping(raw, "params")
+def _params(raw: dict[str, Any], base: dict[str, Any]) -> tuple[Param, ...]:
     require(bool(raw), "params", "at least one searched field is required")
     params = []
     for name, spec in raw.items():
@@ -443,47 +504,13 @@ def _params(raw: Any, base: dict[str, Any]) -> tuple[Param, ...]:
 
 
 def _param(name: str, spec: dict[str, Any], prefix: str) -> Param:
-    kind = spec.get("type")
-    require(
-        kind in PARAM_TYPES,
-        f"{prefix}.type",
-        f"{kind!r} is not allowed; allowed: {', '.join(PARAM_TYPES)}",
-    )
-    known_keys({k: v for k, v in spec.items() if k != "type"}, _PARAM_KEYS[kind], f"{prefix}.")
+    """One param by its type's keys (`_PARAM_FIELDS`), then its range as a whole."""
+    kind = choice(spec.get("type"), PARAM_TYPES, f"{prefix}.type")
+    others = {k: v for k, v in spec.items() if k != "type"}
+    values = read_section(others, _PARAM_FIELDS[kind], f"{prefix}.")
     if kind == "choice":
-        values = spec.get("values")
-        require(
-            isinstance(values, list) and len(values) > 0,
-            f"{prefix}.values",
-            f"{values!r} is not allowed; a non-empty list is required",
-        )
-        for value in values:
-            require(
-                value is None or isinstance(value, (str, int, float, bool)),
-                f"{prefix}.values",
-                f"{value!r} is not allowed; numbers, text, true/false or null are required",
-            )
-        for i, value in enumerate(values):
-            require(
-                not (isinstance(value, float) and not math.isfinite(value)),
-                f"{prefix}.values",
-                f"{value!r} is not allowed; finite numbers are required",
-            )
-            same = [other for other in values[:i] if other == value]
-            if same:
-                raise ConfigError(
-                    f"{prefix}.values",
-                    f"{same[0]!r} and {value!r} are the same choice "
-                    "(they compare equal); distinct values are required",
-                )
-        return Param(name, kind, values=tuple(values))
-    for key in ("low", "high"):
-        require(key in spec, f"{prefix}.{key}", f"required for type {kind}")
-    low, high, step = spec["low"], spec["high"], spec.get("step")
-    check = is_int if kind == "int" else is_number
-    what = "an integer" if kind == "int" else "a finite number"
-    for key, value in (("low", low), ("high", high)):
-        require(check(value), f"{prefix}.{key}", f"{value!r} is not allowed; {what} is required")
+        return Param(name, kind, values=values["values"])
+    low, high, step = values["low"], values["high"], values.get("step")
     require(
         low < high,
         f"{prefix}.high",
@@ -492,11 +519,6 @@ def _param(name: str, spec: dict[str, Any], prefix: str) -> Param:
     if kind == "loguniform":
         require(low > 0, f"{prefix}.low", f"{low!r} is not allowed; loguniform needs low > 0")
     if step is not None:
-        require(
-            check(step) and step > 0,
-            f"{prefix}.step",
-            f"{step!r} is not allowed; {what} > 0 is required",
-        )
         count = (high - low) / step
         require(
             math.isfinite(count) and abs(count - round(count)) < 1e-9,
@@ -504,11 +526,11 @@ def _param(name: str, spec: dict[str, Any], prefix: str) -> Param:
             f"{step!r} is not allowed; high - low ({high - low!r}) must be a multiple of it",
         )
     if kind == "int" or step is not None:  # a grid of values: a sampler must be able to list it
-        values = round((high - low) / (step or 1)) + 1
+        count = round((high - low) / (step or 1)) + 1
         require(
-            values <= _GRID_LIMIT,
+            count <= _GRID_LIMIT,
             f"{prefix}.{'high' if step is None else 'step'}",
-            f"{high if step is None else step!r} is not allowed; the range has {values:.3g} values, "
+            f"{high if step is None else step!r} is not allowed; the range has {count:.3g} values, "
             f"at most {_GRID_LIMIT} are allowed",
         )
     return Param(name, kind, low=low, high=high, step=step)
@@ -543,8 +565,7 @@ def _probe(params: list[Param], base: dict[str, Any]) -> None:
                 )
 
 
-def _conditions(raw: Any, params: tuple[Param, ...]) -> dict[str, Condition]:
-    raw = mapping(raw, "conditions")
+def _conditions(raw: dict[str, Any], params: tuple[Param, ...]) -> dict[str, Condition]:
     order = {p.name: i for i, p in enumerate(params)}
     by_name = {p.name: p for p in params}
     conditions = {}
@@ -633,11 +654,10 @@ def _validation_split(objectives: Mapping[str, str], base: Mapping[str, Any], pa
             )
 
 
-def _objectives(raw: Any, task: str) -> dict[str, str]:
+def _objectives(raw: dict[str, Any], task: str) -> dict[str, str]:
     """Metric -> direction; a metric the task reports or a memory column (old names read)."""
     from .tasks import get_task
 
-    raw = mapping(raw, "objectives")
     require(bool(raw), "objectives", "at least one metric -> maximize | minimize is required")
     known = (*get_task(task).metric_names(), *PREDICTED_METRICS, *MEASURED_METRICS)
     objectives = {}
@@ -657,10 +677,13 @@ def _objectives(raw: Any, task: str) -> dict[str, str]:
     return objectives
 
 
-def _num_samples(value: Any, sampler: str, params: tuple[Param, ...], conditions: Mapping) -> int:
+def _num_samples(
+    value: int | None, sampler: str, params: tuple[Param, ...], conditions: Mapping
+) -> int:
+    """The points to evaluate: given, or (grid) at most the grid's size, all of it when absent."""
     if sampler != "grid":
         require(value is not None, "num_samples", f"required for sampler {sampler}")
-        return positive_int(value, "num_samples")
+        return value
     for param in params:
         require(
             param.kind == "choice",
@@ -680,34 +703,18 @@ def _num_samples(value: Any, sampler: str, params: tuple[Param, ...], conditions
     )
     if value is None:
         return size
-    positive_int(value, "num_samples")
     require(value <= size, "num_samples", f"{value} is not allowed; the grid has {size} points")
     return value
 
 
-def _resources(raw: Any, base: Mapping[str, Any]) -> Resources:
-    raw = mapping(raw, "resources")
-    known_keys(raw, _RESOURCE_KEYS, "resources.")
-    cpu = positive_int(raw.get("cpu", 1), "resources.cpu")
-    gpu = raw.get("gpu", 0)
-    memory = raw.get("gpu_memory_mb")
+def _resources(values: dict[str, Any], base: Mapping[str, Any]) -> Resources:
+    """The resources section against the base's device: Ray gives a trial a GPU only when asked."""
+    gpu = values["gpu"]
     if gpu == "auto":
         require(
-            memory is not None,
+            values["gpu_memory_mb"] is not None,
             "resources.gpu_memory_mb",
             "required with gpu: auto (one GPU's memory in MB)",
-        )
-    else:
-        require(
-            is_number(gpu) and gpu >= 0 and (gpu < 1 or float(gpu).is_integer()),
-            "resources.gpu",
-            f"{gpu!r} is not allowed; auto, a share below 1, or a whole number of GPUs is required",
-        )
-    if memory is not None:
-        require(
-            is_number(memory) and memory > 0,
-            "resources.gpu_memory_mb",
-            f"{memory!r} is not allowed; a positive number (MB) is required",
         )
     if gpu == "auto" or gpu > 0:
         require(
@@ -722,4 +729,4 @@ def _resources(raw: Any, base: Mapping[str, Any]) -> Resources:
             f"{gpu!r} is not allowed with base device cuda: Ray would give the trial no GPU; "
             "ask for one (gpu > 0 or auto) or set base device to auto or cpu",
         )
-    return Resources(cpu=cpu, gpu=gpu, gpu_memory_mb=None if memory is None else float(memory))
+    return Resources(**values)

@@ -2,13 +2,16 @@
 
 Each check raises `ConfigError` naming the field and what is allowed, and returns the value it
 accepted, so a parser can write ``depth = positive_int(raw["depth"], "model.depth")``. Booleans
-are never numbers here: YAML's ``true`` is not the integer 1.
+are never numbers here: YAML's ``true`` is not the integer 1. A section of fixed keys is read
+whole by `read_section` from a table of `Field`s (each key's check and default), so a parser
+declares its keys once and reads them in one call.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 SEED_LIMIT = 2**32  # numpy's generators take seeds below it
@@ -120,3 +123,46 @@ def known_keys(values: Mapping[str, Any], allowed: Iterable[str], prefix: str) -
     for key in values:
         if key not in allowed:
             raise ConfigError(f"{prefix}{key}", f"unknown key; allowed: {', '.join(allowed)}")
+
+
+def _as_given(value: Any, field_name: str) -> Any:
+    return value
+
+
+@dataclass(frozen=True)
+class Field:
+    """One key of a section: its check (``check(value, field_name)`` returns the value kept),
+    its value when absent, the message when it is required instead, and whether null or an empty
+    value reads as absent (``conditions:`` left blank)."""
+
+    check: Callable[[Any, str], Any] = _as_given
+    default: Any = None
+    required: str | None = None
+    blank_is_default: bool = False
+
+
+def read_section(values: Mapping[str, Any], fields: Mapping[str, Field], prefix: str) -> dict:
+    """Every key of `fields`, checked, with defaults filled in: unknown keys first, then missing
+    required ones, then each value in the table's order; fields are named `prefix` + key."""
+    known_keys(values, fields, prefix)
+    for key, spec in fields.items():
+        if spec.required is not None and key not in values:
+            raise ConfigError(f"{prefix}{key}", spec.required)
+    section = {}
+    for key, spec in fields.items():
+        value = values.get(key, spec.default)
+        if spec.blank_is_default and not value:
+            value = spec.default
+        section[key] = spec.check(value, f"{prefix}{key}")
+    return section
+
+
+def section(fields: Mapping[str, Field], *, optional: bool = False) -> Callable[[Any, str], Any]:
+    """The check of a nested mapping read by its own `fields` (null passes when `optional`)."""
+
+    def check(value: Any, field_name: str) -> dict | None:
+        if optional and value is None:
+            return None
+        return read_section(mapping(value, field_name), fields, f"{field_name}.")
+
+    return check
