@@ -96,125 +96,6 @@ SCHEDULERS = ("mo-asha",)
 _PROBE_COMBINATIONS = 256  # other params' probe values tried before a value is declared impossible
 
 
-# ---- the file's keys: each one's check and default, read in one call (`read_section`) ----------
-
-
-def _text(value: Any, field_name: str) -> str:
-    return checked(value, isinstance(value, str), field_name, "text")
-
-
-def _gpu(value: Any, field_name: str) -> float | str:
-    whole_or_share = is_number(value) and value >= 0 and (value < 1 or float(value).is_integer())
-    return checked(
-        value,
-        value == "auto" or whole_or_share,
-        field_name,
-        "auto, a share below 1, or a whole number of GPUs",
-    )
-
-
-def _megabytes(value: Any, field_name: str) -> float | None:
-    if value is None:
-        return None
-    return float(
-        checked(value, is_number(value) and value > 0, field_name, "a positive number (MB)")
-    )
-
-
-def _reduction_factor(value: Any, field_name: str) -> float:
-    return float(checked(value, is_number(value) and value > 1, field_name, "a number > 1"))
-
-
-def _choice_values(values: Any, field_name: str) -> tuple:
-    """A choice param's values: a non-empty list of distinct finite scalars."""
-    require(
-        isinstance(values, list) and len(values) > 0,
-        field_name,
-        f"{values!r} is not allowed; a non-empty list is required",
-    )
-    for value in values:
-        require(
-            value is None or isinstance(value, (str, int, float, bool)),
-            field_name,
-            f"{value!r} is not allowed; numbers, text, true/false or null are required",
-        )
-    for i, value in enumerate(values):
-        require(
-            not (isinstance(value, float) and not math.isfinite(value)),
-            field_name,
-            f"{value!r} is not allowed; finite numbers are required",
-        )
-        same = [other for other in values[:i] if other == value]
-        if same:
-            raise ConfigError(
-                field_name,
-                f"{same[0]!r} and {value!r} are the same choice "
-                "(they compare equal); distinct values are required",
-            )
-    return tuple(values)
-
-
-def _range_fields(
-    kind: str, number: Callable[[Any], bool], what: str, *, stepped: bool = True
-) -> dict[str, Field]:
-    """low and high, both required and each `what`, and (`stepped`) an optional step > 0."""
-
-    def end(value: Any, field_name: str) -> Any:
-        return checked(value, number(value), field_name, what)
-
-    def step(value: Any, field_name: str) -> Any:
-        ok = value is None or (number(value) and value > 0)
-        return checked(value, ok, field_name, f"{what} > 0")
-
-    ends = Field(end, required=f"required for type {kind}")
-    return {"low": ends, "high": ends, **({"step": Field(step)} if stepped else {})}
-
-
-def _optional_seed(value: Any, field_name: str) -> int | None:
-    return numpy_seed(value, field_name, optional=True)
-
-
-def _scheduler_type(value: Any, field_name: str) -> str:
-    return choice(value, SCHEDULERS, field_name)
-
-
-_PARAM_FIELDS = {  # a param's keys besides its type
-    "uniform": _range_fields("uniform", is_number, "a finite number"),
-    "loguniform": _range_fields("loguniform", is_number, "a finite number", stepped=False),
-    "int": _range_fields("int", is_int, "an integer"),
-    "choice": {"values": Field(_choice_values)},
-}
-_RESOURCE_FIELDS = {
-    "cpu": Field(positive_int, 1),
-    "gpu": Field(_gpu, 0),
-    "gpu_memory_mb": Field(_megabytes),  # required with gpu: auto (`_resources`)
-}
-_SCHEDULER_FIELDS = {
-    "type": Field(_scheduler_type),
-    "grace_epochs": Field(positive_int, 1),
-    "reduction_factor": Field(_reduction_factor, 3),
-}
-_SPACE_FIELDS = {  # the file's top level; what needs other keys is checked in `from_dict`
-    "name": Field(check_name, required="required"),
-    "description": Field(_text, "", blank_is_default=True),
-    "base": Field(mapping, required="required"),
-    "params": Field(mapping, required="required"),
-    "conditions": Field(mapping, {}, blank_is_default=True),
-    "objectives": Field(mapping, required="required"),
-    "memory_budget_mb": Field(optional_positive_float),
-    "sampler": Field(),  # one of the samplers, checked in `from_dict`
-    "sampler_options": Field(mapping, {}, blank_is_default=True),
-    "sampler_seed": Field(_optional_seed, 0),
-    "num_samples": Field(optional_positive_int),  # required unless the grid gives it
-    "seeds_per_point": Field(positive_int, 1),
-    "resources": Field(section(_RESOURCE_FIELDS), {}, blank_is_default=True),
-    "max_concurrent": Field(optional_positive_int),
-    "max_failures": Field(nonnegative_int, 1),
-    "resume_checkpoint_s": Field(nonnegative_float, 10.0),
-    "scheduler": Field(section(_SCHEDULER_FIELDS, optional=True)),
-}
-
-
 def worst_value(metric: str, direction: str, task: str | None = None) -> float:
     """A value every real result beats: what a never-trained point tells the sampler. The
     task's metrics give their bounds (accuracy: 0); others get -+UNKNOWN_WORST."""
@@ -437,70 +318,96 @@ class SearchSpace:
         return TrialConfig.from_dict({**self.base, **params})
 
 
-# ---- validation helpers ---------------------------------------------------------------------
+# ---- the file's keys: each one's check and default, read in one call (`read_section`) ----------
 
 
-def _scheduler(
-    values: dict[str, Any] | None, base: dict[str, Any], params: tuple[Param, ...]
-) -> SchedulerSettings | None:
-    """Early stopping's settings; its rungs count epochs of the base's fixed schedule."""
-    if values is None:
+def _text(value: Any, field_name: str) -> str:
+    return checked(value, isinstance(value, str), field_name, "text")
+
+
+def _gpu(value: Any, field_name: str) -> float | str:
+    whole_or_share = is_number(value) and value >= 0 and (value < 1 or float(value).is_integer())
+    return checked(
+        value,
+        value == "auto" or whole_or_share,
+        field_name,
+        "auto, a share below 1, or a whole number of GPUs",
+    )
+
+
+def _megabytes(value: Any, field_name: str) -> float | None:
+    if value is None:
         return None
-    grace = values["grace_epochs"]
-    epochs = base.get("schedule.epochs")
-    require(
-        is_int(epochs) and "schedule.epochs" not in {p.name for p in params},
-        "scheduler",
-        "early stopping needs a fixed number of epochs: set schedule.epochs in base, unsearched",
+    return float(
+        checked(value, is_number(value) and value > 0, field_name, "a positive number (MB)")
     )
+
+
+def _reduction_factor(value: Any, field_name: str) -> float:
+    return float(checked(value, is_number(value) and value > 1, field_name, "a number > 1"))
+
+
+def _choice_values(values: Any, field_name: str) -> tuple:
+    """A choice param's values: a non-empty list of distinct finite scalars."""
     require(
-        grace < epochs,
-        "scheduler.grace_epochs",
-        f"{grace} is not allowed; fewer than schedule.epochs ({epochs}) is required",
+        isinstance(values, list) and len(values) > 0,
+        field_name,
+        f"{values!r} is not allowed; a non-empty list is required",
     )
-    return SchedulerSettings(**values, max_epochs=epochs)
-
-
-def _config_message(error: ConfigError) -> str:
-    return str(error).removeprefix(f"{error.field}: ")
-
-
-def _base(raw: dict[str, Any]) -> dict[str, Any]:
-    """The fixed values as a full flat config, built once to prove them valid."""
-    for key in raw:
-        if key.split(".")[0] == "seed":
-            raise ConfigError("base.seed", f"not allowed; {_NOT_SEARCHABLE['seed']}")
-    try:
-        config = TrialConfig.from_dict(raw)
-    except ConfigError as error:
-        raise ConfigError(f"base.{error.field}", _config_message(error)) from None
-    flat = config.to_flat()
-    del flat["seed"]  # each trial's own, from seeds_per_point
-    root = flat.get("data.root")
-    if root is not None:  # workers run elsewhere: a relative folder means the launcher's
-        flat["data.root"] = str(Path(root).expanduser().resolve())
-    return flat
-
-
-def _params(raw: dict[str, Any], base: dict[str, Any]) -> tuple[Param, ...]:
-    require(bool(raw), "params", "at least one searched field is required")
-    params = []
-    for name, spec in raw.items():
-        prefix = f"params.{name}"
-        if name in _NOT_SEARCHABLE:
-            raise ConfigError(prefix, f"not searchable; {_NOT_SEARCHABLE[name]}")
-        if name not in base:
-            fields = [k for k in base if k not in _NOT_SEARCHABLE]
+    for value in values:
+        require(
+            value is None or isinstance(value, (str, int, float, bool)),
+            field_name,
+            f"{value!r} is not allowed; numbers, text, true/false or null are required",
+        )
+    for i, value in enumerate(values):
+        require(
+            not (isinstance(value, float) and not math.isfinite(value)),
+            field_name,
+            f"{value!r} is not allowed; finite numbers are required",
+        )
+        same = [other for other in values[:i] if other == value]
+        if same:
             raise ConfigError(
-                prefix,
-                f"not a field of the {base['task']} TrialConfig; allowed: {', '.join(fields)}",
+                field_name,
+                f"{same[0]!r} and {value!r} are the same choice "
+                "(they compare equal); distinct values are required",
             )
-        params.append(_param(name, mapping(spec, prefix), prefix))
-    _probe(params, base)
-    probes = {p.name: p.probes() for p in params}
-    for technique in techniques():  # what a technique's own knobs need of a space
-        technique.check_space(probes, base, _PROBE_COMBINATIONS)
-    return tuple(params)
+    return tuple(values)
+
+
+def _range_fields(
+    kind: str, number: Callable[[Any], bool], what: str, *, stepped: bool = True
+) -> dict[str, Field]:
+    """low and high, both required and each `what`, and (`stepped`) an optional step > 0."""
+
+    def end(value: Any, field_name: str) -> Any:
+        return checked(value, number(value), field_name, what)
+
+    def step(value: Any, field_name: str) -> Any:
+        ok = value is None or (number(value) and value > 0)
+        return checked(value, ok, field_name, f"{what} > 0")
+
+    ends = Field(end, required=f"required for type {kind}")
+    return {"low": ends, "high": ends, **({"step": Field(step)} if stepped else {})}
+
+
+def _optional_seed(value: Any, field_name: str) -> int | None:
+    return numpy_seed(value, field_name, optional=True)
+
+
+def _scheduler_type(value: Any, field_name: str) -> str:
+    return choice(value, SCHEDULERS, field_name)
+
+
+def _param_specs(raw: Any, field_name: str) -> dict[str, Param]:
+    """Each searched field's distribution, read by its type's keys."""
+    raw = mapping(raw, field_name)
+    require(bool(raw), field_name, "at least one searched field is required")
+    return {
+        name: _param(name, mapping(spec, f"{field_name}.{name}"), f"{field_name}.{name}")
+        for name, spec in raw.items()
+    }
 
 
 def _param(name: str, spec: dict[str, Any], prefix: str) -> Param:
@@ -534,6 +441,87 @@ def _param(name: str, spec: dict[str, Any], prefix: str) -> Param:
             f"at most {_GRID_LIMIT} are allowed",
         )
     return Param(name, kind, low=low, high=high, step=step)
+
+
+_PARAM_FIELDS = {  # a param's keys besides its type
+    "uniform": _range_fields("uniform", is_number, "a finite number"),
+    "loguniform": _range_fields("loguniform", is_number, "a finite number", stepped=False),
+    "int": _range_fields("int", is_int, "an integer"),
+    "choice": {"values": Field(_choice_values)},
+}
+_RESOURCE_FIELDS = {
+    "cpu": Field(positive_int, 1),
+    "gpu": Field(_gpu, 0),
+    "gpu_memory_mb": Field(_megabytes),  # required with gpu: auto (`_resources`)
+}
+_SCHEDULER_FIELDS = {
+    "type": Field(_scheduler_type),
+    "grace_epochs": Field(positive_int, 1),
+    "reduction_factor": Field(_reduction_factor, 3),
+}
+_SPACE_FIELDS = {  # the file's top level; what needs other keys is checked in `from_dict`
+    "name": Field(check_name, required="required"),
+    "description": Field(_text, "", blank_is_default=True),
+    "base": Field(mapping, required="required"),
+    "params": Field(_param_specs, required="required"),
+    "conditions": Field(mapping, {}, blank_is_default=True),
+    "objectives": Field(mapping, required="required"),
+    "memory_budget_mb": Field(optional_positive_float),
+    "sampler": Field(),  # one of the samplers, checked in `from_dict`
+    "sampler_options": Field(mapping, {}, blank_is_default=True),
+    "sampler_seed": Field(_optional_seed, 0),
+    "num_samples": Field(optional_positive_int),  # required unless the grid gives it
+    "seeds_per_point": Field(positive_int, 1),
+    "resources": Field(section(_RESOURCE_FIELDS), {}, blank_is_default=True),
+    "max_concurrent": Field(optional_positive_int),
+    "max_failures": Field(nonnegative_int, 1),
+    "resume_checkpoint_s": Field(nonnegative_float, 10.0),
+    "scheduler": Field(section(_SCHEDULER_FIELDS, optional=True)),
+}
+
+
+# ---- what a key must be beside the others --------------------------------------------------
+
+
+def _config_message(error: ConfigError) -> str:
+    return str(error).removeprefix(f"{error.field}: ")
+
+
+def _base(raw: dict[str, Any]) -> dict[str, Any]:
+    """The fixed values as a full flat config, built once to prove them valid."""
+    for key in raw:
+        if key.split(".")[0] == "seed":
+            raise ConfigError("base.seed", f"not allowed; {_NOT_SEARCHABLE['seed']}")
+    try:
+        config = TrialConfig.from_dict(raw)
+    except ConfigError as error:
+        raise ConfigError(f"base.{error.field}", _config_message(error)) from None
+    flat = config.to_flat()
+    del flat["seed"]  # each trial's own, from seeds_per_point
+    root = flat.get("data.root")
+    if root is not None:  # workers run elsewhere: a relative folder means the launcher's
+        flat["data.root"] = str(Path(root).expanduser().resolve())
+    return flat
+
+
+def _params(specs: dict[str, Param], base: dict[str, Any]) -> tuple[Param, ...]:
+    """The params as fields of the base's config, each value of each one valid over it."""
+    for name in specs:
+        prefix = f"params.{name}"
+        if name in _NOT_SEARCHABLE:
+            raise ConfigError(prefix, f"not searchable; {_NOT_SEARCHABLE[name]}")
+        if name not in base:
+            fields = [k for k in base if k not in _NOT_SEARCHABLE]
+            raise ConfigError(
+                prefix,
+                f"not a field of the {base['task']} TrialConfig; allowed: {', '.join(fields)}",
+            )
+    params = list(specs.values())
+    _probe(params, base)
+    probes = {p.name: p.probes() for p in params}
+    for technique in techniques():  # what a technique's own knobs need of a space
+        technique.check_space(probes, base, _PROBE_COMBINATIONS)
+    return tuple(params)
 
 
 def _valid(values: Mapping[str, Any]) -> ConfigError | None:
@@ -730,3 +718,24 @@ def _resources(values: dict[str, Any], base: Mapping[str, Any]) -> Resources:
             "ask for one (gpu > 0 or auto) or set base device to auto or cpu",
         )
     return Resources(**values)
+
+
+def _scheduler(
+    values: dict[str, Any] | None, base: dict[str, Any], params: tuple[Param, ...]
+) -> SchedulerSettings | None:
+    """Early stopping's settings; its rungs count epochs of the base's fixed schedule."""
+    if values is None:
+        return None
+    grace = values["grace_epochs"]
+    epochs = base.get("schedule.epochs")
+    require(
+        is_int(epochs) and "schedule.epochs" not in {p.name for p in params},
+        "scheduler",
+        "early stopping needs a fixed number of epochs: set schedule.epochs in base, unsearched",
+    )
+    require(
+        grace < epochs,
+        "scheduler.grace_epochs",
+        f"{grace} is not allowed; fewer than schedule.epochs ({epochs}) is required",
+    )
+    return SchedulerSettings(**values, max_epochs=epochs)
