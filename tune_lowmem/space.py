@@ -7,6 +7,10 @@ are its builder's (`search.samplers`), which the launch runs before anything sta
 mistake raises `ConfigError` naming the field, e.g.
 ``params.sparsity.density.low: 0 is not allowed; loguniform needs low > 0``.
 
+Each key's own check and default stand in one table (`_SPACE_FIELDS`; a param's keys in
+`_PARAM_FIELDS`, the sections' in `_RESOURCE_FIELDS` and `_SCHEDULER_FIELDS`), read in one call;
+`SearchSpace.from_dict` then checks, in the file's order, what a key must be beside the others.
+
 The schema (see search_spaces/quickstart.yaml for a full example)::
 
     name: quickstart                   # the sweep's name in the store (--name overrides it)
