@@ -58,7 +58,7 @@ def loop(space: SearchSpace, points: list[dict]) -> float:
 def sweep(path: Path, root: Path, name: str) -> float:
     started = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()):
-        launch(path, name=name, store_root=root)
+        launch(SearchSpace.load(path), name=name, store_root=root)
     return time.perf_counter() - started
 
 

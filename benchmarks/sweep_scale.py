@@ -184,7 +184,7 @@ def run_sweep(path: Path, root: Path, args: argparse.Namespace) -> dict:
     with contextlib.redirect_stdout(io.StringIO()):
         if profile:
             profile.enable()
-        launch(path, store_root=root)
+        launch(SearchSpace.load(path), store_root=root)
         if profile:
             profile.disable()
     sweep_s = time.time() - started

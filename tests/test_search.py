@@ -207,7 +207,7 @@ def test_sweep_store_matches_tune_and_optuna(local_ray, tmp_path):
         },
     )
     root = tmp_path / "store"
-    outcome = launch(path, store_root=root)
+    outcome = launch(SearchSpace.load(path), store_root=root)
     rows = outcome.trials.set_index("trial_id")
     assert len(outcome.results) == 4 and not outcome.results.errors
     assert sorted(rows.index) == sorted(r.metrics["trial_id"] for r in outcome.results)
@@ -250,7 +250,7 @@ def test_budget_screens_points_and_failures_do_not_stop_the_sweep(local_ray, tmp
         },  # 1e6: NaN loss
     )
     root = tmp_path / "store"
-    outcome = launch(path, store_root=root)
+    outcome = launch(SearchSpace.load(path), store_root=root)
     rows = outcome.trials
     assert sorted(rows["status"]) == ["completed"] * 2 + ["failed"] * 2 + ["infeasible"] * 2
     assert set(rows["sampler"]) == {"grid"}  # screened and failed rows name their sampler too
@@ -340,7 +340,7 @@ def test_a_sweep_killed_before_tunes_first_snapshot_resumes(local_ray, tmp_path,
 
     monkeypatch.setattr(search_driver, "_tuner", killed_once_made)
     with pytest.raises(DriverKilled):
-        launch(path, store_root=root)
+        launch(SearchSpace.load(path), store_root=root)
     monkeypatch.undo()
     assert ray.tune.Tuner.can_restore(str(sweep_folder(root, "early")))
 
@@ -404,7 +404,7 @@ def test_a_trial_whose_worker_dies_is_stored_failed_and_the_sweep_goes_on(local_
 
     killer = threading.Thread(target=kill_the_running_trial_once_an_epoch_is_reported)
     killer.start()
-    outcome = launch(path, store_root=root)
+    outcome = launch(SearchSpace.load(path), store_root=root)
     killer.join()
     rows = outcome.trials.set_index("trial_id")
     assert len(killed) == 1 and sorted(rows["status"]) == ["completed", "failed"]

@@ -195,8 +195,10 @@ def launch(
     (validated before anything starts); ``address`` a Ray cluster (None: start one here).
     Returns the sweep's `SweepResult`: ``front``, ``trials`` (pandas), ``space``, ``root``."""
     from .search import driver
+    from .space import SearchSpace
 
-    return driver.launch(space, name, store, address, num_samples)
+    parsed = SearchSpace.load(space, num_samples)  # every check of the space before anything starts
+    return driver.launch(parsed, name, store, address)
 
 
 def resume(name: str, store: str | Path = "runs", address: str | None = None) -> SweepResult:

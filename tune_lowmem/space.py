@@ -240,16 +240,17 @@ class SearchSpace:
     # ---- reading -------------------------------------------------------------------------
 
     @classmethod
-    def load(cls, path: str | Path, num_samples: int | None = None) -> SearchSpace:
-        """Read and validate a YAML file; `num_samples` overrides the file's."""
-        loaded = load_file(path, "search-space file")
-        if not isinstance(loaded, Mapping):
-            raise ConfigError(
-                str(path), "a YAML mapping with name, base, params, objectives is required"
-            )
+    def load(
+        cls, source: str | Path | Mapping[str, Any], num_samples: int | None = None
+    ) -> SearchSpace:
+        """Read and validate a YAML file, or the same values as a mapping; `num_samples`
+        overrides the space's."""
+        raw = source
+        if not isinstance(raw, Mapping):
+            raw = _space_file(raw)
         if num_samples is not None:
-            loaded = {**loaded, "num_samples": num_samples}
-        return cls.from_dict(loaded)
+            raw = {**raw, "num_samples": num_samples}
+        return cls.from_dict(raw)
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> SearchSpace:
@@ -320,6 +321,15 @@ class SearchSpace:
     def trial_config(self, params: Mapping[str, Any]) -> TrialConfig:
         """The frozen config of one trial: the base with a point's values (and seed) over it."""
         return TrialConfig.from_dict({**self.base, **params})
+
+
+def _space_file(path: str | Path) -> Mapping[str, Any]:
+    loaded = load_file(path, "search-space file")
+    if not isinstance(loaded, Mapping):
+        raise ConfigError(
+            str(path), "a YAML mapping with name, base, params, objectives is required"
+        )
+    return loaded
 
 
 # ---- the file's keys: each one's check and default, read in one call (`read_section`) ----------

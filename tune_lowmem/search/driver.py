@@ -23,7 +23,7 @@ import contextlib
 import functools
 import logging
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -165,15 +165,22 @@ def _trainable(space: SearchSpace, sweep: str, root: Path):
 
 
 def _tuner(space: SearchSpace, sweep: str, root: Path) -> tune.Tuner:
+    """Everything the sweep runs with, made in one pass: the searcher, the callbacks, then
+    early stopping (its rungs from the space) and the trainable."""
     place.bind(sweep, root)
-    scheduler, stopping = None, []
-    if space.scheduler is not None:  # early stopping: its decisions kept in the sweep folder
-        scheduler = MultiObjectiveASHA(space.scheduler, space.objectives, sweep)
-        stopping = [RecordStopped(space, sweep)]
+    search = PlacedSearch(ScreenedSearcher(space, sweep), sweep, space.max_concurrent)
+    early = space.scheduler is not None  # early stopping: its decisions kept in the sweep folder
+    callbacks = [
+        RecordWorkerDeaths(space, sweep),
+        *([RecordStopped(space, sweep)] if early else []),
+        CompactAsItGoes(sweep),
+        ProgressPrinter(space, sweep, functools.partial(place.root, sweep)),
+    ]
+    scheduler = MultiObjectiveASHA(space.scheduler, space.objectives, sweep) if early else None
     return tune.Tuner(
         _trainable(space, sweep, root),
         tune_config=tune.TuneConfig(
-            search_alg=PlacedSearch(ScreenedSearcher(space, sweep), sweep, space.max_concurrent),
+            search_alg=search,
             num_samples=space.num_samples * space.seeds_per_point,
             scheduler=scheduler,
             trial_dirname_creator=trial_dirname,
@@ -184,33 +191,32 @@ def _tuner(space: SearchSpace, sweep: str, root: Path) -> tune.Tuner:
             storage_path=str(root / "ray"),
             failure_config=tune.FailureConfig(max_failures=space.max_failures),
             checkpoint_config=tune.CheckpointConfig(num_to_keep=2),  # slack for a lagging snapshot
-            callbacks=[
-                ProgressPrinter(space, sweep, functools.partial(place.root, sweep)),
-                RecordWorkerDeaths(space, sweep),
-                *stopping,
-                CompactAsItGoes(sweep),
-            ],
+            callbacks=callbacks,
             verbose=0,
         ),
     )
 
 
 @contextlib.contextmanager
-def _ray(address: str | None, task: str) -> Iterator[None]:
+def _ray(address: str | None, space: SearchSpace) -> Iterator[None]:
     """Connect to `address`, or start a local cluster of this machine's CPUs; reuse a live one.
-    A `task` given as ``module:attribute`` from the working directory goes on the workers' path."""
+    Before it starts, a local cluster (this machine) must hold one trial of `space`, and once
+    joined, the cluster must: else the trial would wait forever. A task given as
+    ``module:attribute`` from the working directory goes on the workers' path."""
     import ray
 
     for key, value in TUNE_ENVIRONMENT.items():
         os.environ.setdefault(key, value)
+    preflight.machine(space, address)
     if ray.is_initialized():
+        preflight.cluster(space)
         yield
         return
     preflight.reachable(address)  # an unreachable address: one line, nothing started
     passed = {
         k: os.environ[k] for k in ("TUNE_LOWMEM_DATA", "TUNE_LOWMEM_CACHE") if k in os.environ
     }
-    task_folder = module_directory(task)
+    task_folder = module_directory(space.base["task"])
     if task_folder is not None:
         paths = (task_folder, os.environ.get("PYTHONPATH"))
         passed["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
@@ -225,6 +231,7 @@ def _ray(address: str | None, task: str) -> Iterator[None]:
     except ConnectionError as error:
         raise preflight.connection_refused(address, error) from None
     try:
+        preflight.cluster(space)
         yield
     finally:
         ray.shutdown()
@@ -243,19 +250,13 @@ class SweepResult:
 
 
 def launch(
-    space_path: str | Path | Mapping[str, Any],
+    space: SearchSpace,
     name: str | None = None,
     store_root: str | Path = "runs",
     address: str | None = None,
-    num_samples: int | None = None,
 ) -> SweepResult:
-    """Validate the space (a YAML file, or its values), then run the sweep to the end (nothing
-    is created if it is invalid)."""
-    if isinstance(space_path, Mapping):
-        given = {**space_path, **({} if num_samples is None else {"num_samples": num_samples})}
-        space = SearchSpace.from_dict(given)
-    else:
-        space = SearchSpace.load(space_path, num_samples=num_samples)
+    """Run a validated space's sweep to the end; its sampler, name, store and resources are
+    checked first (nothing is created if one is wrong)."""
     build_sampler(space)  # the sampler's own checks (options, dependencies) now, not mid-sweep
     sweep = store.check_name(space.name if name is None else name, "--name")
     root = preflight.writable_folder(storage_root(store_root), "--store")
@@ -266,9 +267,7 @@ def launch(
             f"sweep {sweep!r} already exists in {root}; continue it with "
             f"`tune-lowmem resume {sweep} --store {root}` or choose another --name",
         )
-    preflight.machine(space, address)
-    with _ray(address, space.base["task"]):
-        preflight.cluster(space)
+    with _ray(address, space):
         folder.mkdir(parents=True)
         (folder / SPACE_FILE).write_text(yaml.safe_dump(space.to_dict(), sort_keys=False))
         say(
@@ -285,9 +284,7 @@ def resume(name: str, store_root: str | Path = "runs", address: str | None = Non
     space = saved_space(name, root)
     preflight.writable_folder(root, "--store")
     folder = sweep_folder(root, name)
-    preflight.machine(space, address)
-    with _ray(address, space.base["task"]):
-        preflight.cluster(space)
+    with _ray(address, space):
         if tune_saved(folder):
             say(f"sweep {name}: resuming from {folder}")
             place.bind(name, root)  # before Tune unpickles the searcher and the callbacks
