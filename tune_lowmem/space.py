@@ -255,19 +255,25 @@ class SearchSpace:
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> SearchSpace:
         """Each key by its own rules (`_SPACE_FIELDS`), then what it must be beside the others:
-        the base a valid config, the params valid over it, the objectives metrics of its task."""
+        first what the distributions alone decide (conditions, the sampler's points), then the
+        base a valid config, what needs its fields, and last the costly proofs over it: every
+        param value valid, a validation split wherever a val_* objective needs one."""
         values = read_section(raw, _SPACE_FIELDS, "")
-        base = _base(values["base"])
-        params = _params(values["params"], base)
-        conditions = _conditions(values["conditions"], params)
-        objectives = _objectives(values["objectives"], base["task"])
-        _validation_split(objectives, base, params)
+        distributions = tuple(values["params"].values())
+        conditions = _conditions(values["conditions"], distributions)
         sampler = raw.get("sampler", "nsga2")
         require(
             isinstance(sampler, str) and sampler in SAMPLERS,
             "sampler",
             f"{sampler!r} is not allowed; allowed: {', '.join(SAMPLERS)}",
         )
+        num_samples = _num_samples(values["num_samples"], sampler, distributions, conditions)
+        base = _base(values["base"])
+        objectives = _objectives(values["objectives"], base["task"])
+        resources = _resources(values["resources"], base)
+        scheduler = _scheduler(values["scheduler"], base, distributions)
+        params = _params(values["params"], base)
+        _validation_split(objectives, base, params)
         return cls(
             **{
                 **values,
@@ -276,9 +282,9 @@ class SearchSpace:
                 "conditions": conditions,
                 "objectives": objectives,
                 "sampler": sampler,
-                "num_samples": _num_samples(values["num_samples"], sampler, params, conditions),
-                "resources": _resources(values["resources"], base),
-                "scheduler": _scheduler(values["scheduler"], base, params),
+                "num_samples": num_samples,
+                "resources": resources,
+                "scheduler": scheduler,
             }
         )
 
@@ -538,33 +544,27 @@ def _params(specs: dict[str, Param], base: dict[str, Any]) -> tuple[Param, ...]:
     return tuple(params)
 
 
-def _valid(values: Mapping[str, Any]) -> ConfigError | None:
-    try:
-        TrialConfig.from_dict(values)
-    except ConfigError as error:
-        return error
-    return None
-
-
 def _probe(params: list[Param], base: dict[str, Any]) -> None:
     """Each probe value must give a valid config, alone over the base or with some values of
     the other params (those valid alone: one other param's first, then combinations), so that
     no value can only ever fail."""
-    alone = {p.name: [v for v in p.probes() if _valid({**base, p.name: v}) is None] for p in params}
-    for param in params:
-        for value in param.probes():
-            if value in alone[param.name]:
-                continue
-            others = [[(o.name, v) for v in alone[o.name]] for o in params if o is not param]
-            pairs = ([pair] for values in others for pair in values)
-            combos = itertools.chain(
-                pairs, itertools.islice(itertools.product(*others), _PROBE_COMBINATIONS)
-            )
-            if not any(_valid({**base, **dict(c), param.name: value}) is None for c in combos):
-                error = _valid({**base, param.name: value})
-                raise ConfigError(
-                    f"params.{param.name}", f"{value!r} gives no valid config: {error}"
-                )
+    alone = {
+        (p.name, v): TrialConfig.refusal({**base, p.name: v}) for p in params for v in p.probes()
+    }
+    for (name, value), error in alone.items():
+        if error is None:
+            continue
+        others = [
+            [(o.name, v) for v in o.probes() if alone[o.name, v] is None]
+            for o in params
+            if o.name != name
+        ]
+        pairs = ([pair] for values in others for pair in values)
+        combos = itertools.chain(
+            pairs, itertools.islice(itertools.product(*others), _PROBE_COMBINATIONS)
+        )
+        if all(TrialConfig.refusal({**base, **dict(c), name: value}) is not None for c in combos):
+            raise ConfigError(f"params.{name}", f"{value!r} gives no valid config: {error}")
 
 
 def _conditions(raw: dict[str, Any], params: tuple[Param, ...]) -> dict[str, Condition]:
