@@ -200,13 +200,15 @@ def _tuner(space: SearchSpace, sweep: str, root: Path) -> tune.Tuner:
 @contextlib.contextmanager
 def _ray(address: str | None, space: SearchSpace) -> Iterator[None]:
     """Connect to `address`, or start a local cluster of this machine's CPUs; reuse a live one.
-    Before it starts, a local cluster (this machine) must hold one trial of `space`, and once
-    joined, the cluster must: else the trial would wait forever. A task given as
-    ``module:attribute`` from the working directory goes on the workers' path."""
+    Nothing starts unless the space's sampler builds (its options, its dependencies) and a local
+    cluster (this machine) holds one trial; once joined, the cluster must hold one, else the
+    trial would wait forever. A task given as ``module:attribute`` from the working directory
+    goes on the workers' path."""
     import ray
 
     for key, value in TUNE_ENVIRONMENT.items():
         os.environ.setdefault(key, value)
+    build_sampler(space)  # the sampler's own checks now, not mid-sweep
     preflight.machine(space, address)
     if ray.is_initialized():
         preflight.cluster(space)
@@ -255,9 +257,8 @@ def launch(
     store_root: str | Path = "runs",
     address: str | None = None,
 ) -> SweepResult:
-    """Run a validated space's sweep to the end; its sampler, name, store and resources are
+    """Run a validated space's sweep to the end; its name, store, sampler and resources are
     checked first (nothing is created if one is wrong)."""
-    build_sampler(space)  # the sampler's own checks (options, dependencies) now, not mid-sweep
     sweep = store.check_name(space.name if name is None else name, "--name")
     root = preflight.writable_folder(storage_root(store_root), "--store")
     folder = sweep_folder(root, sweep)
