@@ -332,6 +332,13 @@ CASES = {
         command("resume", "a/b", "--store", "store"),
         "name: 'a/b' is not allowed",
     ),
+    "resume a sweep whose saved sampler options are wrong": (
+        (
+            {"store/ray/ok/space.yaml": space(sampler_options={"population_size": 1})},
+            ["resume", "ok", "--store", "store"],
+        ),
+        "sampler_options",
+    ),
     "resume from a file store": (
         command("resume", "ok", "--store", "afile", afile="x"),
         "no sweep 'ok'",
@@ -491,6 +498,7 @@ def workdir(tmp_path, monkeypatch):
 def refused_in_one_line(case, workdir, capsys) -> None:
     files, argv = case[0]
     for name, text in files.items():
+        (workdir / name).parent.mkdir(parents=True, exist_ok=True)
         (workdir / name).write_bytes(text if isinstance(text, bytes) else text.encode())
     before = snapshot(workdir)
     code = run_main(argv)
