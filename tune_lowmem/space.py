@@ -9,7 +9,9 @@ mistake raises `ConfigError` naming the field, e.g.
 
 Each key's own check and default stand in one table (`_SPACE_FIELDS`; a param's keys in
 `_PARAM_FIELDS`, the sections' in `_RESOURCE_FIELDS` and `_SCHEDULER_FIELDS`), read in one call;
-`SearchSpace.from_dict` then checks, in the file's order, what a key must be beside the others.
+`SearchSpace.from_dict` then checks what a key must be beside the others, in this file's order:
+what the distributions alone decide, then the base config and what needs its fields, and last
+the costly proofs over it (each param value valid, a validation split where one is needed).
 
 The schema (see search_spaces/quickstart.yaml for a full example)::
 
@@ -503,70 +505,6 @@ _SPACE_FIELDS = {  # the file's top level; what needs other keys is checked in `
 # ---- what a key must be beside the others --------------------------------------------------
 
 
-def _config_message(error: ConfigError) -> str:
-    return str(error).removeprefix(f"{error.field}: ")
-
-
-def _base(raw: dict[str, Any]) -> dict[str, Any]:
-    """The fixed values as a full flat config, built once to prove them valid."""
-    for key in raw:
-        if key.split(".")[0] == "seed":
-            raise ConfigError("base.seed", f"not allowed; {_NOT_SEARCHABLE['seed']}")
-    try:
-        config = TrialConfig.from_dict(raw)
-    except ConfigError as error:
-        raise ConfigError(f"base.{error.field}", _config_message(error)) from None
-    flat = config.to_flat()
-    del flat["seed"]  # each trial's own, from seeds_per_point
-    root = flat.get("data.root")
-    if root is not None:  # workers run elsewhere: a relative folder means the launcher's
-        flat["data.root"] = str(Path(root).expanduser().resolve())
-    return flat
-
-
-def _params(specs: dict[str, Param], base: dict[str, Any]) -> tuple[Param, ...]:
-    """The params as fields of the base's config, each value of each one valid over it."""
-    for name in specs:
-        prefix = f"params.{name}"
-        if name in _NOT_SEARCHABLE:
-            raise ConfigError(prefix, f"not searchable; {_NOT_SEARCHABLE[name]}")
-        if name not in base:
-            fields = [k for k in base if k not in _NOT_SEARCHABLE]
-            raise ConfigError(
-                prefix,
-                f"not a field of the {base['task']} TrialConfig; allowed: {', '.join(fields)}",
-            )
-    params = list(specs.values())
-    _probe(params, base)
-    probes = {p.name: p.probes() for p in params}
-    for technique in techniques():  # what a technique's own knobs need of a space
-        technique.check_space(probes, base, _PROBE_COMBINATIONS)
-    return tuple(params)
-
-
-def _probe(params: list[Param], base: dict[str, Any]) -> None:
-    """Each probe value must give a valid config, alone over the base or with some values of
-    the other params (those valid alone: one other param's first, then combinations), so that
-    no value can only ever fail."""
-    alone = {
-        (p.name, v): TrialConfig.refusal({**base, p.name: v}) for p in params for v in p.probes()
-    }
-    for (name, value), error in alone.items():
-        if error is None:
-            continue
-        others = [
-            [(o.name, v) for v in o.probes() if alone[o.name, v] is None]
-            for o in params
-            if o.name != name
-        ]
-        pairs = ([pair] for values in others for pair in values)
-        combos = itertools.chain(
-            pairs, itertools.islice(itertools.product(*others), _PROBE_COMBINATIONS)
-        )
-        if all(TrialConfig.refusal({**base, **dict(c), name: value}) is not None for c in combos):
-            raise ConfigError(f"params.{name}", f"{value!r} gives no valid config: {error}")
-
-
 def _conditions(raw: dict[str, Any], params: tuple[Param, ...]) -> dict[str, Condition]:
     order = {p.name: i for i, p in enumerate(params)}
     by_name = {p.name: p for p in params}
@@ -628,57 +566,6 @@ def _describe_values(param: Param) -> str:
     return f"values in [{param.low!r}, {param.high!r}]"
 
 
-def _validation_split(objectives: Mapping[str, str], base: Mapping[str, Any], params) -> None:
-    """A val_* objective needs a validation split in every config the sweep can run."""
-    from .tasks import get_task
-
-    needs = [m for m in objectives if m.startswith("val_")]
-    if not needs:
-        return
-    task = get_task(base["task"])
-    tries = [("base", {})] + [
-        (f"params.{p.name}", {p.name: v})
-        for p in params
-        if p.name.startswith("data.")
-        for v in p.probes()
-    ]
-    for field_name, change in tries:
-        try:
-            config = TrialConfig.from_dict({**base, **change})
-        except ConfigError:  # valid only with other params' values: checked by `_probe`
-            continue
-        if task.validation_empty(config):
-            shown = ", ".join(f"{k}={v!r}" for k, v in change.items()) or "the base data section"
-            raise ConfigError(
-                field_name,
-                f"{shown} leaves no validation split, so objective {needs[0]} "
-                "can never be measured; hold out data (data.val_size > 0, data.split: search)",
-            )
-
-
-def _objectives(raw: dict[str, Any], task: str) -> dict[str, str]:
-    """Metric -> direction; a metric the task reports or a memory column (old names read)."""
-    from .tasks import get_task
-
-    require(bool(raw), "objectives", "at least one metric -> maximize | minimize is required")
-    known = (*get_task(task).metric_names(), *PREDICTED_METRICS, *MEASURED_METRICS)
-    objectives = {}
-    for metric, direction in raw.items():
-        name = LEGACY_METRICS.get(metric, metric)
-        require(
-            name in known,
-            f"objectives.{metric}",
-            f"not a metric of {task}; allowed: {', '.join(known)}",
-        )
-        require(
-            direction in DIRECTIONS,
-            f"objectives.{metric}",
-            f"{direction!r} is not allowed; allowed: {', '.join(DIRECTIONS)}",
-        )
-        objectives[name] = direction
-    return objectives
-
-
 def _num_samples(
     value: int | None, sampler: str, params: tuple[Param, ...], conditions: Mapping
 ) -> int:
@@ -707,6 +594,50 @@ def _num_samples(
         return size
     require(value <= size, "num_samples", f"{value} is not allowed; the grid has {size} points")
     return value
+
+
+def _config_message(error: ConfigError) -> str:
+    return str(error).removeprefix(f"{error.field}: ")
+
+
+def _base(raw: dict[str, Any]) -> dict[str, Any]:
+    """The fixed values as a full flat config, built once to prove them valid."""
+    for key in raw:
+        if key.split(".")[0] == "seed":
+            raise ConfigError("base.seed", f"not allowed; {_NOT_SEARCHABLE['seed']}")
+    try:
+        config = TrialConfig.from_dict(raw)
+    except ConfigError as error:
+        raise ConfigError(f"base.{error.field}", _config_message(error)) from None
+    flat = config.to_flat()
+    del flat["seed"]  # each trial's own, from seeds_per_point
+    root = flat.get("data.root")
+    if root is not None:  # workers run elsewhere: a relative folder means the launcher's
+        flat["data.root"] = str(Path(root).expanduser().resolve())
+    return flat
+
+
+def _objectives(raw: dict[str, Any], task: str) -> dict[str, str]:
+    """Metric -> direction; a metric the task reports or a memory column (old names read)."""
+    from .tasks import get_task
+
+    require(bool(raw), "objectives", "at least one metric -> maximize | minimize is required")
+    known = (*get_task(task).metric_names(), *PREDICTED_METRICS, *MEASURED_METRICS)
+    objectives = {}
+    for metric, direction in raw.items():
+        name = LEGACY_METRICS.get(metric, metric)
+        require(
+            name in known,
+            f"objectives.{metric}",
+            f"not a metric of {task}; allowed: {', '.join(known)}",
+        )
+        require(
+            direction in DIRECTIONS,
+            f"objectives.{metric}",
+            f"{direction!r} is not allowed; allowed: {', '.join(DIRECTIONS)}",
+        )
+        objectives[name] = direction
+    return objectives
 
 
 def _resources(values: dict[str, Any], base: Mapping[str, Any]) -> Resources:
@@ -753,3 +684,74 @@ def _scheduler(
         f"{grace} is not allowed; fewer than schedule.epochs ({epochs}) is required",
     )
     return SchedulerSettings(**values, max_epochs=epochs)
+
+
+def _params(specs: dict[str, Param], base: dict[str, Any]) -> tuple[Param, ...]:
+    """The params as fields of the base's config, each value of each one valid over it."""
+    for name in specs:
+        prefix = f"params.{name}"
+        if name in _NOT_SEARCHABLE:
+            raise ConfigError(prefix, f"not searchable; {_NOT_SEARCHABLE[name]}")
+        if name not in base:
+            fields = [k for k in base if k not in _NOT_SEARCHABLE]
+            raise ConfigError(
+                prefix,
+                f"not a field of the {base['task']} TrialConfig; allowed: {', '.join(fields)}",
+            )
+    params = list(specs.values())
+    _probe(params, base)
+    probes = {p.name: p.probes() for p in params}
+    for technique in techniques():  # what a technique's own knobs need of a space
+        technique.check_space(probes, base, _PROBE_COMBINATIONS)
+    return tuple(params)
+
+
+def _probe(params: list[Param], base: dict[str, Any]) -> None:
+    """Each probe value must give a valid config, alone over the base or with some values of
+    the other params (those valid alone: one other param's first, then combinations), so that
+    no value can only ever fail."""
+    alone = {
+        (p.name, v): TrialConfig.refusal({**base, p.name: v}) for p in params for v in p.probes()
+    }
+    for (name, value), error in alone.items():
+        if error is None:
+            continue
+        others = [
+            [(o.name, v) for v in o.probes() if alone[o.name, v] is None]
+            for o in params
+            if o.name != name
+        ]
+        pairs = ([pair] for values in others for pair in values)
+        combos = itertools.chain(
+            pairs, itertools.islice(itertools.product(*others), _PROBE_COMBINATIONS)
+        )
+        if all(TrialConfig.refusal({**base, **dict(c), name: value}) is not None for c in combos):
+            raise ConfigError(f"params.{name}", f"{value!r} gives no valid config: {error}")
+
+
+def _validation_split(objectives: Mapping[str, str], base: Mapping[str, Any], params) -> None:
+    """A val_* objective needs a validation split in every config the sweep can run."""
+    from .tasks import get_task
+
+    needs = [m for m in objectives if m.startswith("val_")]
+    if not needs:
+        return
+    task = get_task(base["task"])
+    tries = [("base", {})] + [
+        (f"params.{p.name}", {p.name: v})
+        for p in params
+        if p.name.startswith("data.")
+        for v in p.probes()
+    ]
+    for field_name, change in tries:
+        try:
+            config = TrialConfig.from_dict({**base, **change})
+        except ConfigError:  # valid only with other params' values: checked by `_probe`
+            continue
+        if task.validation_empty(config):
+            shown = ", ".join(f"{k}={v!r}" for k, v in change.items()) or "the base data section"
+            raise ConfigError(
+                field_name,
+                f"{shown} leaves no validation split, so objective {needs[0]} "
+                "can never be measured; hold out data (data.val_size > 0, data.split: search)",
+            )
