@@ -171,10 +171,10 @@ def _tuner(space: SearchSpace, sweep: str, root: Path) -> tune.Tuner:
     search = PlacedSearch(ScreenedSearcher(space, sweep), sweep, space.max_concurrent)
     early = space.scheduler is not None  # early stopping: its decisions kept in the sweep folder
     callbacks = [
+        ProgressPrinter(space, sweep, functools.partial(place.root, sweep)),
         RecordWorkerDeaths(space, sweep),
         *([RecordStopped(space, sweep)] if early else []),
         CompactAsItGoes(sweep),
-        ProgressPrinter(space, sweep, functools.partial(place.root, sweep)),
     ]
     scheduler = MultiObjectiveASHA(space.scheduler, space.objectives, sweep) if early else None
     return tune.Tuner(
