@@ -69,6 +69,7 @@ class KnownMemorySampler(BaseSampler):
         seed: int | None = None,
         n_startup_trials: int = 4,
         n_candidates: int = 512,
+        n_predicted: int = 4,
         memory: MemoryOf | None = None,
     ):
         known = [name for name in space.objectives if name in KNOWN]
@@ -78,12 +79,15 @@ class KnownMemorySampler(BaseSampler):
                 f"sampler known-memory needs two objectives, one of them a predicted memory "
                 f"({', '.join(KNOWN)}); got {', '.join(space.objectives)}",
             )
-        if n_startup_trials < 0 or n_candidates < 1:
-            raise ValueError("n_startup_trials must be at least 0 and n_candidates at least 1")
+        if n_startup_trials < 0 or n_candidates < 1 or n_predicted < 1:
+            raise ValueError(
+                "n_startup_trials must be at least 0, n_candidates and n_predicted at least 1"
+            )
         self.space, self.seed = space, seed
         self.known = known[0]
         self.learned = next(name for name in space.objectives if name != self.known)
         self.n_startup_trials, self.n_candidates = n_startup_trials, n_candidates
+        self.n_predicted = n_predicted
         self.memory = memory or profiler_memory(space, self.known)
         self.rng = np.random.default_rng(seed)
         self.fallback = RandomSampler(seed=seed)
@@ -127,14 +131,13 @@ class KnownMemorySampler(BaseSampler):
         trainings: dict[str, dict[str, Any]] = {}
         for candidate in self.candidates(told):
             trainings.setdefault(training_key(candidate), candidate)
-        cheapest = [self.cheapest(c) for k, c in trainings.items() if k not in seen]
-        feasible = [pair for pair in cheapest if pair is not None]
-        if not feasible:
+        options = [self.variants(c) for k, c in trainings.items() if k not in seen]
+        if not options:
             return None
         if len(told) < max(self.n_startup_trials, 2):  # the model needs two values at least
-            return self.spread(feasible, asked)
+            return self.spread(options, asked)
         pending = [t.params for t in asked if t.state == TrialState.RUNNING]
-        return self.best_improvement(feasible, told, pending)
+        return self.best_improvement(options, told, asked, pending)
 
     def informative(self, trial: FrozenTrial) -> bool:
         """A told trial that trained: not an infeasible or failed point told the worst value."""
@@ -153,33 +156,59 @@ class KnownMemorySampler(BaseSampler):
             self.cache[key] = self.memory(params)
         return self.cache[key]
 
-    def cheapest(self, point: Mapping[str, Any]) -> tuple[dict[str, Any], float] | None:
-        """The least-memory point that trains as `point` does (its exact params' values
-        exchanged, `exact.EXACT_VALUES`), with its memory; None if none is feasible."""
+    def variants(self, point: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The points that train as `point` does: its exact params' values exchanged
+        (`exact.EXACT_VALUES`), conditions applied."""
         exchangeable = [
             [(p.name, v) for v in p.values if exact(p.name, v)]
             for p in self.space.params
             if p.kind == "choice" and p.name in point and exact(p.name, point[p.name])
         ]
+        return [
+            self.space.sample(Completing({**point, **dict(values)}, RandomDraw(self.rng)))
+            for values in itertools.product(*exchangeable)
+        ]
+
+    def cheapest(self, variants: Sequence[dict[str, Any]]) -> tuple[dict[str, Any], float] | None:
+        """The least-memory one of a training's `variants`, with its memory; None if none is
+        feasible."""
         best = None
-        for values in itertools.product(*exchangeable):
-            variant = self.space.sample(Completing({**point, **dict(values)}, RandomDraw(self.rng)))
+        for variant in variants:
             memory = self.memory_of(variant)
             if memory is not None and memory > 0 and (best is None or memory < best[1]):
                 best = (variant, memory)
         return best
 
-    def spread(self, feasible, asked: Sequence[FrozenTrial]) -> dict[str, Any]:
-        """The candidate farthest in log memory from every point asked (a random one first)."""
+    def predicted(self, options, order, count: int) -> list[tuple[dict[str, Any], float]]:
+        """The cheapest variants of the first `count` feasible trainings of `options` in
+        `order`: the only ones whose memory the ask predicts."""
+        feasible = []
+        for index in order:
+            pair = self.cheapest(options[index])
+            if pair is not None:
+                feasible.append(pair)
+                if len(feasible) == count:
+                    break
+        return feasible
+
+    def spread(self, options, asked: Sequence[FrozenTrial]) -> dict[str, Any] | None:
+        """Of `n_predicted` trainings drawn at random (one when nothing was asked yet), the one
+        farthest in log memory from every point asked."""
         taken = [np.log10(m) for t in asked if (m := self.memory_of(t.params))]
+        order = self.rng.permutation(len(options))
+        feasible = self.predicted(options, order, self.n_predicted if taken else 1)
+        if not feasible:
+            return None
         if not taken:
-            return feasible[int(self.rng.integers(len(feasible)))][0]
+            return feasible[0][0]
         gaps = np.array([min(abs(np.log10(m) - t) for t in taken) for _, m in feasible])
         best = np.flatnonzero(np.isclose(gaps, gaps.max()))
         return feasible[int(self.rng.choice(best))][0]
 
-    def best_improvement(self, feasible, told, pending) -> dict[str, Any]:
-        """The candidate of the largest expected hypervolume improvement."""
+    def best_improvement(self, options, told, asked, pending) -> dict[str, Any] | None:
+        """The candidate of the largest expected hypervolume improvement, of the `n_predicted`
+        trainings whose improvement is largest at the memory a model of the asked points'
+        memories puts them (optimistically: its mean less one standard deviation)."""
         sign = 1.0 if self.space.objectives[self.learned] == "maximize" else -1.0
         values = np.array([sign * self.told(t, self.learned) for t in told])
         memories = np.array([self.told(t, self.known) for t in told])
@@ -189,18 +218,46 @@ class KnownMemorySampler(BaseSampler):
         if pending:  # a kriging believer: the running points at the model's own mean
             encoded = np.array([self.encode(p) for p in pending])
             model = model.with_points(encoded, model.predict(encoded)[0])
-        mean, std = model.predict(np.array([self.encode(c) for c, _ in feasible]))
+        mean, std = model.predict(np.array([self.encode(o[0]) for o in options]))
+        front = front_points(values, np.log10(memories))
+
+        def gains(candidate_mean, candidate_std, log_memory, ceiling):
+            reference = (float(values.min()), float(ceiling))
+            return expected_improvement(candidate_mean, candidate_std, log_memory, front, reference)
+
+        guess = self.guessed_log_memory(options, asked)
+        ceiling = np.log10(1.1 * memories.max())
+        guessed = gains(mean, std, guess, max(ceiling, guess.max() + np.log10(1.1)))
+        order = np.argsort(-guessed, kind="stable")
+        feasible = self.predicted(options, order, self.n_predicted)
+        if not feasible:
+            return None
+        chosen = [self.encode(c) for c, _ in feasible]
         candidate_memory = np.array([m for _, m in feasible], float)
-        ceiling = 1.1 * max(candidate_memory.max(), memories.max())
-        gains = expected_improvement(
+        mean, std = model.predict(np.array(chosen))
+        exact_gains = gains(
             mean,
             std,
             np.log10(candidate_memory),
-            front_points(values, np.log10(memories)),
-            reference=(float(values.min()), float(np.log10(ceiling))),
+            np.log10(1.1 * max(candidate_memory.max(), memories.max())),
         )
-        best = np.flatnonzero(np.isclose(gains, gains.max(), rtol=1e-9, atol=0.0))
+        best = np.flatnonzero(np.isclose(exact_gains, exact_gains.max(), rtol=1e-9, atol=0.0))
         return feasible[int(self.rng.choice(best))][0]
+
+    def guessed_log_memory(self, options, asked: Sequence[FrozenTrial]) -> np.ndarray:
+        """Each training's least log memory over its variants as a Gaussian process of the
+        asked points' log memories guesses it (every param a feature), less one standard
+        deviation: a training far from every asked point may be cheap."""
+        known = [(t.params, m) for t in asked if (m := self.memory_of(t.params))]
+        model = GaussianProcess.fit(
+            np.array([self.encode(p, every=True) for p, _ in known]),
+            np.log10([m for _, m in known]),
+            self.rng,
+        )
+        flat = [variant for variants in options for variant in variants]
+        mean, std = model.predict(np.array([self.encode(v, every=True) for v in flat]))
+        lows = iter(mean - std)
+        return np.array([min(next(lows) for _ in variants) for variants in options])
 
     # ---- candidates and their encoding ---------------------------------------------------
 
@@ -239,12 +296,18 @@ class KnownMemorySampler(BaseSampler):
             fixed[param.name] = param.suggest(draw)
         return self.space.sample(Completing(fixed, draw))
 
-    def encode(self, params: Mapping[str, Any]) -> list[float]:
-        """The features the learned objective depends on: exact values read as absent."""
+    def encode(self, params: Mapping[str, Any], every: bool = False) -> list[float]:
+        """The features the learned objective depends on: exact values read as absent (unless
+        `every`: the memory model's features)."""
         return [
             x
             for p in self.space.params
-            for x in encode_param(p, trained_value(p.name, params.get(p.name, MISSING)))
+            for x in encode_param(
+                p,
+                params.get(p.name, MISSING)
+                if every
+                else trained_value(p.name, params.get(p.name, MISSING)),
+            )
         ]
 
 
@@ -384,18 +447,41 @@ def expected_improvement(
 
 def profiler_memory(space: SearchSpace, objective: str) -> MemoryOf:
     """A point's memory objective from the profiler, through the searcher's own screening (so
-    the budget and invalid configs read as None, never as a memory)."""
+    the budget and invalid configs read as None, never as a memory), once per `memory_key`."""
+    known: dict[str, float | None] = {}
 
     def memory(params: Mapping[str, Any]) -> float | None:
         from ..memory.stored import stored
         from ..trainable import memory_metrics
         from .screening import screen
 
+        key = memory_key(space, params)
+        if key is not None and key in known:
+            return known[key]
         screening = screen(space, params)
-        if not screening.feasible:
-            return None
-        held = stored(screening.config) if objective in STORED_METRICS else None
-        value = memory_metrics(screening.predicted, None, held).get(objective)
-        return None if value is None else float(value)
+        value = None
+        if screening.feasible:
+            held = stored(screening.config) if objective in STORED_METRICS else None
+            predicted = memory_metrics(screening.predicted, None, held).get(objective)
+            value = None if predicted is None else float(predicted)
+        if key is not None:
+            known[key] = value
+        return value
 
     return memory
+
+
+def memory_key(space: SearchSpace, params: Mapping[str, Any]) -> str | None:
+    """What a point's predicted memory depends on: the profiler's shape key (its dry run's
+    cache key: the model, the schedule's shape fields, each technique's `shape_settings`, which
+    also decide the sparse weights' nonzeros and layout) and whether the trial rewires. Points
+    that differ only in a learning rate or a rewiring knob that keeps rewiring share one.
+    None: the config is not valid (the screening says why)."""
+    from ..memory.predict import shape_key
+    from ..techniques.rewiring import rewires
+
+    try:
+        config = space.trial_config(params)
+        return json.dumps([shape_key(config).to_flat(), rewires(config)], default=str)
+    except ConfigError:
+        return None
