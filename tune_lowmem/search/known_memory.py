@@ -179,36 +179,42 @@ class KnownMemorySampler(BaseSampler):
                 best = (variant, memory)
         return best
 
-    def predicted(self, options, order, count: int) -> list[tuple[dict[str, Any], float]]:
-        """The cheapest variants of the first `count` feasible trainings of `options` in
-        `order`: the only ones whose memory the ask predicts."""
-        feasible = []
+    def weighed(self, options, order, count: int, guess=None) -> list[tuple[int, float]]:
+        """(index, memory) of the first `count` trainings of `options` in `order` that have a
+        feasible variant: the only memories the ask predicts. Each training is weighed at one
+        variant, the first feasible one in the order of `guess` (guessed log memories per
+        variant; else as listed); the chosen training's cheapest variant is found after."""
+        weighed = []
         for index in order:
-            pair = self.cheapest(options[index])
-            if pair is not None:
-                feasible.append(pair)
-                if len(feasible) == count:
+            variants = options[index]
+            ranks = np.argsort(guess[index], kind="stable") if guess else range(len(variants))
+            memory = next(
+                (m for r in ranks if (m := self.memory_of(variants[r])) is not None and m > 0),
+                None,
+            )
+            if memory is not None:
+                weighed.append((int(index), memory))
+                if len(weighed) == count:
                     break
-        return feasible
+        return weighed
 
     def spread(self, options, asked: Sequence[FrozenTrial]) -> dict[str, Any] | None:
         """Of `n_predicted` trainings drawn at random (one when nothing was asked yet), the one
-        farthest in log memory from every point asked."""
+        farthest in log memory from every point asked, at its cheapest variant."""
         taken = [np.log10(m) for t in asked if (m := self.memory_of(t.params))]
         order = self.rng.permutation(len(options))
-        feasible = self.predicted(options, order, self.n_predicted if taken else 1)
-        if not feasible:
+        weighed = self.weighed(options, order, self.n_predicted if taken else 1)
+        if not weighed:
             return None
-        if not taken:
-            return feasible[0][0]
-        gaps = np.array([min(abs(np.log10(m) - t) for t in taken) for _, m in feasible])
-        best = np.flatnonzero(np.isclose(gaps, gaps.max()))
-        return feasible[int(self.rng.choice(best))][0]
+        if taken:
+            gaps = np.array([min(abs(np.log10(m) - t) for t in taken) for _, m in weighed])
+            weighed = [weighed[int(self.rng.choice(np.flatnonzero(np.isclose(gaps, gaps.max()))))]]
+        return self.cheapest(options[weighed[0][0]])[0]
 
     def best_improvement(self, options, told, asked, pending) -> dict[str, Any] | None:
-        """The candidate of the largest expected hypervolume improvement, of the `n_predicted`
-        trainings whose improvement is largest at the memory a model of the asked points'
-        memories puts them (optimistically: its mean less one standard deviation)."""
+        """The training of the largest expected hypervolume improvement, at its cheapest variant,
+        of the `n_predicted` trainings whose improvement is largest at the memory a model of the
+        asked points' memories guesses (optimistically: its mean less one standard deviation)."""
         sign = 1.0 if self.space.objectives[self.learned] == "maximize" else -1.0
         values = np.array([sign * self.told(t, self.learned) for t in told])
         memories = np.array([self.told(t, self.known) for t in told])
@@ -221,33 +227,27 @@ class KnownMemorySampler(BaseSampler):
         mean, std = model.predict(np.array([self.encode(o[0]) for o in options]))
         front = front_points(values, np.log10(memories))
 
-        def gains(candidate_mean, candidate_std, log_memory, ceiling):
+        def gains(which, log_memory):
+            ceiling = np.log10(1.1) + max(np.max(log_memory), np.log10(memories.max()))
             reference = (float(values.min()), float(ceiling))
-            return expected_improvement(candidate_mean, candidate_std, log_memory, front, reference)
+            return expected_improvement(mean[which], std[which], log_memory, front, reference)
 
         guess = self.guessed_log_memory(options, asked)
-        ceiling = np.log10(1.1 * memories.max())
-        guessed = gains(mean, std, guess, max(ceiling, guess.max() + np.log10(1.1)))
+        every = np.arange(len(options))
+        guessed = gains(every, np.array([np.min(g) for g in guess]))
         order = np.argsort(-guessed, kind="stable")
-        feasible = self.predicted(options, order, self.n_predicted)
-        if not feasible:
+        weighed = self.weighed(options, order, self.n_predicted, guess)
+        if not weighed:
             return None
-        chosen = [self.encode(c) for c, _ in feasible]
-        candidate_memory = np.array([m for _, m in feasible], float)
-        mean, std = model.predict(np.array(chosen))
-        exact_gains = gains(
-            mean,
-            std,
-            np.log10(candidate_memory),
-            np.log10(1.1 * max(candidate_memory.max(), memories.max())),
-        )
-        best = np.flatnonzero(np.isclose(exact_gains, exact_gains.max(), rtol=1e-9, atol=0.0))
-        return feasible[int(self.rng.choice(best))][0]
+        which = np.array([index for index, _ in weighed])
+        found = gains(which, np.log10([m for _, m in weighed]))
+        best = np.flatnonzero(np.isclose(found, found.max(), rtol=1e-9, atol=0.0))
+        return self.cheapest(options[which[int(self.rng.choice(best))]])[0]
 
-    def guessed_log_memory(self, options, asked: Sequence[FrozenTrial]) -> np.ndarray:
-        """Each training's least log memory over its variants as a Gaussian process of the
-        asked points' log memories guesses it (every param a feature), less one standard
-        deviation: a training far from every asked point may be cheap."""
+    def guessed_log_memory(self, options, asked: Sequence[FrozenTrial]) -> list[np.ndarray]:
+        """Each training's variants' log memories as a Gaussian process of the asked points' log
+        memories guesses them (every param a feature), less one standard deviation: a training
+        far from every asked point may be cheap."""
         known = [(t.params, m) for t in asked if (m := self.memory_of(t.params))]
         model = GaussianProcess.fit(
             np.array([self.encode(p, every=True) for p, _ in known]),
@@ -256,8 +256,8 @@ class KnownMemorySampler(BaseSampler):
         )
         flat = [variant for variants in options for variant in variants]
         mean, std = model.predict(np.array([self.encode(v, every=True) for v in flat]))
-        lows = iter(mean - std)
-        return np.array([min(next(lows) for _ in variants) for variants in options])
+        bounds = np.cumsum([0] + [len(variants) for variants in options])
+        return [(mean - std)[low:high] for low, high in itertools.pairwise(bounds)]
 
     # ---- candidates and their encoding ---------------------------------------------------
 
