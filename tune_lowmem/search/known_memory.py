@@ -1,6 +1,6 @@
 """The known-memory sampler: learn only what training tells, take memory from the profiler.
 
-Why: a sweep's memory objective is predicted exactly from shapes, in milliseconds, before any
+Why: a sweep's memory objective is predicted exactly from shapes (a dry run per shape) before any
 training (`memory.predict`); only the other objective (accuracy) costs a trial. Optuna's samplers
 treat both as unknown. This one (`sampler: known-memory`) models the unknown objective alone
 with a Gaussian process over the params (`gaussian_process`) and, per ask, scores many candidate
@@ -15,15 +15,23 @@ steps, closed form under a Gaussian. Hypervolume is on log memory (savings are r
   conditions applied by `SearchSpace.sample`) plus one- and two-param changes of the front's
   points. Points already asked are never proposed again, nor points over the memory budget or
   invalid ones (their memory is None): no trial is spent on an infeasible point.
-- Start: the first `n_startup_trials` points are spread over log memory (each the candidate
-  farthest from the memories asked so far), since the front lies along it.
+- Few predictions an ask: a memory the profiler has not seen costs a dry run (seconds on a
+  CPU), so an ask predicts `n_predicted` trainings only, those of the largest improvement at the
+  memory a second Gaussian process (of the asked points' log memories, every param a feature)
+  guesses, optimistically. Each is weighed at its guessed least-memory variant; the chosen one is
+  proposed at its least-memory variant. The profiler's memory is kept per `memory_key` (its shape
+  key and whether the trial rewires), so points that differ in a learning rate share it.
+- Start: the first point is a random candidate; up to `n_startup_trials` told, each point is the
+  one of `n_predicted` random candidates farthest in log memory from the points asked, since the
+  front lies along it.
 - Trials running in parallel (asked, not told) join the model at its own predicted mean
   (a kriging believer), so parallel asks do not pile onto one spot.
 - Conditional params: inactive ones get a neutral encoding (a numeric at its range's middle, a
   choice with no one-hot bit set).
 
-Its model is rebuilt from the study (the journal) at every ask, so a resumed sweep loses
-nothing: a sampler rebuilt on the study with the same seed chooses the same point.
+Both models are rebuilt from the study (the journal) at every ask, so a resumed sweep loses
+nothing: a sampler rebuilt on the study with the same seed chooses the same point (a cached
+memory is the memory predicted again, so caches change only the time an ask takes).
 `memory` maps a point's params to its known memory objective (None: infeasible or invalid); the
 default is the profiler's prediction through the searcher's screening; the replay benchmark
 passes the recorded table's predicted memory.
