@@ -257,6 +257,8 @@ class KnownMemorySampler(BaseSampler):
         memories guesses them (every param a feature), less one standard deviation: a training
         far from every asked point may be cheap."""
         known = [(t.params, m) for t in asked if (m := self.memory_of(t.params))]
+        if len(known) < 2:  # nothing to learn from: every variant alike
+            return [np.zeros(len(variants)) for variants in options]
         model = GaussianProcess.fit(
             np.array([self.encode(p, every=True) for p, _ in known]),
             np.log10([m for _, m in known]),
