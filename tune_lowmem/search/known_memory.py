@@ -19,7 +19,8 @@ steps, closed form under a Gaussian. Hypervolume is on log memory (savings are r
   CPU), so an ask predicts `n_predicted` trainings only, those of the largest improvement at the
   memory a second Gaussian process (of the asked points' log memories, every param a feature)
   guesses, optimistically. Each is weighed at its guessed least-memory variant; the chosen one is
-  proposed at its least-memory variant. The profiler's memory is kept per `memory_key` (its shape
+  proposed at its least-memory variant (so the asked points' variants, the second process's
+  data, are predicted already). The profiler's memory is kept per `memory_key` (its shape
   key and whether the trial rewires), so points that differ in a learning rate share it.
 - Start: the first point is a random candidate; up to `n_startup_trials` told, each point is the
   one of `n_predicted` random candidates farthest in log memory from the points asked, since the
@@ -253,10 +254,12 @@ class KnownMemorySampler(BaseSampler):
         return self.cheapest(options[which[int(self.rng.choice(best))]])[0]
 
     def guessed_log_memory(self, options, asked: Sequence[FrozenTrial]) -> list[np.ndarray]:
-        """Each training's variants' log memories as a Gaussian process of the asked points' log
-        memories guesses them (every param a feature), less one standard deviation: a training
-        far from every asked point may be cheap."""
-        known = [(t.params, m) for t in asked if (m := self.memory_of(t.params))]
+        """Each training's variants' log memories as a Gaussian process of the log memories of
+        the asked points and their variants (predicted when the point was chosen) guesses them
+        (every param a feature), less one standard deviation: a training far from every asked
+        point may be cheap."""
+        points = {point_key(v): v for t in asked for v in self.variants(t.params)}
+        known = [(p, m) for p in points.values() if (m := self.memory_of(p))]
         if len(known) < 2:  # nothing to learn from: every variant alike
             return [np.zeros(len(variants)) for variants in options]
         model = GaussianProcess.fit(
