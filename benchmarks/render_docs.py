@@ -287,7 +287,18 @@ def search_replay(result: dict) -> str:
     return "\n".join(table(header, lines)) + "\n"
 
 
+def ask_time(result: dict) -> str:
+    """Median seconds of the first ask and of the later ones, wall clock and CPU."""
+    header = ["space", "asks", "first ask (wall / CPU s)", "later asks, median (wall / CPU s)"]
+    cells = [
+        f"{result[f'{which}_ask_wall_s']:.1f} / {result[f'{which}_ask_cpu_s']:.1f}"
+        for which in ("first", "later")
+    ]
+    return "\n".join(table(header, [[result["space"], result["points"], *cells]])) + "\n"
+
+
 RENDERERS: dict[str, Callable[[dict], str]] = {
+    "ask_time": ask_time,
     "profiler_accuracy": profiler_accuracy,
     "memory_ladder": memory_ladder,
     "memory_ladder_paper": memory_ladder,

@@ -13,6 +13,8 @@ from tune_lowmem.search.known_memory import (
     KnownMemorySampler,
     expected_improvement,
     front_points,
+    memory_key,
+    profiler_memory,
 )
 from tune_lowmem.search.samplers import build_sampler
 from tune_lowmem.space import SearchSpace
@@ -232,3 +234,69 @@ def test_of_points_that_train_alike_it_asks_only_the_least_memory_one_once():
         for p in asked
     ]
     assert len(set(trainings)) == len(trainings)
+
+
+def test_an_ask_predicts_the_memory_of_a_few_trainings_only():
+    """Predicting memory is the ask's cost (a profiler dry run per shape): past its start, an ask
+    weighs every candidate by the learned model but predicts the memory of `n_predicted`
+    trainings only, not of its 64 candidates."""
+    space, _ = table_space()
+    predicted = []
+
+    def counted(params):
+        predicted.append(dict(params))
+        return memory(params)
+
+    sampler = KnownMemorySampler(space, seed=0, n_candidates=64, n_predicted=2, memory=counted)
+    study = run_study(space, sampler, 6)
+    before = len(predicted)
+    trial = study.ask()
+    space.sample(trial)
+    assert 1 <= len(predicted) - before <= 2
+    assert len(study.get_trials()) == 7
+
+
+def test_memory_predicted_once_per_shape_chooses_as_predicting_every_point():
+    """The profiler's memory is cached per shape key (a learning rate or a rewiring knob does not
+    change it): the values are those of a prediction for every point, and so are the choices."""
+    space = SearchSpace.from_dict(
+        {
+            "name": "shapes",
+            "base": BASE,
+            "params": {
+                "precision": {"type": "choice", "values": ["fp32", "bf16"]},
+                "checkpoint": {"type": "choice", "values": ["none", "residual-1"]},
+                "sparsity.density": {"type": "choice", "values": [0.5, 1.0]},
+                "schedule.lr_multiplier": {"type": "loguniform", "low": 0.25, "high": 4.0},
+                "sparsity.period_multiplier": {"type": "loguniform", "low": 0.5, "high": 2.0},
+            },
+            "conditions": {"sparsity.period_multiplier": "sparsity.density < 1"},
+            "objectives": OBJECTIVES,
+            "num_samples": 6,
+        }
+    )
+    objective = "memory.predicted_total_mb"
+    cached = profiler_memory(space, objective)
+
+    def uncached(params):  # a fresh cache for every point: a prediction per point
+        return profiler_memory(space, objective)(params)
+
+    base = {"precision": "bf16", "checkpoint": "none", "sparsity.density": 0.5}
+    points = [
+        {**base, "schedule.lr_multiplier": lr, "sparsity.period_multiplier": period}
+        for lr, period in [(0.5, 1.0), (2.0, 0.7), (1.0, 1.9)]
+    ]
+    assert len({memory_key(space, p) for p in points}) == 1
+    points += [{**points[0], "checkpoint": "residual-1"}, {**points[0], "precision": "fp32"}]
+    values = [cached(p) for p in points]
+    assert values == [uncached(p) for p in points] and len(set(values)) == 3
+    chosen = []
+    for memory_of in (cached, uncached):
+        sampler = KnownMemorySampler(space, seed=1, n_startup_trials=2, memory=memory_of)
+        study = optuna.create_study(directions=list(OBJECTIVES.values()), sampler=sampler)
+        for _ in range(4):
+            trial = study.ask()
+            params = space.sample(trial)
+            study.tell(trial, [accuracy({"sparsity.density": 1.0, **params}), memory_of(params)])
+        chosen.append([t.params for t in study.get_trials()])
+    assert chosen[0] == chosen[1]

@@ -1,6 +1,6 @@
 """The known-memory sampler: learn only what training tells, take memory from the profiler.
 
-Why: a sweep's memory objective is predicted exactly from shapes, in milliseconds, before any
+Why: a sweep's memory objective is predicted exactly from shapes (a dry run per shape) before any
 training (`memory.predict`); only the other objective (accuracy) costs a trial. Optuna's samplers
 treat both as unknown. This one (`sampler: known-memory`) models the unknown objective alone
 with a Gaussian process over the params (`gaussian_process`) and, per ask, scores many candidate
@@ -15,15 +15,24 @@ steps, closed form under a Gaussian. Hypervolume is on log memory (savings are r
   conditions applied by `SearchSpace.sample`) plus one- and two-param changes of the front's
   points. Points already asked are never proposed again, nor points over the memory budget or
   invalid ones (their memory is None): no trial is spent on an infeasible point.
-- Start: the first `n_startup_trials` points are spread over log memory (each the candidate
-  farthest from the memories asked so far), since the front lies along it.
+- Few predictions an ask: a memory the profiler has not seen costs a dry run (seconds on a
+  CPU), so an ask predicts `n_predicted` trainings only, those of the largest improvement at the
+  memory a second Gaussian process (of the asked points' log memories, every param a feature)
+  guesses, optimistically. Each is weighed at its guessed least-memory variant; the chosen one is
+  proposed at its least-memory variant (so the asked points' variants, the second process's
+  data, are predicted already). The profiler's memory is kept per `memory_key` (its shape
+  key and whether the trial rewires), so points that differ in a learning rate share it.
+- Start: the first point is a random candidate; up to `n_startup_trials` told, each point is the
+  one of `n_predicted` random candidates farthest in log memory from the points asked, since the
+  front lies along it.
 - Trials running in parallel (asked, not told) join the model at its own predicted mean
   (a kriging believer), so parallel asks do not pile onto one spot.
 - Conditional params: inactive ones get a neutral encoding (a numeric at its range's middle, a
   choice with no one-hot bit set).
 
-Its model is rebuilt from the study (the journal) at every ask, so a resumed sweep loses
-nothing: a sampler rebuilt on the study with the same seed chooses the same point.
+Both models are rebuilt from the study (the journal) at every ask, so a resumed sweep loses
+nothing: a sampler rebuilt on the study with the same seed chooses the same point (a cached
+memory is the memory predicted again, so caches change only the time an ask takes).
 `memory` maps a point's params to its known memory objective (None: infeasible or invalid); the
 default is the profiler's prediction through the searcher's screening; the replay benchmark
 passes the recorded table's predicted memory.
@@ -69,6 +78,7 @@ class KnownMemorySampler(BaseSampler):
         seed: int | None = None,
         n_startup_trials: int = 4,
         n_candidates: int = 512,
+        n_predicted: int = 4,
         memory: MemoryOf | None = None,
     ):
         known = [name for name in space.objectives if name in KNOWN]
@@ -78,12 +88,15 @@ class KnownMemorySampler(BaseSampler):
                 f"sampler known-memory needs two objectives, one of them a predicted memory "
                 f"({', '.join(KNOWN)}); got {', '.join(space.objectives)}",
             )
-        if n_startup_trials < 0 or n_candidates < 1:
-            raise ValueError("n_startup_trials must be at least 0 and n_candidates at least 1")
+        if n_startup_trials < 0 or n_candidates < 1 or n_predicted < 1:
+            raise ValueError(
+                "n_startup_trials must be at least 0, n_candidates and n_predicted at least 1"
+            )
         self.space, self.seed = space, seed
         self.known = known[0]
         self.learned = next(name for name in space.objectives if name != self.known)
         self.n_startup_trials, self.n_candidates = n_startup_trials, n_candidates
+        self.n_predicted = n_predicted
         self.memory = memory or profiler_memory(space, self.known)
         self.rng = np.random.default_rng(seed)
         self.fallback = RandomSampler(seed=seed)
@@ -127,14 +140,13 @@ class KnownMemorySampler(BaseSampler):
         trainings: dict[str, dict[str, Any]] = {}
         for candidate in self.candidates(told):
             trainings.setdefault(training_key(candidate), candidate)
-        cheapest = [self.cheapest(c) for k, c in trainings.items() if k not in seen]
-        feasible = [pair for pair in cheapest if pair is not None]
-        if not feasible:
+        options = [self.variants(c) for k, c in trainings.items() if k not in seen]
+        if not options:
             return None
         if len(told) < max(self.n_startup_trials, 2):  # the model needs two values at least
-            return self.spread(feasible, asked)
+            return self.spread(options, asked)
         pending = [t.params for t in asked if t.state == TrialState.RUNNING]
-        return self.best_improvement(feasible, told, pending)
+        return self.best_improvement(options, told, asked, pending)
 
     def informative(self, trial: FrozenTrial) -> bool:
         """A told trial that trained: not an infeasible or failed point told the worst value."""
@@ -153,33 +165,65 @@ class KnownMemorySampler(BaseSampler):
             self.cache[key] = self.memory(params)
         return self.cache[key]
 
-    def cheapest(self, point: Mapping[str, Any]) -> tuple[dict[str, Any], float] | None:
-        """The least-memory point that trains as `point` does (its exact params' values
-        exchanged, `exact.EXACT_VALUES`), with its memory; None if none is feasible."""
+    def variants(self, point: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The points that train as `point` does: its exact params' values exchanged
+        (`exact.EXACT_VALUES`), conditions applied."""
         exchangeable = [
             [(p.name, v) for v in p.values if exact(p.name, v)]
             for p in self.space.params
             if p.kind == "choice" and p.name in point and exact(p.name, point[p.name])
         ]
+        return [
+            self.space.sample(Completing({**point, **dict(values)}, RandomDraw(self.rng)))
+            for values in itertools.product(*exchangeable)
+        ]
+
+    def cheapest(self, variants: Sequence[dict[str, Any]]) -> tuple[dict[str, Any], float] | None:
+        """The least-memory one of a training's `variants`, with its memory; None if none is
+        feasible."""
         best = None
-        for values in itertools.product(*exchangeable):
-            variant = self.space.sample(Completing({**point, **dict(values)}, RandomDraw(self.rng)))
+        for variant in variants:
             memory = self.memory_of(variant)
             if memory is not None and memory > 0 and (best is None or memory < best[1]):
                 best = (variant, memory)
         return best
 
-    def spread(self, feasible, asked: Sequence[FrozenTrial]) -> dict[str, Any]:
-        """The candidate farthest in log memory from every point asked (a random one first)."""
-        taken = [np.log10(m) for t in asked if (m := self.memory_of(t.params))]
-        if not taken:
-            return feasible[int(self.rng.integers(len(feasible)))][0]
-        gaps = np.array([min(abs(np.log10(m) - t) for t in taken) for _, m in feasible])
-        best = np.flatnonzero(np.isclose(gaps, gaps.max()))
-        return feasible[int(self.rng.choice(best))][0]
+    def weighed(self, options, order, count: int, guess=None) -> list[tuple[int, float]]:
+        """(index, memory) of the first `count` trainings of `options` in `order` that have a
+        feasible variant: the only memories the ask predicts. Each training is weighed at one
+        variant, the first feasible one in the order of `guess` (guessed log memories per
+        variant; else as listed); the chosen training's cheapest variant is found after."""
+        weighed = []
+        for index in order:
+            variants = options[index]
+            ranks = np.argsort(guess[index], kind="stable") if guess else range(len(variants))
+            memory = next(
+                (m for r in ranks if (m := self.memory_of(variants[r])) is not None and m > 0),
+                None,
+            )
+            if memory is not None:
+                weighed.append((int(index), memory))
+                if len(weighed) == count:
+                    break
+        return weighed
 
-    def best_improvement(self, feasible, told, pending) -> dict[str, Any]:
-        """The candidate of the largest expected hypervolume improvement."""
+    def spread(self, options, asked: Sequence[FrozenTrial]) -> dict[str, Any] | None:
+        """Of `n_predicted` trainings drawn at random (one when nothing was asked yet), the one
+        farthest in log memory from every point asked, at its cheapest variant."""
+        taken = [np.log10(m) for t in asked if (m := self.memory_of(t.params))]
+        order = self.rng.permutation(len(options))
+        weighed = self.weighed(options, order, self.n_predicted if taken else 1)
+        if not weighed:
+            return None
+        if taken:
+            gaps = np.array([min(abs(np.log10(m) - t) for t in taken) for _, m in weighed])
+            weighed = [weighed[int(self.rng.choice(np.flatnonzero(np.isclose(gaps, gaps.max()))))]]
+        return self.cheapest(options[weighed[0][0]])[0]
+
+    def best_improvement(self, options, told, asked, pending) -> dict[str, Any] | None:
+        """The training of the largest expected hypervolume improvement, at its cheapest variant,
+        of the `n_predicted` trainings whose improvement is largest at the memory a model of the
+        asked points' memories guesses (optimistically: its mean less one standard deviation)."""
         sign = 1.0 if self.space.objectives[self.learned] == "maximize" else -1.0
         values = np.array([sign * self.told(t, self.learned) for t in told])
         memories = np.array([self.told(t, self.known) for t in told])
@@ -189,18 +233,44 @@ class KnownMemorySampler(BaseSampler):
         if pending:  # a kriging believer: the running points at the model's own mean
             encoded = np.array([self.encode(p) for p in pending])
             model = model.with_points(encoded, model.predict(encoded)[0])
-        mean, std = model.predict(np.array([self.encode(c) for c, _ in feasible]))
-        candidate_memory = np.array([m for _, m in feasible], float)
-        ceiling = 1.1 * max(candidate_memory.max(), memories.max())
-        gains = expected_improvement(
-            mean,
-            std,
-            np.log10(candidate_memory),
-            front_points(values, np.log10(memories)),
-            reference=(float(values.min()), float(np.log10(ceiling))),
+        mean, std = model.predict(np.array([self.encode(o[0]) for o in options]))
+        front = front_points(values, np.log10(memories))
+
+        def gains(which, log_memory):
+            ceiling = np.log10(1.1) + max(np.max(log_memory), np.log10(memories.max()))
+            reference = (float(values.min()), float(ceiling))
+            return expected_improvement(mean[which], std[which], log_memory, front, reference)
+
+        guess = self.guessed_log_memory(options, asked)
+        every = np.arange(len(options))
+        guessed = gains(every, np.array([np.min(g) for g in guess]))
+        order = np.argsort(-guessed, kind="stable")
+        weighed = self.weighed(options, order, self.n_predicted, guess)
+        if not weighed:
+            return None
+        which = np.array([index for index, _ in weighed])
+        found = gains(which, np.log10([m for _, m in weighed]))
+        best = np.flatnonzero(np.isclose(found, found.max(), rtol=1e-9, atol=0.0))
+        return self.cheapest(options[which[int(self.rng.choice(best))]])[0]
+
+    def guessed_log_memory(self, options, asked: Sequence[FrozenTrial]) -> list[np.ndarray]:
+        """Each training's variants' log memories as a Gaussian process of the log memories of
+        the asked points and their variants (predicted when the point was chosen) guesses them
+        (every param a feature), less one standard deviation: a training far from every asked
+        point may be cheap."""
+        points = {point_key(v): v for t in asked for v in self.variants(t.params)}
+        known = [(p, m) for p in points.values() if (m := self.memory_of(p))]
+        if len(known) < 2:  # nothing to learn from: every variant alike
+            return [np.zeros(len(variants)) for variants in options]
+        model = GaussianProcess.fit(
+            np.array([self.encode(p, every=True) for p, _ in known]),
+            np.log10([m for _, m in known]),
+            self.rng,
         )
-        best = np.flatnonzero(np.isclose(gains, gains.max(), rtol=1e-9, atol=0.0))
-        return feasible[int(self.rng.choice(best))][0]
+        flat = [variant for variants in options for variant in variants]
+        mean, std = model.predict(np.array([self.encode(v, every=True) for v in flat]))
+        bounds = np.cumsum([0] + [len(variants) for variants in options])
+        return [(mean - std)[low:high] for low, high in itertools.pairwise(bounds)]
 
     # ---- candidates and their encoding ---------------------------------------------------
 
@@ -239,12 +309,18 @@ class KnownMemorySampler(BaseSampler):
             fixed[param.name] = param.suggest(draw)
         return self.space.sample(Completing(fixed, draw))
 
-    def encode(self, params: Mapping[str, Any]) -> list[float]:
-        """The features the learned objective depends on: exact values read as absent."""
+    def encode(self, params: Mapping[str, Any], every: bool = False) -> list[float]:
+        """The features the learned objective depends on: exact values read as absent (unless
+        `every`: the memory model's features)."""
         return [
             x
             for p in self.space.params
-            for x in encode_param(p, trained_value(p.name, params.get(p.name, MISSING)))
+            for x in encode_param(
+                p,
+                params.get(p.name, MISSING)
+                if every
+                else trained_value(p.name, params.get(p.name, MISSING)),
+            )
         ]
 
 
@@ -384,18 +460,41 @@ def expected_improvement(
 
 def profiler_memory(space: SearchSpace, objective: str) -> MemoryOf:
     """A point's memory objective from the profiler, through the searcher's own screening (so
-    the budget and invalid configs read as None, never as a memory)."""
+    the budget and invalid configs read as None, never as a memory), once per `memory_key`."""
+    known: dict[str, float | None] = {}
 
     def memory(params: Mapping[str, Any]) -> float | None:
         from ..memory.stored import stored
         from ..trainable import memory_metrics
         from .screening import screen
 
+        key = memory_key(space, params)
+        if key is not None and key in known:
+            return known[key]
         screening = screen(space, params)
-        if not screening.feasible:
-            return None
-        held = stored(screening.config) if objective in STORED_METRICS else None
-        value = memory_metrics(screening.predicted, None, held).get(objective)
-        return None if value is None else float(value)
+        value = None
+        if screening.feasible:
+            held = stored(screening.config) if objective in STORED_METRICS else None
+            predicted = memory_metrics(screening.predicted, None, held).get(objective)
+            value = None if predicted is None else float(predicted)
+        if key is not None:
+            known[key] = value
+        return value
 
     return memory
+
+
+def memory_key(space: SearchSpace, params: Mapping[str, Any]) -> str | None:
+    """What a point's predicted memory depends on: the profiler's shape key (its dry run's
+    cache key: the model, the schedule's shape fields, each technique's `shape_settings`, which
+    also decide the sparse weights' nonzeros and layout) and whether the trial rewires. Points
+    that differ only in a learning rate or a rewiring knob that keeps rewiring share one.
+    None: the config is not valid (the screening says why)."""
+    from ..memory.predict import shape_key
+    from ..techniques.rewiring import rewires
+
+    try:
+        config = space.trial_config(params)
+        return json.dumps([shape_key(config).to_flat(), rewires(config)], default=str)
+    except ConfigError:
+        return None

@@ -19,7 +19,12 @@ if TYPE_CHECKING:
     from ..space import SearchSpace
 
 NOT_OPTIONS = ("self", "seed", "search_space", "space", "memory")  # set by the space itself
-AT_LEAST_ONE = ("n_ei_candidates", "population_size", "n_candidates")  # options counting draws
+AT_LEAST_ONE = (
+    "n_ei_candidates",
+    "population_size",
+    "n_candidates",
+    "n_predicted",
+)  # options counting draws
 
 
 def build_sampler(space: SearchSpace, seed_offset: int = 0):
