@@ -96,17 +96,51 @@ def planned_nonzeros(density: float, shapes: dict[str, torch.Size]) -> dict[str,
     return {name: max(1, round(density * math.prod(shape))) for name, shape in shapes.items()}
 
 
-def initial_masks(
+def choose(population: int, count: int, generator: torch.Generator) -> torch.Tensor:
+    """`count` distinct ranks drawn uniformly from range(population) (int64, on the CPU), in
+    O(count) memory: from a small population a permutation's head; else independent uniform
+    draws until `count` distinct ones, and a random `count` of those. The distinct values of
+    independent uniform draws, given how many there are, are any set of that size alike, so the
+    result is a uniform `count`-subset."""
+    if population <= 4 * count:
+        return torch.randperm(population, generator=generator)[:count]
+    drawn = torch.empty(0, dtype=torch.int64)
+    while drawn.numel() < count:
+        more = torch.randint(population, (2 * (count - drawn.numel()),), generator=generator)
+        drawn = torch.cat([drawn, more]).unique()
+    return drawn[torch.randperm(drawn.numel(), generator=generator)[:count]]
+
+
+def initial_positions(
     shapes: dict[str, torch.Size], density: float, generator: torch.Generator
 ) -> dict[str, torch.Tensor]:
-    """The same density in every layer, at uniformly random positions (the reference's rule)."""
-    masks, counts = {}, planned_nonzeros(density, shapes)
-    for name, shape in shapes.items():
-        numel = math.prod(shape)
-        mask = torch.zeros(numel, dtype=torch.bool)
-        mask[torch.randperm(numel, generator=generator)[: counts[name]]] = True
-        masks[name] = mask.view(shape)
-    return masks
+    """Each layer's sorted flat positions: the same density in every layer, at uniformly random
+    positions (the reference's rule)."""
+    counts = planned_nonzeros(density, shapes)
+    return {
+        name: choose(math.prod(shape), counts[name], generator).sort().values
+        for name, shape in shapes.items()
+    }
+
+
+def zero_positions(positions: torch.Tensor, ranks: torch.Tensor) -> torch.Tensor:
+    """The flat positions of the zeros of rank `ranks` (0: the first position not in the sorted
+    `positions`): zero r lies past the nonzeros whose position less their index is <= r."""
+    gaps = positions - torch.arange(positions.numel(), device=positions.device)
+    return torch.searchsorted(gaps, ranks, right=True).add_(ranks)
+
+
+def merged(kept: torch.Tensor, grown: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The sorted union of two disjoint sorted position arrays, and the slots of `kept` in it."""
+
+    def slots(ours: torch.Tensor, theirs: torch.Tensor) -> torch.Tensor:
+        return torch.searchsorted(theirs, ours).add_(torch.arange(ours.numel(), device=ours.device))
+
+    union = kept.new_empty(kept.numel() + grown.numel())
+    target = slots(kept, grown)
+    union[target] = kept
+    union[slots(grown, kept)] = grown
+    return union, target
 
 
 def _read_sums(masks: list[torch.Tensor]) -> list[int]:
@@ -145,8 +179,8 @@ class DynamicSparsity:
         self.run = run
         self.generator = torch.Generator().manual_seed(seed + MASK_SEED_OFFSET)
         shapes = {name: model.get_parameter(name).shape for name in self.names}
-        masks = initial_masks(shapes, sparsity.density, self.generator)
-        self.sparse_numel = sum(mask.numel() for mask in masks.values())
+        positions = initial_positions(shapes, sparsity.density, self.generator)
+        self.sparse_numel = sum(math.prod(shape) for shape in shapes.values())
         self.target_nonzeros = sum(planned_nonzeros(sparsity.density, shapes).values())
         fraction = sparsity.fraction if sparsity.fraction is not None else DEFAULT_FRACTION
         self.target_pruned = max(
@@ -157,7 +191,7 @@ class DynamicSparsity:
         self.last_pruned = 0
         self.period: int | None = rewiring_period(sparsity, run, 0, 0)
         self.optimizer: torch.optim.Optimizer | None = None
-        self.store(masks)
+        self.store(positions)
 
     # ---- training-step hooks ------------------------------------------------------------------
 
@@ -189,20 +223,14 @@ class DynamicSparsity:
                 count -= 1
             pruned.append(count)
             survivors.append(active - count)
-        fresh_room = [math.prod(shape) - v.numel() for shape, v in zip(self.dense_shapes(), values)]
+        numels = [math.prod(shape) for shape in self.dense_shapes()]
+        fresh_room = [numel - v.numel() for numel, v in zip(numels, values)]
         total = sum(pruned)
         fresh = min(total, sum(fresh_room))
         grow_fresh = apportion(fresh, survivors, fresh_room)
         grow_back = apportion(total - fresh, survivors, pruned)
-        for name, small, n_fresh, n_back in zip(self.names, smalls, grow_fresh, grow_back):
-            mask = self.mask(name)
-            small_mask = torch.zeros_like(mask)
-            small_mask.view(-1)[mask.view(-1).nonzero()[small, 0]] = True
-            kept = mask & ~small_mask
-            grown = kept.clone()
-            grown.view(-1)[self._sample(~mask, n_fresh)] = True
-            grown.view(-1)[self._sample(small_mask, n_back)] = True
-            self.move(name, kept, grown)
+        for name, *layer in zip(self.names, numels, smalls, grow_fresh, grow_back):
+            self._regrow(name, *layer)
         self._adapt_threshold(total)
         self.rewirings += 1
         self.last_pruned = total
@@ -214,39 +242,54 @@ class DynamicSparsity:
         elif pruned < 0.9 * self.target_pruned:
             self.threshold *= 2
 
-    def _sample(self, candidates: torch.Tensor, count: int) -> torch.Tensor:
-        """`count` uniformly random flat positions among the True ones of `candidates`."""
-        positions = candidates.reshape(-1).nonzero().squeeze(1)
-        if count == 0:
-            return positions[:0]
-        chosen = torch.randperm(positions.numel(), generator=self.generator)[:count]
-        return positions[chosen.to(positions.device)]
+    def _regrow(self, name: str, numel: int, small: torch.Tensor, fresh: int, back: int) -> None:
+        """Move one layer's weights off its `small` slots and regrow `fresh` of its zero
+        positions and `back` of the pruned ones, on positions alone: its temporaries are sized
+        by its nonzeros, never by its dense shape."""
+        old = self.positions(name)
+        device = old.device
+
+        def draw(population: int, count: int) -> torch.Tensor:
+            return choose(population, count, self.generator).to(device)
+
+        pruned = small.nonzero()[:, 0]
+        fresh_at = zero_positions(old, draw(numel - old.numel(), fresh))
+        back_at = old[pruned[draw(len(pruned), back)]]
+        grown = torch.cat([fresh_at, back_at]).sort().values
+        del fresh_at, back_at
+        source = (~small).nonzero()[:, 0]
+        kept = old[source]
+        del old, pruned
+        new, target = merged(kept, grown)
+        del kept, grown
+        self.move(name, source, target, new)
 
     # ---- the layers' storage ------------------------------------------------------------------
 
-    def store(self, masks: dict[str, torch.Tensor]) -> None:
-        """Keep each sparse weight at the True positions of its initial mask: packed."""
-        for name, mask in masks.items():
-            pack_layer(self.layer(name), mask, self.sparsity.storage)
+    def store(self, positions: dict[str, torch.Tensor]) -> None:
+        """Keep each sparse weight at its initial positions: packed."""
+        for name, where in positions.items():
+            pack_layer(self.layer(name), where, self.sparsity.storage)
 
     def values(self, name: str) -> torch.Tensor:
         """The active weights of one layer, in row-major position order."""
         return self.layer(name).weight
 
+    def positions(self, name: str) -> torch.Tensor:
+        """The sorted flat positions (int64) of one layer's active weights."""
+        return self.layer(name).positions()
+
     def mask(self, name: str) -> torch.Tensor:
-        """The dense bool mask of one layer's active positions (a transient tensor)."""
+        """The dense bool mask of one layer's active positions (a transient tensor, to inspect)."""
         return self.layer(name).mask()
 
-    def move(self, name: str, kept: torch.Tensor, grown: torch.Tensor) -> None:
-        """Point one layer at the positions of `grown`: the weights, gradient and optimizer
-        state at the positions of `kept` move to their new slots, the others are 0. A layer's
-        count changes when regrowth lands elsewhere than pruning did (the total stays): the
-        parameter object stays (so the optimizer, its hooks and its state keys hold), its data,
-        gradient and state are replaced by tensors of the new count."""
+    def move(self, name: str, source: torch.Tensor, target: torch.Tensor, new: torch.Tensor):
+        """Point one layer at the sorted positions `new`: the weights, gradient and optimizer
+        state in slots `source` move to slots `target`, the others are 0. A layer's count
+        changes when regrowth lands elsewhere than pruning did (the total stays): the parameter
+        object stays (so the optimizer, its hooks and its state keys hold), its data, gradient
+        and state are replaced by tensors of the new count."""
         layer = self.layer(name)
-        old, new = layer.positions(), grown.reshape(-1).nonzero()[:, 0]
-        where = kept.reshape(-1).nonzero()[:, 0]
-        source, target = torch.searchsorted(old, where), torch.searchsorted(new, where)
 
         def moved(tensor: torch.Tensor) -> torch.Tensor:
             result = tensor.new_zeros(new.numel())
@@ -268,7 +311,7 @@ class DynamicSparsity:
             state[key] = moved(state[key])
         param.data = moved(param.data)
         param.grad = None if grad is None else moved(grad)
-        layer.set_index(grown)
+        layer.set_index(new)
 
     # ---- plumbing -----------------------------------------------------------------------------
 
