@@ -130,19 +130,6 @@ def zero_positions(positions: torch.Tensor, ranks: torch.Tensor) -> torch.Tensor
     return torch.searchsorted(gaps, ranks, right=True).add_(ranks)
 
 
-def merged(kept: torch.Tensor, grown: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The sorted union of two disjoint sorted position arrays, and the slots of `kept` in it."""
-
-    def slots(ours: torch.Tensor, theirs: torch.Tensor) -> torch.Tensor:
-        return torch.searchsorted(theirs, ours).add_(torch.arange(ours.numel(), device=ours.device))
-
-    union = kept.new_empty(kept.numel() + grown.numel())
-    target = slots(kept, grown)
-    union[target] = kept
-    union[slots(grown, kept)] = grown
-    return union, target
-
-
 def _read_sums(masks: list[torch.Tensor]) -> list[int]:
     """Each mask's count of True, read on the host with one sync for all of them."""
     return torch.stack([mask.sum() for mask in masks]).tolist() if masks else []
@@ -244,25 +231,33 @@ class DynamicSparsity:
 
     def _regrow(self, name: str, numel: int, small: torch.Tensor, fresh: int, back: int) -> None:
         """Move one layer's weights off its `small` slots and regrow `fresh` of its zero
-        positions and `back` of the pruned ones, on positions alone: its temporaries are sized
-        by its nonzeros, never by its dense shape."""
+        positions and `back` of the pruned ones, on positions alone: no dense tensor, and at
+        most three index arrays of the nonzeros alive at once (old positions and kept ones;
+        kept ones, their new slots and the new positions; the new positions, the slots moved
+        from and to)."""
         old = self.positions(name)
         device = old.device
 
         def draw(population: int, count: int) -> torch.Tensor:
             return choose(population, count, self.generator).to(device)
 
-        pruned = small.nonzero()[:, 0]
+        pruned = old[small]
         fresh_at = zero_positions(old, draw(numel - old.numel(), fresh))
-        back_at = old[pruned[draw(len(pruned), back)]]
-        grown = torch.cat([fresh_at, back_at]).sort().values
-        del fresh_at, back_at
-        source = (~small).nonzero()[:, 0]
-        kept = old[source]
-        del old, pruned
-        new, target = merged(kept, grown)
-        del kept, grown
-        self.move(name, source, target, new)
+        grown = torch.cat([fresh_at, pruned[draw(pruned.numel(), back)]]).sort().values
+        # a regrown weight's slot: after the kept weights and the regrown ones before it
+        slots = torch.searchsorted(old, grown).sub_(torch.searchsorted(pruned, grown))
+        slots += torch.arange(grown.numel(), device=device)
+        keep = small.logical_not()
+        kept = old[keep]
+        del old, pruned, fresh_at
+        free = torch.ones(kept.numel() + grown.numel(), dtype=torch.bool, device=device)
+        free[slots] = False
+        target = free.nonzero()[:, 0]  # the kept weights' slots, in order
+        del free
+        new = kept.new_empty(kept.numel() + grown.numel())
+        new[target], new[slots] = kept, grown
+        del kept
+        self.move(name, keep.nonzero()[:, 0], target, new)
 
     # ---- the layers' storage ------------------------------------------------------------------
 
