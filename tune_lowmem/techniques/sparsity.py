@@ -130,9 +130,10 @@ def zero_positions(positions: torch.Tensor, ranks: torch.Tensor) -> torch.Tensor
     return torch.searchsorted(gaps, ranks, right=True).add_(ranks)
 
 
-def _read_sums(masks: list[torch.Tensor]) -> list[int]:
-    """Each mask's count of True, read on the host with one sync for all of them."""
-    return torch.stack([mask.sum() for mask in masks]).tolist() if masks else []
+def _count_under(values: list[torch.Tensor], threshold: float) -> list[int]:
+    """How many of each tensor's magnitudes are under `threshold`, read on the host with one sync
+    for all of them; each comparison is freed before the next is made."""
+    return torch.stack([(v.abs() < threshold).sum() for v in values]).tolist() if values else []
 
 
 # ---- the technique --------------------------------------------------------------------------
@@ -200,23 +201,18 @@ class DynamicSparsity:
         """Prune active weights under H, regrow as many at zero positions, adapt H; returns the
         count. Regrown weights, their gradients and their state are zero afterwards."""
         values = [self.values(name).detach() for name in self.names]
-        smalls = [v.abs() < self.threshold for v in values]
-        counts = _read_sums(smalls)  # one host read for every layer
-        pruned, survivors = [], []
-        for index, (small, value) in enumerate(zip(smalls, values)):
-            active, count = value.numel(), counts[index]
-            if count and count == active:  # never empty a layer: its largest weight survives
-                small[value.abs().argmax()] = False
-                count -= 1
-            pruned.append(count)
-            survivors.append(active - count)
+        counts = _count_under(values, self.threshold)  # one host read for every layer
+        # never empty a layer: if all its weights fall under H, its largest one survives
+        spared = [0 < count == value.numel() for count, value in zip(counts, values)]
+        pruned = [count - spare for count, spare in zip(counts, spared)]
+        survivors = [value.numel() - count for value, count in zip(values, pruned)]
         numels = [math.prod(shape) for shape in self.dense_shapes()]
         fresh_room = [numel - v.numel() for numel, v in zip(numels, values)]
         total = sum(pruned)
         fresh = min(total, sum(fresh_room))
         grow_fresh = apportion(fresh, survivors, fresh_room)
         grow_back = apportion(total - fresh, survivors, pruned)
-        for name, *layer in zip(self.names, numels, smalls, grow_fresh, grow_back):
+        for name, *layer in zip(self.names, numels, spared, grow_fresh, grow_back):
             self._regrow(name, *layer)
         self._adapt_threshold(total)
         self.rewirings += 1
@@ -229,12 +225,17 @@ class DynamicSparsity:
         elif pruned < 0.9 * self.target_pruned:
             self.threshold *= 2
 
-    def _regrow(self, name: str, numel: int, small: torch.Tensor, fresh: int, back: int) -> None:
-        """Move one layer's weights off its `small` slots and regrow `fresh` of its zero
-        positions and `back` of the pruned ones, on positions alone: no dense tensor, and at
-        most three index arrays of the nonzeros alive at once (old positions and kept ones;
-        kept ones, their new slots and the new positions; the new positions, the slots moved
-        from and to)."""
+    def _regrow(self, name: str, numel: int, spare: bool, fresh: int, back: int) -> None:
+        """Prune one layer's weights under H (all but its largest when `spare`) and regrow
+        `fresh` of its zero positions and `back` of the pruned ones, on positions alone: no
+        dense tensor, and at most three index arrays of the nonzeros alive at once (old
+        positions and kept ones; kept ones, their new slots and the new positions; the new
+        positions, the slots moved from and to)."""
+        magnitudes = self.values(name).detach().abs()
+        small = magnitudes < self.threshold
+        if spare:
+            small[magnitudes.argmax()] = False
+        del magnitudes
         old = self.positions(name)
         device = old.device
 
