@@ -8,6 +8,8 @@ Transformer (a full 4,000-token minibatch of 30-token sentence pairs). Each rung
 - "stored": what the step holds (`memory.predicted_total_mb`, the searched objective; equal to
   `memory.stored.stored`, the dry run's own tensors);
 - "acc csr": the paper's accounting, sparse weights as CSR (`memory.stored.accounted`);
+- in the rows only: the activation part of the step and, for a rung whose run rewires, of its
+  first rewiring (`memory.predict.DryRun.rewiring`), of which "act" is the larger;
 ratios of both to the baseline's total, and FLOPs per step against the baseline's (the
 recomputation's cost). With --measure, a real step of each rung named, measured independently
 of the prediction (`memory.allocations`: torch's allocator reports every allocation and free to
@@ -36,8 +38,9 @@ from pathlib import Path
 from tune_lowmem.config import TrialConfig
 from tune_lowmem.memory import MB
 from tune_lowmem.memory.allocations import Allocations, measure_allocations
-from tune_lowmem.memory.predict import heap_object_bytes, predict
+from tune_lowmem.memory.predict import dry_run, heap_object_bytes, predict, shape_key
 from tune_lowmem.memory.stored import accounted, stored
+from tune_lowmem.techniques.rewiring import rewires
 
 RESULTS = Path(__file__).parent / "results" / "memory_ladder.json"
 
@@ -214,6 +217,15 @@ def measured_fields(
     }
 
 
+def activation_parts(config: TrialConfig) -> dict:
+    """The step's activation part and, when the run rewires, its first rewiring's (MB)."""
+    run = dry_run(shape_key(config))
+    parts = {"step_activation_mb": sum(run.activation(False)) / MB}
+    if rewires(config):
+        parts["rewiring_activation_mb"] = sum(run.rewiring) / MB
+    return parts
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--task", choices=("wrn", "dct"), default="wrn")
@@ -261,6 +273,7 @@ def main() -> None:
             "x_accounted_csr": csr.ratio_to(baseline),
             "paper": PAPER.get(label),
             "flops_ratio": held.flops_per_step / baseline.flops_per_step,
+            **activation_parts(config),
         }
         line = (
             f"{index:>2} {label:42} {held.activation_bytes / MB:7.2f} {held.total_mb:7.2f} "

@@ -20,11 +20,17 @@ from tune_lowmem.train import Trainer
 class MaskedDense(sparsity_module.DynamicSparsity):
     """Dense weights zero outside their masks; gradients and optimizer state masked likewise."""
 
-    def store(self, masks):
-        self.masks = masks
+    def store(self, positions):
+        self.masks = {name: self._mask(name, where) for name, where in positions.items()}
         with torch.no_grad():
-            for name, mask in masks.items():
+            for name, mask in self.masks.items():
                 self.model.get_parameter(name).mul_(mask)
+
+    def _mask(self, name, positions):
+        """The dense bool mask of `name` that is True at `positions`."""
+        shape = self.model.get_parameter(name).shape
+        mask = torch.zeros(shape.numel(), dtype=torch.bool, device=positions.device)
+        return mask.index_fill_(0, positions, True).view(shape)
 
     def attach(self, optimizer):
         super().attach(optimizer)
@@ -40,17 +46,21 @@ class MaskedDense(sparsity_module.DynamicSparsity):
         param = self.model.get_parameter(name)
         return param.detach().reshape(-1)[self.mask(name).reshape(-1)]
 
+    def positions(self, name):
+        return self.masks[name].reshape(-1).nonzero()[:, 0]
+
     def mask(self, name):
         return self.masks[name]
 
     @torch.no_grad()
-    def move(self, name, kept, grown):
+    def move(self, name, source, target, new):
+        kept = self._mask(name, self.positions(name)[source])
         param = self.model.get_parameter(name)
         state = self.optimizer.state.get(param, {})
         for tensor in (param, param.grad, *state.values()):
             if torch.is_tensor(tensor) and tensor.shape == param.shape:
                 tensor.mul_(kept)
-        self.masks[name] = grown
+        self.masks[name] = self._mask(name, new)
 
 
 def trainer(config, reference: bool, monkeypatch) -> Trainer:

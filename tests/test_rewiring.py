@@ -6,11 +6,13 @@ import pytest
 
 from tests.conftest import tiny_wrn_config
 from tune_lowmem import store
+from tune_lowmem.config import TrialConfig
 from tune_lowmem.space import SearchSpace
 from tune_lowmem.tasks.translation import DynamicConvIwslt14
 from tune_lowmem.techniques.rewiring import (
     RunLength,
     planned_rewirings,
+    rewires,
     rewiring_period,
     rewiring_updates,
 )
@@ -165,3 +167,29 @@ def test_rows_of_older_stores_read_as_what_they_trained(tmp_path):
     read = store.trial_config(old)
     assert read.sparsity.schedule_units == "absolute" and read.precision_update == "nearest"
     assert read.replace(**{"sparsity.schedule_units": "relative"}) == config
+
+
+@pytest.mark.parametrize("rewiring", ["dynamic", "static"])
+def test_the_profiler_runs_a_rewiring_only_for_a_trial_that_rewires(rewiring, monkeypatch):
+    """The dry run's rewiring peak is measured when a trial that rewires asks, once per dry
+    run; a sparse trial that never rewires (the same shape key) never runs one."""
+    from tune_lowmem.memory import predict as predict_module
+    from tune_lowmem.memory.stored import stored
+
+    real, calls = predict_module.rewiring_peak, []
+    monkeypatch.setattr(
+        predict_module, "rewiring_peak", lambda *args: calls.append(args) or real(*args)
+    )
+    predict_module.dry_run.cache_clear()
+    config = TrialConfig.from_dict(
+        {
+            "task": "tests.tiny_task:TinyBlobs",
+            "device": "cpu",
+            "sparsity.density": 0.3,
+            "sparsity.rewiring": rewiring,
+        }
+    )
+    assert rewires(config) == (rewiring == "dynamic")
+    predict_module.predict(config)
+    stored(config)
+    assert len(calls) == (rewiring == "dynamic")

@@ -165,6 +165,31 @@ def test_gradients_are_the_dense_gradients_at_the_nonzeros():
         assert torch.equal(values.grad, dense[index].weight.grad[sparsity.mask(name)]), name
 
 
+@pytest.mark.parametrize("pruned", [10, 45])  # of 150 zeros: by distinct draws; by a permutation
+def test_regrowth_is_uniform_over_the_zero_positions_and_never_onto_an_active_one(pruned):
+    """One 200-weight layer at 50 nonzeros, `pruned` of them under H, rewired from the same
+    state with 1,000 seeds: every regrown position was zero (the layer holds its 50 values at 50
+    distinct positions, the survivors among them), and each of the 150 zeros is regrown about
+    equally often (expected 1000 * pruned / 150; the bounds are over 4 standard deviations)."""
+    trials, counts = 1000, torch.zeros(200, dtype=torch.int64)
+    for trial in range(trials):
+        torch.manual_seed(0)
+        model = nn.Linear(10, 20, bias=False)
+        config = SparsityConfig(density=0.25, fraction=0.05)
+        sparsity = DynamicSparsity(model, ["weight"], config, RunLength(10, 10))
+        before = sparsity.mask("weight").reshape(-1)
+        set_active(model, sparsity, [pruned])
+        sparsity.generator.manual_seed(trial)
+        sparsity.rewire()
+        after = sparsity.mask("weight").reshape(-1)
+        assert int(after.sum()) == sparsity.values("weight").numel() == 50
+        assert int((after & before).sum()) == 50 - pruned  # the survivors, nothing onto them
+        counts += after & ~before
+    expected = trials * pruned / 150
+    assert not counts[before].any()
+    assert expected / 2 < counts[~before].min() <= counts[~before].max() < expected * 1.5
+
+
 def test_threshold_halves_when_too_many_fall_under_it_and_doubles_when_too_few():
     model, sparsity = two_layer_toy()  # Np = 100
     set_active(model, sparsity, [100, 300])  # 400 > 110

@@ -23,16 +23,17 @@ state as the stepped optimizer holds it (Kahan's compensation buffers, low-preci
 state (`techniques.adam_state`) included).
 
 A sparse model also rewires after some updates (`techniques.sparsity`), beside the weights,
-gradients and optimizer state; the rewiring's temporaries are sized by the dense weights (each
-layer's dense masks, the int64 positions of every zero it may regrow into and their random
-permutation) and at low density exceed the step's activations. Which weights it prunes depends
-on their values, so it cannot run on fake tensors: a real trainer of the same shape key, on the
-CPU (the bytes are any device's), its optimizer state made by an update on zero gradients, makes
-zero gradients where the fake step leaves gradients and rewires once, both under a
-`StorageTracker` (`rewiring_peak`): as in a real step, the gradients are the step's own
-allocations, and the ones the rewiring replaces count until then. A trial that rewires at all (`techniques.rewiring.rewires`) has the larger of
-the step's and the rewiring's activation part. How many weights fall under the threshold moves
-only the temporaries of the pruned count; the dense ones dominate.
+gradients and optimizer state; the rewiring's temporaries (each layer's positions, the slots its
+weights move between, the values, gradient and state of its new count while the old ones live)
+are sized by the nonzeros. Which weights it prunes depends on their values, so it cannot run on
+fake tensors: a real trainer of the same shape key, on the CPU (the bytes are any device's), its
+optimizer state made by an update on zero gradients, makes zero gradients where the fake step
+leaves gradients and rewires once, both under a `StorageTracker` (`rewiring_peak`): as in a real
+step, the gradients are the step's own allocations, and the ones the rewiring replaces count
+until then. A trial that rewires at all (`techniques.rewiring.rewires`) has the larger of the
+step's and the rewiring's activation part; the rewiring runs only when such a trial asks
+(`DryRun.rewiring`), once per dry run. How many weights fall under the threshold moves only the
+temporaries of the pruned count.
 
 On the CPU the measurement reads glibc's heap, which holds more than tensor storage: each
 tensor's and storage's C++ objects and the autograd graph's nodes. The dry run counts them as
@@ -51,6 +52,7 @@ import dataclasses
 import functools
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -90,15 +92,20 @@ class DryRun:
     activation_bytes: int
     object_bytes: int  # what the CPU heap holds beyond them at its peak (HEAP_BYTES_PER_STORAGE)
     flops_per_step: int
-    rewiring_bytes: int = 0  # a rewiring's temporaries at their peak (`rewiring_peak`)
-    rewiring_object_bytes: int = 0
+    # a sparse model's rewiring, run only when a trial that rewires asks (`rewiring`)
+    measure_rewiring: Callable[[], tuple[int, int]] | None = None
+
+    @functools.cached_property
+    def rewiring(self) -> tuple[int, int]:
+        """A rewiring's temporaries and heap objects at their peak (`rewiring_peak`), measured
+        once, when first asked: a trial that never rewires never pays for it."""
+        return self.measure_rewiring() if self.measure_rewiring is not None else (0, 0)
 
     def activation(self, rewiring: bool) -> tuple[int, int]:
         """The activation part's tensor storage and heap objects: the step's, or when the trial
         rewires (`rewiring`), a rewiring's if its peak is higher."""
         step = (self.activation_bytes, self.object_bytes)
-        other = (self.rewiring_bytes, self.rewiring_object_bytes)
-        return max(step, other, key=sum) if rewiring else step
+        return max(step, self.rewiring, key=sum) if rewiring else step
 
 
 def predict(config: TrialConfig, lengths: tuple[int, int] | None = None) -> MemoryReport:
@@ -205,11 +212,11 @@ def dry_run(key: TrialConfig, lengths: tuple[int, int] | None = None) -> DryRun:
             update(model, optimizer, precision)
     heap = HEAP_BYTES_PER_STORAGE if device.type == "cpu" else 0  # the trial's device's
     step = _peak(tracker, _held(model, optimizer), heap)
-    rewiring = (0, 0)
+    rewiring = None
     if key.sparsity.enabled:
         with_grad = {name for name, param in model.named_parameters() if param.grad is not None}
-        rewiring = rewiring_peak(key, lengths, with_grad, heap)
-    return DryRun(model, optimizer, *step, sum(flops[s] for s in shapes), *rewiring)
+        rewiring = functools.partial(rewiring_peak, key, lengths, with_grad, heap)
+    return DryRun(model, optimizer, *step, sum(flops[s] for s in shapes), rewiring)
 
 
 def rewiring_peak(

@@ -80,26 +80,23 @@ def layer_layout(layout: str, nonzeros: int, shape: tuple[int, ...]) -> str:
     return "csr" if csr <= bitmap else "bitmap"
 
 
-def encode(mask: torch.Tensor, layout: str) -> dict[str, torch.Tensor]:
-    """The index buffers of a dense bool `mask` in `layout` (csr or bitmap)."""
-    rows = mask.shape[0]
-    grid = mask.reshape(rows, -1)
+def encode(positions: torch.Tensor, shape: tuple[int, ...], layout: str) -> dict[str, torch.Tensor]:
+    """The index buffers in `layout` (csr or bitmap) of the sorted flat `positions` of a weight
+    of `shape`, built from the positions alone (no dense mask)."""
+    numel = math.prod(shape)
     if layout == "csr":
-        wide = column_index_bytes(grid.shape[1]) > 2
-        pointers = torch.zeros(rows + 1, dtype=torch.int64, device=mask.device)
-        pointers[1:] = grid.sum(1).cumsum(0)
-        columns = grid.nonzero()[:, 1]
+        columns = numel // shape[0]
+        starts = torch.arange(shape[0] + 1, device=positions.device).mul_(columns)
+        wide = column_index_bytes(columns) > 2
         return {
-            "weight_columns": columns.to(torch.int32 if wide else torch.uint16),
-            "weight_rows": pointers.to(torch.int32),
+            "weight_columns": positions.remainder(columns).to(
+                torch.int32 if wide else torch.uint16
+            ),
+            "weight_rows": torch.searchsorted(positions, starts, out_int32=True),
         }
-    flat = mask.reshape(-1)
-    padded = flat.new_zeros(math.ceil(flat.numel() / BITS) * BITS)
-    padded[: flat.numel()] = flat
-    weights = 2 ** torch.arange(BITS, device=mask.device, dtype=torch.uint8)
-    return {
-        "weight_bitmap": (padded.view(-1, BITS).to(torch.uint8) * weights).sum(1, dtype=torch.uint8)
-    }
+    bits = (2 ** torch.arange(BITS, device=positions.device, dtype=torch.uint8))[positions % BITS]
+    bitmap = torch.zeros(math.ceil(numel / BITS), dtype=torch.uint8, device=positions.device)
+    return {"weight_bitmap": bitmap.index_add_(0, positions // BITS, bits)}
 
 
 def positions(index: Mapping[str, torch.Tensor], shape: tuple[int, ...], nonzeros: int):
@@ -153,9 +150,9 @@ class PackedLayer:
         """A dense weight-shaped tensor (a gradient) at this layer's nonzeros."""
         return torch.take(dense, self.positions())
 
-    def set_index(self, mask: torch.Tensor) -> None:
-        """Point the layer at the nonzeros of `mask` (as many as it has values)."""
-        for name, tensor in encode(mask, self.layout).items():
+    def set_index(self, positions: torch.Tensor) -> None:
+        """Point the layer at the sorted flat `positions` (as many as it has values)."""
+        for name, tensor in encode(positions, self.dense_shape, self.layout).items():
             self.register_buffer(name, tensor)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -241,15 +238,15 @@ class PackedOp(torch.autograd.Function):
         )
 
 
-def pack_layer(module: nn.Module, mask: torch.Tensor, layout: str) -> nn.Module:
+def pack_layer(module: nn.Module, positions: torch.Tensor, layout: str) -> nn.Module:
     """Turn `module` (a Linear, Conv1d or Conv2d) into its packed form in place, keeping its
-    weight at the True positions of `mask`; returns it."""
+    weight at the sorted flat `positions`; returns it."""
     if type(module) not in PACKED:
         allowed = ", ".join(kind.__name__ for kind in PACKED)
         raise ValueError(f"sparsity: cannot pack a {type(module).__name__}; allowed: {allowed}")
     dense = module.weight.detach()
-    where = mask.reshape(-1).nonzero()[:, 0].to(dense.device)
-    values = dense.reshape(-1)[where].clone()
+    where = positions.to(dense.device)
+    values = dense.reshape(-1)[where]
     requires_grad = module.weight.requires_grad
     del module.weight
     module.__class__ = PACKED[type(module)]
@@ -257,7 +254,7 @@ def pack_layer(module: nn.Module, mask: torch.Tensor, layout: str) -> nn.Module:
     module.layout = layer_layout(layout, values.numel(), module.dense_shape)
     module.weight = nn.Parameter(values, requires_grad)
     module.register_buffer(SHAPE, torch.tensor(module.dense_shape, dtype=torch.int64))
-    module.set_index(mask.to(dense.device))
+    module.set_index(where)
     module.register_load_state_dict_pre_hook(_fit_to_checkpoint)
     return module
 

@@ -96,22 +96,44 @@ def planned_nonzeros(density: float, shapes: dict[str, torch.Size]) -> dict[str,
     return {name: max(1, round(density * math.prod(shape))) for name, shape in shapes.items()}
 
 
-def initial_masks(
+def choose(population: int, count: int, generator: torch.Generator) -> torch.Tensor:
+    """`count` distinct ranks drawn uniformly from range(population) (int64, on the CPU), in
+    O(count) memory: from a small population a permutation's head; else independent uniform
+    draws until `count` distinct ones, and a random `count` of those. The distinct values of
+    independent uniform draws, given how many there are, are any set of that size alike, so the
+    result is a uniform `count`-subset."""
+    if population <= 4 * count:
+        return torch.randperm(population, generator=generator)[:count]
+    drawn = torch.empty(0, dtype=torch.int64)
+    while drawn.numel() < count:
+        more = torch.randint(population, (2 * (count - drawn.numel()),), generator=generator)
+        drawn = torch.cat([drawn, more]).unique()
+    return drawn[torch.randperm(drawn.numel(), generator=generator)[:count]]
+
+
+def initial_positions(
     shapes: dict[str, torch.Size], density: float, generator: torch.Generator
 ) -> dict[str, torch.Tensor]:
-    """The same density in every layer, at uniformly random positions (the reference's rule)."""
-    masks, counts = {}, planned_nonzeros(density, shapes)
-    for name, shape in shapes.items():
-        numel = math.prod(shape)
-        mask = torch.zeros(numel, dtype=torch.bool)
-        mask[torch.randperm(numel, generator=generator)[: counts[name]]] = True
-        masks[name] = mask.view(shape)
-    return masks
+    """Each layer's sorted flat positions: the same density in every layer, at uniformly random
+    positions (the reference's rule)."""
+    counts = planned_nonzeros(density, shapes)
+    return {
+        name: choose(math.prod(shape), counts[name], generator).sort().values
+        for name, shape in shapes.items()
+    }
 
 
-def _read_sums(masks: list[torch.Tensor]) -> list[int]:
-    """Each mask's count of True, read on the host with one sync for all of them."""
-    return torch.stack([mask.sum() for mask in masks]).tolist() if masks else []
+def zero_positions(positions: torch.Tensor, ranks: torch.Tensor) -> torch.Tensor:
+    """The flat positions of the zeros of rank `ranks` (0: the first position not in the sorted
+    `positions`): zero r lies past the nonzeros whose position less their index is <= r."""
+    gaps = positions - torch.arange(positions.numel(), device=positions.device)
+    return torch.searchsorted(gaps, ranks, right=True).add_(ranks)
+
+
+def _count_under(values: list[torch.Tensor], threshold: float) -> list[int]:
+    """How many of each tensor's magnitudes are under `threshold`, read on the host with one sync
+    for all of them; each comparison is freed before the next is made."""
+    return torch.stack([(v.abs() < threshold).sum() for v in values]).tolist() if values else []
 
 
 # ---- the technique --------------------------------------------------------------------------
@@ -145,8 +167,8 @@ class DynamicSparsity:
         self.run = run
         self.generator = torch.Generator().manual_seed(seed + MASK_SEED_OFFSET)
         shapes = {name: model.get_parameter(name).shape for name in self.names}
-        masks = initial_masks(shapes, sparsity.density, self.generator)
-        self.sparse_numel = sum(mask.numel() for mask in masks.values())
+        positions = initial_positions(shapes, sparsity.density, self.generator)
+        self.sparse_numel = sum(math.prod(shape) for shape in shapes.values())
         self.target_nonzeros = sum(planned_nonzeros(sparsity.density, shapes).values())
         fraction = sparsity.fraction if sparsity.fraction is not None else DEFAULT_FRACTION
         self.target_pruned = max(
@@ -157,7 +179,7 @@ class DynamicSparsity:
         self.last_pruned = 0
         self.period: int | None = rewiring_period(sparsity, run, 0, 0)
         self.optimizer: torch.optim.Optimizer | None = None
-        self.store(masks)
+        self.store(positions)
 
     # ---- training-step hooks ------------------------------------------------------------------
 
@@ -179,30 +201,19 @@ class DynamicSparsity:
         """Prune active weights under H, regrow as many at zero positions, adapt H; returns the
         count. Regrown weights, their gradients and their state are zero afterwards."""
         values = [self.values(name).detach() for name in self.names]
-        smalls = [v.abs() < self.threshold for v in values]
-        counts = _read_sums(smalls)  # one host read for every layer
-        pruned, survivors = [], []
-        for index, (small, value) in enumerate(zip(smalls, values)):
-            active, count = value.numel(), counts[index]
-            if count and count == active:  # never empty a layer: its largest weight survives
-                small[value.abs().argmax()] = False
-                count -= 1
-            pruned.append(count)
-            survivors.append(active - count)
-        fresh_room = [math.prod(shape) - v.numel() for shape, v in zip(self.dense_shapes(), values)]
+        counts = _count_under(values, self.threshold)  # one host read for every layer
+        # never empty a layer: if all its weights fall under H, its largest one survives
+        spared = [0 < count == value.numel() for count, value in zip(counts, values)]
+        pruned = [count - spare for count, spare in zip(counts, spared)]
+        survivors = [value.numel() - count for value, count in zip(values, pruned)]
+        numels = [math.prod(shape) for shape in self.dense_shapes()]
+        fresh_room = [numel - v.numel() for numel, v in zip(numels, values)]
         total = sum(pruned)
         fresh = min(total, sum(fresh_room))
         grow_fresh = apportion(fresh, survivors, fresh_room)
         grow_back = apportion(total - fresh, survivors, pruned)
-        for name, small, n_fresh, n_back in zip(self.names, smalls, grow_fresh, grow_back):
-            mask = self.mask(name)
-            small_mask = torch.zeros_like(mask)
-            small_mask.view(-1)[mask.view(-1).nonzero()[small, 0]] = True
-            kept = mask & ~small_mask
-            grown = kept.clone()
-            grown.view(-1)[self._sample(~mask, n_fresh)] = True
-            grown.view(-1)[self._sample(small_mask, n_back)] = True
-            self.move(name, kept, grown)
+        for name, *layer in zip(self.names, numels, spared, grow_fresh, grow_back):
+            self._regrow(name, *layer)
         self._adapt_threshold(total)
         self.rewirings += 1
         self.last_pruned = total
@@ -214,39 +225,67 @@ class DynamicSparsity:
         elif pruned < 0.9 * self.target_pruned:
             self.threshold *= 2
 
-    def _sample(self, candidates: torch.Tensor, count: int) -> torch.Tensor:
-        """`count` uniformly random flat positions among the True ones of `candidates`."""
-        positions = candidates.reshape(-1).nonzero().squeeze(1)
-        if count == 0:
-            return positions[:0]
-        chosen = torch.randperm(positions.numel(), generator=self.generator)[:count]
-        return positions[chosen.to(positions.device)]
+    def _regrow(self, name: str, numel: int, spare: bool, fresh: int, back: int) -> None:
+        """Prune one layer's weights under H (all but its largest when `spare`) and regrow
+        `fresh` of its zero positions and `back` of the pruned ones, on positions alone: no
+        dense tensor, and at most three index arrays of the nonzeros alive at once (old
+        positions and kept ones; kept ones, their new slots and the new positions; the new
+        positions, the slots moved from and to)."""
+        magnitudes = self.values(name).detach().abs()
+        small = magnitudes < self.threshold
+        if spare:
+            small[magnitudes.argmax()] = False
+        del magnitudes
+        old = self.positions(name)
+        device = old.device
+
+        def draw(population: int, count: int) -> torch.Tensor:
+            return choose(population, count, self.generator).to(device)
+
+        pruned = old[small]
+        fresh_at = zero_positions(old, draw(numel - old.numel(), fresh))
+        grown = torch.cat([fresh_at, pruned[draw(pruned.numel(), back)]]).sort().values
+        # a regrown weight's slot: after the kept weights and the regrown ones before it
+        slots = torch.searchsorted(old, grown).sub_(torch.searchsorted(pruned, grown))
+        slots += torch.arange(grown.numel(), device=device)
+        keep = small.logical_not()
+        kept = old[keep]
+        del old, pruned, fresh_at
+        free = torch.ones(kept.numel() + grown.numel(), dtype=torch.bool, device=device)
+        free[slots] = False
+        target = free.nonzero()[:, 0]  # the kept weights' slots, in order
+        del free
+        new = kept.new_empty(kept.numel() + grown.numel())
+        new[target], new[slots] = kept, grown
+        del kept
+        self.move(name, keep.nonzero()[:, 0], target, new)
 
     # ---- the layers' storage ------------------------------------------------------------------
 
-    def store(self, masks: dict[str, torch.Tensor]) -> None:
-        """Keep each sparse weight at the True positions of its initial mask: packed."""
-        for name, mask in masks.items():
-            pack_layer(self.layer(name), mask, self.sparsity.storage)
+    def store(self, positions: dict[str, torch.Tensor]) -> None:
+        """Keep each sparse weight at its initial positions: packed."""
+        for name, where in positions.items():
+            pack_layer(self.layer(name), where, self.sparsity.storage)
 
     def values(self, name: str) -> torch.Tensor:
         """The active weights of one layer, in row-major position order."""
         return self.layer(name).weight
 
+    def positions(self, name: str) -> torch.Tensor:
+        """The sorted flat positions (int64) of one layer's active weights."""
+        return self.layer(name).positions()
+
     def mask(self, name: str) -> torch.Tensor:
-        """The dense bool mask of one layer's active positions (a transient tensor)."""
+        """The dense bool mask of one layer's active positions (a transient tensor, to inspect)."""
         return self.layer(name).mask()
 
-    def move(self, name: str, kept: torch.Tensor, grown: torch.Tensor) -> None:
-        """Point one layer at the positions of `grown`: the weights, gradient and optimizer
-        state at the positions of `kept` move to their new slots, the others are 0. A layer's
-        count changes when regrowth lands elsewhere than pruning did (the total stays): the
-        parameter object stays (so the optimizer, its hooks and its state keys hold), its data,
-        gradient and state are replaced by tensors of the new count."""
+    def move(self, name: str, source: torch.Tensor, target: torch.Tensor, new: torch.Tensor):
+        """Point one layer at the sorted positions `new`: the weights, gradient and optimizer
+        state in slots `source` move to slots `target`, the others are 0. A layer's count
+        changes when regrowth lands elsewhere than pruning did (the total stays): the parameter
+        object stays (so the optimizer, its hooks and its state keys hold), its data, gradient
+        and state are replaced by tensors of the new count."""
         layer = self.layer(name)
-        old, new = layer.positions(), grown.reshape(-1).nonzero()[:, 0]
-        where = kept.reshape(-1).nonzero()[:, 0]
-        source, target = torch.searchsorted(old, where), torch.searchsorted(new, where)
 
         def moved(tensor: torch.Tensor) -> torch.Tensor:
             result = tensor.new_zeros(new.numel())
@@ -268,7 +307,7 @@ class DynamicSparsity:
             state[key] = moved(state[key])
         param.data = moved(param.data)
         param.grad = None if grad is None else moved(grad)
-        layer.set_index(grown)
+        layer.set_index(new)
 
     # ---- plumbing -----------------------------------------------------------------------------
 
