@@ -6,22 +6,26 @@ batch 100, 4-pixel pad + random crop + horizontal flip), trained by `tune_lowmem
 and by the loop below, which imports nothing from the project but the data arrays (the same
 seeded train / validation split) and has its own model, augmentation and schedule.
 
-The verdict is an equivalence test fixed before the run (the protocol block below), so no choice
-made after seeing results can steer it: each of the protocol's seeds trains both sides; the endpoint is the
-paired difference (project - independent) in final-epoch validation accuracy, in accuracy
-points; the project is faithful when two one-sided t-tests reject "the mean difference is at
-most -MARGIN" and "at least +MARGIN" at ALPHA each, i.e. when the 90% t-interval of the mean
-difference lies inside (-MARGIN, +MARGIN) (exit status 0; 1 otherwise). The result, with every
-seed's rows, goes to benchmarks/results/fidelity.json, which benchmarks/README.md renders.
+The verdict is an equivalence test fixed before the run (the protocol block below), so no
+choice made after seeing results can steer it: each of the protocol's seeds trains both sides;
+the endpoint is the paired difference (project - independent) in final-epoch validation
+accuracy, in accuracy points; the project is faithful when two one-sided t-tests reject "the
+mean difference is at most -MARGIN" and "at least +MARGIN" at ALPHA each, i.e. when the 90%
+t-interval of the mean difference lies inside (-MARGIN, +MARGIN) (exit status 0; 1 otherwise).
+The result, with every seed's rows, goes to benchmarks/results/fidelity.json, which
+benchmarks/README.md renders. A run can be split over processes: `--only SEED ...` trains some
+of the protocol's seeds and prints their rows (stderr); `--rows LOG ...` judges the rows those
+runs printed, every protocol seed's both sides.
 
 Seed count: in the pilot (benchmarks/fidelity_runs.log, seeds 0-8 on an earlier trainer, no
 part of any verdict) the final-epoch differences had SD 1.40 points and mean -0.57 points. 20
 seeds would give the test a power of 0.99 at a true difference of 0 and 0.89 at 0.5 points (SD
 1.5, simulated), but the project's side of one seed alone took 183 s of wall time here (2 cores
-shared by several users, load 3 to 6), so the run that had to end within 80 minutes holds 10 seeds, two runs at a time: power 0.80 at a true difference of 0 and 0.61 at 0.5 points
-with SD 1.5 (0.86 and 0.66 with the pilot's 1.40). The error the test controls is the claim of
-equivalence (at most 5% when the true difference is at the margin); its weak spot is the
-other one: a true difference near 0.5 points fails to show equivalence about 4 times in 10.
+shared by several users, load 3 to 6), so the run that had to end within 80 minutes holds 10
+seeds: power 0.80 at a true difference of 0 and 0.61 at 0.5 points with SD 1.5 (0.86 and 0.66
+with the pilot's 1.40). The error the test controls is the claim of equivalence (at most 5% when
+the true difference is at the margin); its weak spot is the other one: a true difference near
+0.5 points fails to show equivalence about 4 times in 10.
 
 `--lockstep` takes the random draws out: the plain loop starts from the project's initial
 weights and trains on the project's minibatches, and both must agree exactly (the sharper guard
@@ -33,10 +37,12 @@ for changes that keep the trainer's random draws).
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import math
 import multiprocessing
 import os
+import re
 import statistics
 import sys
 import time
@@ -55,6 +61,8 @@ SEEDS = tuple(range(100, 110))  # fresh: the pilot used 0-8
 EPOCHS, TRAIN, VAL, BATCH = 4, 2000, 1000, 100  # the recipe: epochs, train / validation images
 # -------------------------------------------------------------------------------------------------
 
+SIDES = ("project", "independent")
+ROW_LINE = re.compile(r"^(project|independent) seed (\d+): (\[.*\])$")  # run_one's stderr
 RESULT = Path(__file__).resolve().parent / "results" / "fidelity.json"
 MEAN = (0.4914, 0.4822, 0.4465)
 STD = (0.2470, 0.2435, 0.2616)
@@ -325,6 +333,34 @@ def report(result: dict) -> None:
     )
 
 
+def train(seeds, args) -> tuple[dict, int]:
+    """{(side, seed): rows} for both sides of `seeds`, `args.jobs` runs at once; the parameter
+    count, which both sides must share."""
+    jobs = [(kind, seed) for seed in seeds for kind in SIDES]
+    with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        done = dict(zip(jobs, pool.map(run_one, *zip(*jobs), [args.threads] * len(jobs))))
+    params = {p for _, p in done.values()}
+    assert len(params) == 1, f"parameter counts differ: {params}"
+    return {key: rows for key, (rows, _) in done.items()}, params.pop()
+
+
+def read_rows(paths: list[str]) -> dict:
+    """{(side, seed): rows} of the protocol's seeds from the rows runs printed (their stderr),
+    for a run split over processes; a seed found twice must agree."""
+    done = {}
+    for path in paths:
+        for line in Path(path).read_text().splitlines():
+            found = ROW_LINE.match(line)
+            if found and int(found[2]) in SEEDS:
+                key, rows = (found[1], int(found[2])), ast.literal_eval(found[3])
+                if done.setdefault(key, rows) != rows:
+                    raise SystemExit(f"--rows: {key[0]} seed {key[1]} differs between the logs")
+    missing = [f"{kind} {seed}" for seed in SEEDS for kind in SIDES if (kind, seed) not in done]
+    if missing:
+        raise SystemExit(f"--rows: no rows for {', '.join(missing)}")
+    return done
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=1, help="CPU threads of each run")
@@ -332,29 +368,32 @@ def main() -> int:
     parser.add_argument(
         "--lockstep", action="store_true", help="one seed, both sides on the same draws"
     )
+    parser.add_argument(
+        "--only", type=int, nargs="+", metavar="SEED", help="train these protocol seeds, no verdict"
+    )
+    parser.add_argument("--rows", nargs="+", metavar="LOG", help="judge the rows runs printed")
     args = parser.parse_args()
     if args.lockstep:
         return lockstep(args.threads)
+    if args.only and not set(args.only) <= set(SEEDS):
+        parser.error(f"--only: the protocol's seeds are {SEEDS[0]}..{SEEDS[-1]}")
     started = time.perf_counter()
-    jobs = [(kind, seed) for seed in SEEDS for kind in ("project", "independent")]
-    with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        done = dict(zip(jobs, pool.map(run_one, *zip(*jobs), [args.threads] * len(jobs))))
-    params = {p for _, p in done.values()}
-    assert len(params) == 1, f"parameter counts differ: {params}"
-    result = judge(
-        {seed: done["project", seed][0] for seed in SEEDS},
-        {seed: done["independent", seed][0] for seed in SEEDS},
-    )
     omp, niceness = os.environ.get("OMP_NUM_THREADS"), os.nice(0)
     prefix = (f"OMP_NUM_THREADS={omp} " if omp else "") + "PYTHONPATH=$PWD "
     prefix += f"nice -n {niceness} " if niceness else ""
-    result.update(
-        command=prefix + " ".join([".venv/bin/python benchmarks/fidelity.py", *sys.argv[1:]]),
-        torch=torch.__version__,
-        threads=args.threads,
-        parameters=params.pop(),
-        seconds=round(time.perf_counter() - started),
+    run = {"command": prefix + " ".join([".venv/bin/python benchmarks/fidelity.py", *sys.argv[1:]])}
+    if args.rows:
+        done = read_rows(args.rows)
+    else:
+        done, run["parameters"] = train(args.only or SEEDS, args)
+        if args.only:
+            return 0
+        run.update(threads=args.threads, seconds=round(time.perf_counter() - started))
+    result = judge(
+        {seed: done["project", seed] for seed in SEEDS},
+        {seed: done["independent", seed] for seed in SEEDS},
     )
+    result.update(run, torch=torch.__version__)
     RESULT.write_text(json.dumps(result, indent=1) + "\n")
     report(result)
     return 0 if result["equivalent"] else 1

@@ -85,3 +85,18 @@ def test_the_verdict_judges_the_final_epochs_validation_accuracy_in_points():
     )
     assert result["mean"] == pytest.approx(0.2) and result["equivalent"]
     assert result["protocol"]["margin_points"] == module.MARGIN == 1.5
+
+
+def test_rows_of_a_run_split_over_processes_are_joined_and_checked(tmp_path):
+    module = fidelity()
+    lines = [f"{kind} seed {seed}: [(2.0, 0.3)]" for seed in module.SEEDS for kind in module.SIDES]
+    first, second = tmp_path / "first.err", tmp_path / "second.err"
+    first.write_text("\n".join(["project seed 5: [(9.0, 0.9)]", *lines[:5]]) + "\n")
+    second.write_text("\n".join(lines[3:]) + "\n")  # overlapping, agreeing
+    done = module.read_rows([str(first), str(second)])
+    assert len(done) == 2 * len(module.SEEDS) and ("project", 5) not in done
+    with pytest.raises(SystemExit, match="no rows for independent 102, project 103"):
+        module.read_rows([str(first)])
+    second.write_text(second.read_text().replace("(2.0, 0.3)", "(2.0, 0.4)", 1))
+    with pytest.raises(SystemExit, match="differs"):
+        module.read_rows([str(first), str(second)])
