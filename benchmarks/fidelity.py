@@ -17,7 +17,7 @@ benchmarks/README.md renders. A run can be split over processes: `--only SEED ..
 of the protocol's seeds and prints their rows (stderr); `--rows LOG ...` judges the rows those
 runs printed, every protocol seed's both sides.
 
-Seed count: in the pilot (benchmarks/fidelity_runs.log, seeds 0-8 on an earlier trainer, no
+Seed count: in the pilot (benchmarks/fidelity_pilot.log, seeds 0-8 on an earlier trainer, no
 part of any verdict) the final-epoch differences had SD 1.40 points and mean -0.57 points. 20
 seeds would give the test a power of 0.99 at a true difference of 0 and 0.89 at 0.5 points (SD
 1.5, simulated), but the project's side of one seed alone took 183 s of wall time here (2 cores
