@@ -4,40 +4,69 @@ The guard for every change of the trainer: WideResNet-16-2 on a CIFAR-10 subset,
 recipe (SGD, Nesterov 0.9, weight decay 5e-4, lr 0.1 cut x0.2 at 30/60/80% of the updates,
 batch 100, 4-pixel pad + random crop + horizontal flip), trained by `tune_lowmem.train.Trainer`
 and by the loop below, which imports nothing from the project but the data arrays (the same
-seeded train / validation split) and has its own model, augmentation and schedule. Each seed
-trains both; per epoch it prints both means of train loss and validation accuracy, the mean
-project - independent difference over seeds and its 95% t-interval. The project is faithful when
-every interval holds 0 (exit status 0; 1 otherwise). `--logs` pools the per-seed rows of earlier
-runs (their stderr) into one table. `--lockstep` takes the random draws out: the plain loop
-starts from the project's initial weights and trains on the project's minibatches, and both
-must agree exactly (the sharper guard for changes that keep the trainer's random draws).
+seeded train / validation split) and has its own model, augmentation and schedule.
 
-    PYTHONPATH=$PWD nice .venv/bin/python benchmarks/fidelity.py --seeds 3 --epochs 4 --train 2000 \
-        --jobs 3
+The verdict is an equivalence test fixed before the run (the protocol block below), so no
+choice made after seeing results can steer it: each of the protocol's seeds trains both sides;
+the endpoint is the paired difference (project - independent) in final-epoch validation
+accuracy, in accuracy points; the project is faithful when two one-sided t-tests reject "the
+mean difference is at most -MARGIN" and "at least +MARGIN" at ALPHA each, i.e. when the 90%
+t-interval of the mean difference lies inside (-MARGIN, +MARGIN) (exit status 0; 1 otherwise).
+The result, with every seed's rows, goes to benchmarks/results/fidelity.json, which
+benchmarks/README.md renders. A run can be split over processes: `--only SEED ...` trains some
+of the protocol's seeds and prints their rows (stderr); `--rows LOG ...` judges the rows those
+runs printed, every protocol seed's both sides.
+
+Seed count: in the pilot (benchmarks/fidelity_pilot.log, seeds 0-8 on an earlier trainer, no
+part of any verdict) the final-epoch differences had SD 1.40 points and mean -0.57 points. 20
+seeds would give the test a power of 0.99 at a true difference of 0 and 0.89 at 0.5 points (SD
+1.5, simulated), but the project's side of one seed alone took 183 s of wall time here (2 cores
+shared by several users, load 3 to 6), so the run that had to end within 80 minutes holds 10
+seeds: power 0.80 at a true difference of 0 and 0.61 at 0.5 points with SD 1.5 (0.86 and 0.66
+with the pilot's 1.40). The error the test controls is the claim of equivalence (at most 5% when
+the true difference is at the margin); its weak spot is the other one: a true difference near
+0.5 points fails to show equivalence about 4 times in 10.
+
+`--lockstep` takes the random draws out: the plain loop starts from the project's initial
+weights and trains on the project's minibatches, and both must agree exactly (the sharper guard
+for changes that keep the trainer's random draws).
+
+    OMP_NUM_THREADS=1 PYTHONPATH=$PWD nice -n 10 .venv/bin/python benchmarks/fidelity.py --jobs 2
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import json
 import math
 import multiprocessing
+import os
 import re
 import statistics
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from scipy import stats
 from torch import nn
 
-# Student t quantiles (two-sided 95%) by degrees of freedom, for the interval over seeds.
-T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+# ---- the protocol, fixed and committed before the run that judges it --------------------------
+MARGIN = 1.5  # accuracy points: the largest mean difference that still counts as equivalent
+ALPHA = 0.05  # each one-sided test's level (so a 90% two-sided interval)
+SEEDS = tuple(range(100, 110))  # fresh: the pilot used 0-8
+EPOCHS, TRAIN, VAL, BATCH = 4, 2000, 1000, 100  # the recipe: epochs, train / validation images
+# -------------------------------------------------------------------------------------------------
+
+SIDES = ("project", "independent")
+ROW_LINE = re.compile(r"^(project|independent) seed (\d+): (\[.*\])$")  # run_one's stderr
+RESULT = Path(__file__).resolve().parent / "results" / "fidelity.json"
 MEAN = (0.4914, 0.4822, 0.4465)
 STD = (0.2470, 0.2435, 0.2616)
 LR, MOMENTUM, WEIGHT_DECAY, GAMMA, CUTS = 0.1, 0.9, 5e-4, 0.2, (0.3, 0.6, 0.8)
-LOG_LINE = re.compile(r"^(project|independent) seed (\d+): (\[.*\])$")  # run_one's stderr
 
 
 # ---- the independent implementation -----------------------------------------------------------
@@ -156,7 +185,7 @@ def independent_run(
 # ---- the project, and the comparison ----------------------------------------------------------
 
 
-def project_config(seed: int, args):
+def project_config(seed: int):
     from tune_lowmem.config import TrialConfig
 
     return TrialConfig.from_dict(
@@ -165,81 +194,66 @@ def project_config(seed: int, args):
             "seed": seed,
             "device": "cpu",
             "model": {"depth": 16, "width": 2},
-            "schedule": {"epochs": args.epochs, "batch_size": args.batch},
-            "data": {"train_subset": args.train, "val_size": args.val, "test_subset": 100},
+            "schedule": {"epochs": EPOCHS, "batch_size": BATCH},
+            "data": {"train_subset": TRAIN, "val_size": VAL, "test_subset": 100},
         }
     )
 
 
-def project_run(seed: int, args) -> tuple[list[tuple[float, float]], int]:
+def project_run(seed: int) -> tuple[list[tuple[float, float]], int]:
     from tune_lowmem.train import Trainer
 
-    trainer = Trainer(project_config(seed, args))
+    trainer = Trainer(project_config(seed))
     history = trainer.run()
     params = sum(p.numel() for p in trainer.model.parameters())
     return [(m["train_loss"], m["val_accuracy"]) for m in history], params
 
 
-def run_one(kind: str, seed: int, args) -> tuple[list[tuple[float, float]], int]:
+def run_one(kind: str, seed: int, threads: int) -> tuple[list[tuple[float, float]], int]:
     """One seed of one side: (train loss, validation accuracy) per epoch, and the parameter count."""
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(threads)
     if kind == "project":
-        rows, params = project_run(seed, args)
+        rows, params = project_run(seed)
     else:
         from tune_lowmem.data.cifar10 import Cifar10
 
-        data = Cifar10.from_config(project_config(seed, args).data, seed)  # the arrays only
-        rows = independent_run(data, seed, args.epochs, args.batch)
+        data = Cifar10.from_config(project_config(seed).data, seed)  # the arrays only
+        rows = independent_run(data, seed, EPOCHS, BATCH)
         params = sum(p.numel() for p in WRN().parameters())
     print(f"{kind} seed {seed}: {rows}", file=sys.stderr, flush=True)
     return rows, params
 
 
-def interval(diffs: list[float]) -> tuple[float, float, float]:
-    """Mean and 95% t-interval of the per-seed differences."""
+def interval(diffs: list[float], level: float = 0.95) -> tuple[float, float, float]:
+    """Mean and two-sided t-interval (at `level`) of the per-seed differences."""
     mean = statistics.fmean(diffs)
-    half = T_975.get(len(diffs) - 1, 1.96) * statistics.stdev(diffs) / math.sqrt(len(diffs))
+    quantile = stats.t.ppf((1 + level) / 2, len(diffs) - 1)
+    half = quantile * statistics.stdev(diffs) / math.sqrt(len(diffs))
     return mean, mean - half, mean + half
 
 
-def table(ours: list, theirs: list) -> bool:
-    """Per epoch and metric: both means, the mean difference and its interval; whether every
-    interval holds 0. `ours`, `theirs`: per seed, (train loss, val accuracy) per epoch."""
-    print(
-        f"{'epoch':>5} {'metric':>9} {'project':>9} {'indep.':>9} {'diff':>9} {'95% interval':>21}  holds 0"
-    )
-    faithful = True
-    for epoch in range(len(ours[0])):
-        for k, name in enumerate(("train loss", "val acc")):
-            a = [run[epoch][k] for run in ours]
-            b = [run[epoch][k] for run in theirs]
-            mean, low, high = interval([x - y for x, y in zip(a, b)])
-            holds = low <= 0 <= high
-            faithful &= holds
-            print(
-                f"{epoch + 1:>5} {name:>9} {statistics.fmean(a):9.4f} {statistics.fmean(b):9.4f} "
-                f"{mean:+9.4f} [{low:+9.4f}, {high:+9.4f}]  {'yes' if holds else 'NO'}"
-            )
-    return faithful
-
-
-def from_logs(paths: list[str]) -> int:
-    """The table over every seed whose two sides appear in these runs' stderr (runs of the
-    same settings on different seeds, pooled)."""
-    runs = {}
-    for path in paths:
-        with open(path) as log:
-            for line in log:
-                found = LOG_LINE.match(line.strip())
-                if found:
-                    runs[found[1], int(found[2])] = ast.literal_eval(found[3])
-    seeds = sorted(s for kind, s in runs if kind == "project" and ("independent", s) in runs)
-    if len(seeds) < 2:
-        raise SystemExit("--logs: at least 2 seeds with both sides are needed")
-    print(f"seeds {', '.join(map(str, seeds))} from {', '.join(paths)}")
-    faithful = table([runs["project", s] for s in seeds], [runs["independent", s] for s in seeds])
-    print(f"faithful: {'yes' if faithful else 'NO'}")
-    return 0 if faithful else 1
+def tost(diffs: list[float], margin: float, alpha: float) -> dict:
+    """Two one-sided t-tests of "the mean difference is within +-margin": p of H0 mean <= -margin
+    and of H0 mean >= +margin; equivalent when both are below alpha, which is the same as the
+    (1 - 2 alpha) t-interval lying inside (-margin, +margin)."""
+    if len(diffs) < 2:
+        raise ValueError(f"tost: at least 2 differences are needed, got {len(diffs)}")
+    n, sd = len(diffs), statistics.stdev(diffs)
+    if sd == 0:
+        raise ValueError("tost: the differences are all equal, so no t-test applies")
+    mean, low, high = interval(diffs, 1 - 2 * alpha)
+    se = sd / math.sqrt(n)
+    p_lower = float(stats.t.sf((mean + margin) / se, n - 1))
+    p_upper = float(stats.t.cdf((mean - margin) / se, n - 1))
+    return {
+        "n": n,
+        "mean": mean,
+        "sd": sd,
+        "interval": [float(low), float(high)],
+        "p_lower": p_lower,
+        "p_upper": p_upper,
+        "equivalent": max(p_lower, p_upper) < alpha,
+    }
 
 
 def independent_state(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -253,20 +267,20 @@ def independent_state(model: nn.Module) -> dict[str, torch.Tensor]:
     return state
 
 
-def lockstep(args) -> int:
+def lockstep(threads: int) -> int:
     """The plain loop started from the project's initial weights and fed the project's
     minibatches (same order, same augmentation draws): everything but the random draws is
     compared, so both sides must agree exactly, epoch by epoch (exit status 0; 1 otherwise)."""
     from tune_lowmem.train import Trainer
 
-    seed = args.first_seed
-    torch.set_num_threads(args.threads)
-    trainer = Trainer(project_config(seed, args))
+    seed = SEEDS[0]
+    torch.set_num_threads(threads)
+    trainer = Trainer(project_config(seed))
     model = WRN()
     model.load_state_dict(independent_state(trainer.model))  # strict: each has its counterpart
-    batches = [list(trainer.task.train_batches(epoch)) for epoch in range(args.epochs)]
+    batches = [list(trainer.task.train_batches(epoch)) for epoch in range(EPOCHS)]
     ours = [(m["train_loss"], m["val_accuracy"]) for m in trainer.run()]
-    theirs = independent_run(trainer.task.data, seed, args.epochs, args.batch, model, batches)
+    theirs = independent_run(trainer.task.data, seed, EPOCHS, BATCH, model, batches)
     print(f"lockstep, seed {seed}: (train loss, val accuracy) per epoch")
     print(f"project     {ours}\nindependent {theirs}")
     # the weights are bit-identical; the reported loss is not: the project divides an fp32 sum
@@ -282,45 +296,107 @@ def lockstep(args) -> int:
     return 0 if same else 1
 
 
+def judge(ours: dict, theirs: dict) -> dict:
+    """The protocol's verdict on per-seed rows ({seed: [(train loss, val accuracy)] per epoch})."""
+    seeds = [
+        {
+            "seed": seed,
+            "project": ours[seed],
+            "independent": theirs[seed],
+            "diff_points": 100 * (ours[seed][-1][1] - theirs[seed][-1][1]),
+        }
+        for seed in SEEDS
+    ]
+    test = tost([s["diff_points"] for s in seeds], MARGIN, ALPHA)
+    protocol = {
+        "endpoint": "final-epoch validation accuracy, project - independent, paired by seed",
+        "margin_points": MARGIN,
+        "alpha": ALPHA,
+        "test": "two one-sided t-tests (the 90% t-interval inside the margins)",
+        "seeds": list(SEEDS),
+        "recipe": {"epochs": EPOCHS, "train": TRAIN, "val": VAL, "batch": BATCH},
+    }
+    return {"protocol": protocol, "seeds": seeds, **test}
+
+
+def report(result: dict) -> None:
+    print(f"{'seed':>5} {'project':>8} {'indep.':>8} {'diff':>7}   (final val accuracy, points)")
+    for s in result["seeds"]:
+        ours, theirs = 100 * s["project"][-1][1], 100 * s["independent"][-1][1]
+        print(f"{s['seed']:>5} {ours:8.2f} {theirs:8.2f} {s['diff_points']:+7.2f}")
+    low, high = result["interval"]
+    print(
+        f"mean difference {result['mean']:+.3f} points (SD {result['sd']:.3f}, "
+        f"{result['n']} seeds), 90% t-interval [{low:+.3f}, {high:+.3f}], margin +-{MARGIN}; "
+        f"p(H0: <= -{MARGIN}) = {result['p_lower']:.4f}, p(H0: >= +{MARGIN}) = "
+        f"{result['p_upper']:.4f}; equivalent: {'yes' if result['equivalent'] else 'NO'}"
+    )
+
+
+def train(seeds, args) -> tuple[dict, int]:
+    """{(side, seed): rows} for both sides of `seeds`, `args.jobs` runs at once; the parameter
+    count, which both sides must share."""
+    jobs = [(kind, seed) for seed in seeds for kind in SIDES]
+    with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        done = dict(zip(jobs, pool.map(run_one, *zip(*jobs), [args.threads] * len(jobs))))
+    params = {p for _, p in done.values()}
+    assert len(params) == 1, f"parameter counts differ: {params}"
+    return {key: rows for key, (rows, _) in done.items()}, params.pop()
+
+
+def read_rows(paths: list[str]) -> dict:
+    """{(side, seed): rows} of the protocol's seeds from the rows runs printed (their stderr),
+    for a run split over processes; a seed found twice must agree."""
+    done = {}
+    for path in paths:
+        for line in Path(path).read_text().splitlines():
+            found = ROW_LINE.match(line)
+            if found and int(found[2]) in SEEDS:
+                key, rows = (found[1], int(found[2])), ast.literal_eval(found[3])
+                if done.setdefault(key, rows) != rows:
+                    raise SystemExit(f"--rows: {key[0]} seed {key[1]} differs between the logs")
+    missing = [f"{kind} {seed}" for seed in SEEDS for kind in SIDES if (kind, seed) not in done]
+    if missing:
+        raise SystemExit(f"--rows: no rows for {', '.join(missing)}")
+    return done
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--first-seed", type=int, default=0, help="seeds first..first+seeds-1")
-    parser.add_argument("--epochs", type=int, default=4)
-    parser.add_argument("--train", type=int, default=2000, help="training images")
-    parser.add_argument("--val", type=int, default=1000, help="validation images")
-    parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--threads", type=int, default=1, help="CPU threads of each run")
     parser.add_argument("--jobs", type=int, default=1, help="runs (seed x side) at once")
     parser.add_argument(
         "--lockstep", action="store_true", help="one seed, both sides on the same draws"
     )
-    parser.add_argument("--logs", nargs="+", help="pool earlier runs' stderr instead of training")
-    args = parser.parse_args()
-    if args.logs:
-        return from_logs(args.logs)
-    if args.lockstep:
-        return lockstep(args)
-    if args.seeds < 2:
-        parser.error("--seeds: at least 2 are needed for an interval")
-    started = time.perf_counter()
-    seeds = range(args.first_seed, args.first_seed + args.seeds)
-    jobs = [(kind, seed) for seed in seeds for kind in ("project", "independent")]
-    with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        done = dict(zip(jobs, pool.map(run_one, *zip(*jobs), [args] * len(jobs))))
-    ours = [done["project", seed][0] for seed in seeds]
-    theirs = [done["independent", seed][0] for seed in seeds]
-    params = done["project", seeds[0]][1]
-    assert params == done["independent", seeds[0]][1], "parameter counts differ"
-    print(
-        f"WRN-16-2 ({params:,} parameters), {args.train} CIFAR-10 images, batch {args.batch}, "
-        f"{args.epochs} epochs, seeds {seeds[0]}..{seeds[-1]}, {args.val} validation images, "
-        f"{args.threads} thread(s) per run; difference = project - independent, mean and 95% "
-        "t-interval over seeds"
+    parser.add_argument(
+        "--only", type=int, nargs="+", metavar="SEED", help="train these protocol seeds, no verdict"
     )
-    faithful = table(ours, theirs)
-    print(f"faithful: {'yes' if faithful else 'NO'} ({time.perf_counter() - started:.0f} s)")
-    return 0 if faithful else 1
+    parser.add_argument("--rows", nargs="+", metavar="LOG", help="judge the rows runs printed")
+    args = parser.parse_args()
+    if args.lockstep:
+        return lockstep(args.threads)
+    if args.only and not set(args.only) <= set(SEEDS):
+        parser.error(f"--only: the protocol's seeds are {SEEDS[0]}..{SEEDS[-1]}")
+    started = time.perf_counter()
+    omp, niceness = os.environ.get("OMP_NUM_THREADS"), os.nice(0)
+    prefix = (f"OMP_NUM_THREADS={omp} " if omp else "") + "PYTHONPATH=$PWD "
+    prefix += f"nice -n {niceness} " if niceness else ""
+    run = {"command": prefix + " ".join([".venv/bin/python benchmarks/fidelity.py", *sys.argv[1:]])}
+    if args.rows:
+        done = read_rows(args.rows)
+    else:
+        done, run["parameters"] = train(args.only or SEEDS, args)
+        if args.only:
+            return 0
+        run.update(threads=args.threads, seconds=round(time.perf_counter() - started))
+    result = judge(
+        {seed: done["project", seed] for seed in SEEDS},
+        {seed: done["independent", seed] for seed in SEEDS},
+    )
+    result.update(run, torch=torch.__version__)
+    RESULT.write_text(json.dumps(result, indent=1) + "\n")
+    report(result)
+    return 0 if result["equivalent"] else 1
 
 
 if __name__ == "__main__":

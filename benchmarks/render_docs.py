@@ -297,6 +297,52 @@ def ask_time(result: dict) -> str:
     return "\n".join(table(header, [[result["space"], result["points"], *cells]])) + "\n"
 
 
+def fidelity(result: dict) -> str:
+    """The protocol, each seed's final validation accuracies, then the equivalence test."""
+    protocol, recipe = result["protocol"], result["protocol"]["recipe"]
+    margin, (low, high) = protocol["margin_points"], result["interval"]
+    lines = [
+        (
+            f"Command: `{result['command']}` (torch {result['torch']}). "
+            f"Protocol, fixed before the run: seeds {', '.join(map(str, protocol['seeds']))}; "
+            f"{recipe['epochs']} epochs on {recipe['train']} images, "
+            f"batch {recipe['batch']}, {recipe['val']} validation images; endpoint: "
+            f"{protocol['endpoint']}, in accuracy points; {protocol['test']}, margin "
+            f"{margin:g} points, alpha {protocol['alpha']:g} each."
+        ),
+        "",
+        *table(
+            ["seed", "project: final val accuracy (points)", "independent", "difference"],
+            [
+                [
+                    s["seed"],
+                    f"{100 * s['project'][-1][1]:.1f}",
+                    f"{100 * s['independent'][-1][1]:.1f}",
+                    f"{s['diff_points']:+.1f}",
+                ]
+                for s in result["seeds"]
+            ],
+        ),
+        "",
+        *table(
+            ["seeds", "mean difference", "SD", "90% t-interval", "p (H0: <= -margin)"]
+            + ["p (H0: >= +margin)", "equivalent"],
+            [
+                [
+                    result["n"],
+                    f"{result['mean']:+.2f}",
+                    f"{result['sd']:.2f}",
+                    f"[{low:+.2f}, {high:+.2f}]",
+                    f"{result['p_lower']:.4f}",
+                    f"{result['p_upper']:.4f}",
+                    "yes" if result["equivalent"] else "no",
+                ]
+            ],
+        ),
+    ]
+    return "\n".join(lines) + "\n"
+
+
 RENDERERS: dict[str, Callable[[dict], str]] = {
     "ask_time": ask_time,
     "profiler_accuracy": profiler_accuracy,
@@ -310,6 +356,7 @@ RENDERERS: dict[str, Callable[[dict], str]] = {
     "cluster_sweep": cluster_sweep,
     "search_replay_wrn16": search_replay,
     "search_replay_wrn16_stopping": search_replay,
+    "fidelity": fidelity,
 }
 
 
