@@ -77,6 +77,25 @@ RECORDINGS = {
         },
         table=HERE / "learning_curves.parquet",
     ),
+    # another task and network with BN (so a small microbatch costs accuracy) where sparsity
+    # halves memory (weights dominate ResNet-18's): a smaller subset, ResNet-18 costing ~5x
+    # WRN-16-2 an image
+    "resnet18": Recording(
+        trained={
+            "sparsity.density": [1.0, 0.1],
+            "microbatch.size": [None, 5],
+        },
+        shared={"checkpoint": ["none", "blocks-1", "blocks-2"], "fused_step": ["none", "exact"]},
+        base={
+            "task": "tv-cifar10",
+            "device": "cpu",
+            "model": {"arch": "resnet18"},
+            "schedule": {"epochs": 4, "batch_size": 50},
+            "data": {"train_subset": 1000, "val_size": 500, "test_subset": 50},
+            "sparsity": {"period_multiplier": 16.0},
+        },
+        table=HERE / "learning_curves_resnet18.parquet",
+    ),
 }
 DEFAULT = "wrn16"
 # the WRN-16-2 table's, as earlier scripts import them

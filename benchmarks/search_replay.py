@@ -70,9 +70,14 @@ def describe(table: replay.Table, targets: tuple[float, ...]) -> None:
 
 
 def settings(
-    args: argparse.Namespace, sampler: str, scheduler: dict | None, band: float | None
+    args: argparse.Namespace,
+    sampler: str,
+    scheduler: dict | None,
+    band: float | None,
+    rule: str = "rank",
 ) -> dict:
-    """What a sweep's figures depend on, besides its seed (the cache's key)."""
+    """What a sweep's figures depend on, besides its seed (the cache's key; the rank rule's
+    sweeps carry no rule, as they were written before there was another)."""
     return {
         "table": hashlib.sha256(Path(args.table).read_bytes()).hexdigest()[:16],
         "points": args.points,
@@ -81,12 +86,15 @@ def settings(
         "sampler_options": args.options.get(sampler, {}),
         "scheduler": scheduler,
         "memory_band": band if scheduler else None,
+        **({"rule": rule} if scheduler and rule != "rank" else {}),
     }
 
 
 def method_name(setting: dict) -> str:
     if not setting["scheduler"]:
         return setting["sampler"]
+    if setting.get("rule") == "hypervolume":
+        return f"{setting['sampler']} + hypervolume stopping"
     rule = "band" if setting["memory_band"] else "whole rung"
     return f"{setting['sampler']} + mo-asha ({rule})"
 
@@ -104,7 +112,11 @@ def sweep(table: replay.Table, base: dict, setting: dict, seed: int, targets) ->
         **extra,
     )
     history = replay.replay(
-        SearchSpace.from_dict(raw), table, setting["workers"], setting["memory_band"]
+        SearchSpace.from_dict(raw),
+        table,
+        setting["workers"],
+        setting["memory_band"],
+        setting.get("rule", "rank"),
     )
     best = table.best_hypervolume()
     return {f"{t:.2f}": replay.epochs_to(history, t * best) for t in sorted({*RECORDED, *targets})}
@@ -139,7 +151,8 @@ def main() -> None:
     parser.add_argument(
         "--stopping",
         default="none,whole,band",
-        help="early stopping variants run: none, mo-asha on the whole rung, mo-asha in bands",
+        help="early stopping variants run: none, mo-asha on the whole rung, mo-asha in bands, "
+        "hypervolume (stop only what cannot add hypervolume)",
     )
     parser.add_argument("--baseline", default="gp", help="the sampler others are paired with")
     parser.add_argument("--results", type=Path, help="JSON lines, reused (default: per grid)")
@@ -168,7 +181,12 @@ def main() -> None:
         + f"  seeds  s/sweep  vs {args.baseline} at the last two: seeds fewer/more epochs"
     )
     stopping = {"type": "mo-asha", "grace_epochs": args.grace, "reduction_factor": args.factor}
-    every = {"none": (None, None), "whole": (stopping, None), "band": (stopping, args.band)}
+    every = {
+        "none": (None, None),
+        "whole": (stopping, None),
+        "band": (stopping, args.band),
+        "hypervolume": (stopping, None, "hypervolume"),
+    }
     variants = [every[name] for name in args.stopping.split(",")]
     samplers = args.samplers.split(",")
     order = sorted(samplers, key=lambda s: s != args.baseline)  # the baseline first
