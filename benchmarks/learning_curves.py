@@ -1,7 +1,8 @@
 """Record the search benchmark's tables: real learning curves of a grid, once, as Parquet.
 
-Every point of a grid (`RECORDINGS`, by name: WRN-16-2 on the quickstart's CIFAR-10 subset,
-4 epochs, CPU) is trained for real and its validation accuracy
+Every point of a grid (`RECORDINGS`, by name: `wrn16`, WRN-16-2 on the quickstart's CIFAR-10
+subset; `resnet18`, torchvision's ResNet-18 on `tv-cifar10`, a smaller subset; 4 epochs, CPU)
+is trained for real and its validation accuracy
 after every epoch is kept, with the profiler's predicted memory (`memory.predicted_total_mb`,
 known before training). `search_replay.py` then replays sweeps against a table.
 
@@ -16,7 +17,7 @@ Trainings can be spread over processes: each of ``--shard K/N`` trains every N-t
 its rows in its own file beside the table, and every process merges all of them into the table.
 
     TUNE_LOWMEM_DATA=/work/shared/data nice python benchmarks/learning_curves.py \
-        [--grid wrn16] [--shard 0/2]
+        [--grid wrn16|resnet18] [--shard 0/2]
 """
 
 from __future__ import annotations
