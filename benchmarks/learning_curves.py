@@ -1,8 +1,7 @@
 """Record the search benchmark's tables: real learning curves of a grid, once, as Parquet.
 
-Every point of a grid (`RECORDINGS`, by name: `wrn16`, WRN-16-2 on the quickstart's CIFAR-10
-subset; `resnet18`, torchvision's ResNet-18 on `tv-cifar10`, a smaller subset; 4 epochs, CPU)
-is trained for real and its validation accuracy
+Every point of a grid (`RECORDINGS`, by name: WRN-16-2 on the quickstart's CIFAR-10 subset,
+4 epochs, CPU) is trained for real and its validation accuracy
 after every epoch is kept, with the profiler's predicted memory (`memory.predicted_total_mb`,
 known before training). `search_replay.py` then replays sweeps against a table.
 
@@ -17,7 +16,7 @@ Trainings can be spread over processes: each of ``--shard K/N`` trains every N-t
 its rows in its own file beside the table, and every process merges all of them into the table.
 
     TUNE_LOWMEM_DATA=/work/shared/data nice python benchmarks/learning_curves.py \
-        [--grid wrn16|resnet18] [--shard 0/2]
+        [--grid wrn16] [--shard 0/2]
 """
 
 from __future__ import annotations
@@ -77,25 +76,6 @@ RECORDINGS = {
             "sparsity": {"period_multiplier": 16.0},
         },
         table=HERE / "learning_curves.parquet",
-    ),
-    # another task and network with BN (so a small microbatch costs accuracy) where sparsity
-    # halves memory (weights dominate ResNet-18's): a smaller subset, ResNet-18 costing ~5x
-    # WRN-16-2 an image
-    "resnet18": Recording(
-        trained={
-            "sparsity.density": [1.0, 0.1],
-            "microbatch.size": [None, 5],
-        },
-        shared={"checkpoint": ["none", "blocks-1", "blocks-2"], "fused_step": ["none", "exact"]},
-        base={
-            "task": "tv-cifar10",
-            "device": "cpu",
-            "model": {"arch": "resnet18"},
-            "schedule": {"epochs": 4, "batch_size": 50},
-            "data": {"train_subset": 1000, "val_size": 500, "test_subset": 50},
-            "sparsity": {"period_multiplier": 16.0},
-        },
-        table=HERE / "learning_curves_resnet18.parquet",
     ),
 }
 DEFAULT = "wrn16"

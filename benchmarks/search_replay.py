@@ -172,6 +172,11 @@ def main() -> None:
     parser.add_argument("--baseline", default="gp", help="the sampler others are paired with")
     parser.add_argument("--results", type=Path, help="JSON lines, reused (default: per grid)")
     parser.add_argument("--summary", type=Path, help="JSON of every row printed (docs read it)")
+    parser.add_argument(
+        "--cached-only",
+        action="store_true",
+        help="run no sweep: print (and summarise) the seeds already in --results",
+    )
     args = parser.parse_args()
     recording = RECORDINGS[args.grid]
     args.table = args.table or str(recording.table)
@@ -218,6 +223,8 @@ def main() -> None:
                 if cached is None or any(
                     f"{t:.2f}" not in cached["epochs_to"] for t in args.targets
                 ):
+                    if args.cached_only:
+                        continue
                     started = time.perf_counter()
                     needed = sweep(table, recording.base, setting, seed, args.targets)
                     spent[i].append(time.perf_counter() - started)
