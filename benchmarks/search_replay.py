@@ -109,7 +109,8 @@ def method_name(setting: dict) -> str:
     if not setting["scheduler"]:
         return setting["sampler"]
     if setting.get("rule") == "hypervolume":
-        return f"{setting['sampler']} + hypervolume stopping"
+        first = setting["scheduler"]["grace_epochs"]
+        return f"{setting['sampler']} + hypervolume stopping (rungs from epoch {first})"
     rule = "band" if setting["memory_band"] else "whole rung"
     return f"{setting['sampler']} + mo-asha ({rule})"
 
@@ -196,7 +197,7 @@ def main() -> None:
         f"hypervolume: median [quartiles]; s/sweep: of the sweeps run now"
     )
     print(
-        f"{'method':34s}"
+        f"{'method':58s}"
         + "".join(f"{f'{t:.0%}':>17s}" for t in args.targets)
         + f"  seeds  s/sweep  vs {args.baseline} at the last two: seeds fewer/more epochs"
     )
@@ -246,7 +247,7 @@ def main() -> None:
                 paired = "".join(
                     f"  {against(rows[i], baseline, f'{t:.2f}')}" for t in args.targets[-2:]
                 )
-            print(f"{name:34s}{cells}  {len(rows[i]):5d}  {seconds}{paired}", flush=True)
+            print(f"{name:58s}{cells}  {len(rows[i]):5d}  {seconds}{paired}", flush=True)
             summary.append({"method": name, "settings": setting, "sweeps": rows[i]})
     if args.summary:
         args.summary.write_text(
