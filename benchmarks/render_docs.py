@@ -306,6 +306,7 @@ RENDERERS: dict[str, Callable[[dict], str]] = {
     "cluster_sweep": cluster_sweep,
     "search_replay_wrn16": search_replay,
     "search_replay_wrn16_stopping": search_replay,
+    "search_replay_wrn16_stopping_late": search_replay,
 }
 
 
