@@ -284,7 +284,14 @@ def search_replay(result: dict) -> str:
     share = [f"{float(t):.0%}" for t in targets]
     header = ["method", "seeds", *(f"epochs to {s}" for s in share)]
     header += [f"fewer / more than {baseline['method']} at {s}" for s in share]
-    return "\n".join(table(header, lines)) + "\n"
+    about = result.get("table")
+    if about is None:
+        return "\n".join(table(header, lines)) + "\n"
+    intro = (
+        f"The table: {about['points']} points of {about['epochs']} epochs; one point alone holds "
+        f"at most {about['one_point_share']:.0%} of the best hypervolume."
+    )
+    return "\n".join([intro, "", *table(header, lines)]) + "\n"
 
 
 def ask_time(result: dict) -> str:
@@ -357,6 +364,7 @@ RENDERERS: dict[str, Callable[[dict], str]] = {
     "search_replay_wrn16": search_replay,
     "search_replay_wrn16_stopping": search_replay,
     "fidelity": fidelity,
+    "search_replay_wrn16_stopping_late": search_replay,
 }
 
 

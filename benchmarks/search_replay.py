@@ -52,7 +52,12 @@ def against(rows: list[dict], baseline: dict[int, dict], target: str) -> str:
     return f"{sum(a < b for a, b in pairs):2d}/{sum(a > b for a, b in pairs):2d}"
 
 
-def describe(table: replay.Table, targets: tuple[float, ...]) -> None:
+# a table where one point alone holds more of the best hypervolume has no real trade-off: a
+# method that finds that point is done, whatever the rest of the front
+TRADE_OFF = 0.75
+
+
+def describe(table: replay.Table, targets: tuple[float, ...]) -> dict:
     """The table, and how many of its points reach each target on their own: a target that
     many single points reach measures how fast a method finds one of them, not a front."""
     best = table.best_hypervolume()
@@ -66,13 +71,28 @@ def describe(table: replay.Table, targets: tuple[float, ...]) -> None:
         f"every point trained to the end: {len(table.curves) * epochs} epochs"
     )
     reach = ", ".join(f"{t:.0%}: {sum(a >= t for a in alone)}" for t in targets)
-    print(f"one point alone holds up to {max(alone):.1%} of it; points reaching alone {reach}")
+    verdict = "a real trade-off" if max(alone) <= TRADE_OFF else "NO real trade-off"
+    print(
+        f"one point alone holds up to {max(alone):.1%} of it ({verdict}: at most "
+        f"{TRADE_OFF:.0%}); points reaching alone {reach}"
+    )
+    return {
+        "points": len(table.curves),
+        "epochs": epochs,
+        "best_hypervolume": best,
+        "one_point_share": max(alone),
+    }
 
 
 def settings(
-    args: argparse.Namespace, sampler: str, scheduler: dict | None, band: float | None
+    args: argparse.Namespace,
+    sampler: str,
+    scheduler: dict | None,
+    band: float | None,
+    rule: str = "rank",
 ) -> dict:
-    """What a sweep's figures depend on, besides its seed (the cache's key)."""
+    """What a sweep's figures depend on, besides its seed (the cache's key; the rank rule's
+    sweeps carry no rule, as they were written before there was another)."""
     return {
         "table": hashlib.sha256(Path(args.table).read_bytes()).hexdigest()[:16],
         "points": args.points,
@@ -81,12 +101,16 @@ def settings(
         "sampler_options": args.options.get(sampler, {}),
         "scheduler": scheduler,
         "memory_band": band if scheduler else None,
+        **({"rule": rule} if scheduler and rule != "rank" else {}),
     }
 
 
 def method_name(setting: dict) -> str:
     if not setting["scheduler"]:
         return setting["sampler"]
+    if setting.get("rule") == "hypervolume":
+        first = setting["scheduler"]["grace_epochs"]
+        return f"{setting['sampler']} + hypervolume stopping (rungs from epoch {first})"
     rule = "band" if setting["memory_band"] else "whole rung"
     return f"{setting['sampler']} + mo-asha ({rule})"
 
@@ -104,7 +128,11 @@ def sweep(table: replay.Table, base: dict, setting: dict, seed: int, targets) ->
         **extra,
     )
     history = replay.replay(
-        SearchSpace.from_dict(raw), table, setting["workers"], setting["memory_band"]
+        SearchSpace.from_dict(raw),
+        table,
+        setting["workers"],
+        setting["memory_band"],
+        setting.get("rule", "rank"),
     )
     best = table.best_hypervolume()
     return {f"{t:.2f}": replay.epochs_to(history, t * best) for t in sorted({*RECORDED, *targets})}
@@ -139,18 +167,24 @@ def main() -> None:
     parser.add_argument(
         "--stopping",
         default="none,whole,band",
-        help="early stopping variants run: none, mo-asha on the whole rung, mo-asha in bands",
+        help="early stopping variants run: none, mo-asha on the whole rung, mo-asha in bands, "
+        "hypervolume (stop only what cannot add hypervolume)",
     )
     parser.add_argument("--baseline", default="gp", help="the sampler others are paired with")
     parser.add_argument("--results", type=Path, help="JSON lines, reused (default: per grid)")
     parser.add_argument("--summary", type=Path, help="JSON of every row printed (docs read it)")
+    parser.add_argument(
+        "--cached-only",
+        action="store_true",
+        help="run no sweep: print (and summarise) the seeds already in --results",
+    )
     args = parser.parse_args()
     recording = RECORDINGS[args.grid]
     args.table = args.table or str(recording.table)
     args.results = args.results or RESULTS / f"search_replay_{args.grid}.jsonl"
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     table = replay.Table.from_frame(pd.read_parquet(args.table))
-    describe(table, args.targets)
+    described = describe(table, args.targets)
     done = {}
     if args.results.exists():
         for line in args.results.read_text().splitlines():
@@ -163,12 +197,17 @@ def main() -> None:
         f"hypervolume: median [quartiles]; s/sweep: of the sweeps run now"
     )
     print(
-        f"{'method':34s}"
+        f"{'method':58s}"
         + "".join(f"{f'{t:.0%}':>17s}" for t in args.targets)
         + f"  seeds  s/sweep  vs {args.baseline} at the last two: seeds fewer/more epochs"
     )
     stopping = {"type": "mo-asha", "grace_epochs": args.grace, "reduction_factor": args.factor}
-    every = {"none": (None, None), "whole": (stopping, None), "band": (stopping, args.band)}
+    every = {
+        "none": (None, None),
+        "whole": (stopping, None),
+        "band": (stopping, args.band),
+        "hypervolume": (stopping, None, "hypervolume"),
+    }
     variants = [every[name] for name in args.stopping.split(",")]
     samplers = args.samplers.split(",")
     order = sorted(samplers, key=lambda s: s != args.baseline)  # the baseline first
@@ -185,6 +224,8 @@ def main() -> None:
                 if cached is None or any(
                     f"{t:.2f}" not in cached["epochs_to"] for t in args.targets
                 ):
+                    if args.cached_only:
+                        continue
                     started = time.perf_counter()
                     needed = sweep(table, recording.base, setting, seed, args.targets)
                     spent[i].append(time.perf_counter() - started)
@@ -206,11 +247,14 @@ def main() -> None:
                 paired = "".join(
                     f"  {against(rows[i], baseline, f'{t:.2f}')}" for t in args.targets[-2:]
                 )
-            print(f"{name:34s}{cells}  {len(rows[i]):5d}  {seconds}{paired}", flush=True)
+            print(f"{name:58s}{cells}  {len(rows[i]):5d}  {seconds}{paired}", flush=True)
             summary.append({"method": name, "settings": setting, "sweeps": rows[i]})
     if args.summary:
         args.summary.write_text(
-            json.dumps({"grid": args.grid, "targets": args.targets, "rows": summary}, indent=1)
+            json.dumps(
+                {"grid": args.grid, "table": described, "targets": args.targets, "rows": summary},
+                indent=1,
+            )
         )
 
 

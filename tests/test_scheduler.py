@@ -1,5 +1,6 @@
 """Multi-objective early stopping: its decisions on hand-made curves, its record surviving a
-restart, its settings checked in the space, and the replay harness on a tiny table."""
+restart, its settings checked in the space, the hypervolume rule, and the replay harness on a tiny
+table."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from ray.tune.schedulers import TrialScheduler
 
 from tune_lowmem.config import ConfigError
 from tune_lowmem.search import place, replay
+from tune_lowmem.search.hv_stopping import HypervolumeStopping
 from tune_lowmem.search.scheduler import RECORD, MultiObjectiveASHA
 from tune_lowmem.space import SchedulerSettings, SearchSpace
 
@@ -295,3 +297,85 @@ def test_a_sweep_under_ray_stores_its_stopped_trials(tmp_path):
     completed = rows[rows["status"] == "completed"]["metric.val_accuracy"]
     assert set(outcome.front["val_accuracy"]) <= set(completed)
     assert store.STATUSES[-1] == "stopped"
+
+
+# ---- HypervolumeStopping: stopped only when its optimistic final point is dominated ----
+# (accuracy at epoch 1, final accuracy at epoch 9, memory): gains 0.20, 0.15, 0.25, so the
+# optimistic gain is 0.25 + (0.25 - 0.15) / 2 = 0.30
+FINISHED = {"a": (0.30, 0.50, 10.0), "b": (0.40, 0.55, 20.0), "c": (0.35, 0.60, 40.0)}
+
+
+def hv_stopping(sweep: str | None = None) -> HypervolumeStopping:
+    settings = SchedulerSettings(grace_epochs=1, reduction_factor=3, max_epochs=9)
+    return HypervolumeStopping(settings, OBJECTIVES, sweep)
+
+
+def finish(scheduler: HypervolumeStopping) -> None:
+    for trial, (first, final, memory) in FINISHED.items():
+        assert scheduler.decide(trial, result(1, first, memory)) == GO
+        assert scheduler.decide(trial, result(9, final, memory, "completed")) == GO
+
+
+def test_nothing_is_stopped_before_enough_trials_have_finished():
+    early = hv_stopping()
+    assert early.decide("a", result(1, 0.30, 10.0)) == GO
+    assert early.decide("a", result(9, 0.50, 10.0, "completed")) == GO
+    assert early.decide("b", result(1, 0.40, 20.0)) == GO
+    assert early.decide("b", result(9, 0.55, 20.0, "completed")) == GO
+    # two finished trials, the reduction factor asks for three: a hopeless trial goes on
+    assert early.decide("hopeless", result(1, 0.0, 99.0)) == GO
+
+
+def test_a_trial_is_stopped_only_when_its_optimistic_point_is_dominated():
+    """d (0.15 + 0.30 at 30 MB) is dominated by b (0.55 at 20 MB); e (0.30 + 0.30 at 30 MB)
+    would pass b, though with the largest seen gain alone (0.25) it would only tie it; f is
+    far behind but needs less memory than any finished trial, so it could add the front's
+    cheap end; a missing accuracy is the worst."""
+    scheduler = hv_stopping()
+    finish(scheduler)
+    decisions = {
+        trial: scheduler.decide(trial, result(1, accuracy, memory))
+        for trial, accuracy, memory in [
+            ("d", 0.15, 30.0),
+            ("e", 0.30, 30.0),
+            ("f", 0.05, 5.0),
+            ("g", None, 50.0),
+        ]
+    }
+    assert decisions == {"d": STOP, "e": GO, "f": GO, "g": STOP}
+    assert scheduler.stopped == {"d": 1, "g": 1}
+    # a stopped trial stays stopped; a trial reaching the schedule's end is never stopped
+    assert scheduler.decide("d", result(2, 0.9, 1.0)) == STOP
+    assert scheduler.decide("e", result(9, 0.0, 30.0, "completed")) == GO
+
+
+def test_finished_trials_survive_a_restart(tmp_path):
+    place.bind("resumed", tmp_path)
+    place.sweep_folder(tmp_path, "resumed").mkdir(parents=True)
+    live = hv_stopping("resumed")
+    snapshot = pickle.dumps(live)
+    finish(live)
+    restored = pickle.loads(snapshot)
+    assert restored.finals == live.finals
+    assert restored.decide("d", result(1, 0.15, 30.0)) == STOP
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_replay_stops_trials_without_losing_the_front(seed):
+    """On the tiny table every curve gains 0.1 after epoch 1 and one point dominates the
+    others: the rule never stops it, so the best hypervolume is reached, and it stops the
+    dominated trials that reach epoch 1 after three trials finished (one epoch each)."""
+    table = tiny_table()
+    section = {"type": "mo-asha", "grace_epochs": 1, "reduction_factor": 3}
+    space = SearchSpace.from_dict(replay.replay_space(table, BASE, "grid", seed, scheduler=section))
+    history = replay.replay(space, table, rule="hypervolume")
+    assert history[-1][1] == pytest.approx(table.best_hypervolume())
+    assert len(history) == 6
+    assert history[-1][0] < 18
+
+
+def test_an_unknown_rule_is_refused_in_one_line():
+    table = tiny_table()
+    space = SearchSpace.from_dict(replay.replay_space(table, BASE, "grid", 0))
+    with pytest.raises(ValueError, match="^rule: 'median' is not allowed; allowed: rank, hyper"):
+        replay.replay(space, table, rule="median")

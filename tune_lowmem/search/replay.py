@@ -4,7 +4,7 @@ Why: whether a sampler or early stopping spends fewer epochs per front can only 
 many sweeps, and real ones cost hours. A table holds, for every point of a grid, the validation
 metric after every epoch and the predicted memory (`benchmarks/learning_curves.py` records one).
 A replayed sweep runs the real `ScreenedSearcher` (its journal, its sampler, its screening) and
-the real `MultiObjectiveASHA`: the searcher's ``suggest`` hands out points, each epoch of a
+the real early-stopping scheduler (`MultiObjectiveASHA` or `HypervolumeStopping`): the searcher's ``suggest`` hands out points, each epoch of a
 point's recorded curve is fed to the scheduler's ``decide`` (what its ``on_trial_result`` runs)
 as the result a trial would report, and a trial's end reaches the searcher's
 ``on_trial_complete`` as Tune would send it. Only Ray's trials are absent: `workers` trials run
@@ -32,12 +32,14 @@ from .. import pareto
 from ..results import MEMORY_OBJECTIVE
 from ..space import SearchSpace
 from . import place
+from .hv_stopping import HypervolumeStopping
 from .known_memory import KnownMemorySampler
 from .scheduler import MultiObjectiveASHA
 from .searcher import ScreenedSearcher
 
 METRIC = "val_accuracy"
 CONFIG = "config."
+RULES = ("rank", "hypervolume")  # early-stopping rules `replay` runs
 
 
 @dataclass
@@ -135,11 +137,18 @@ class Running:
 
 
 def replay(
-    space: SearchSpace, table: Table, workers: int = 1, memory_band: float | None = None
+    space: SearchSpace,
+    table: Table,
+    workers: int = 1,
+    memory_band: float | None = None,
+    rule: str = "rank",
 ) -> list[tuple[int, float]]:
     """One sweep: (epochs trained so far, hypervolume of the points trained to the end) after
-    every trial that ended (completed or stopped). `memory_band`: the scheduler's (None: every
-    trial at a rung is compared with every other)."""
+    every trial that ended (completed or stopped). The space's scheduler section stops trials
+    by `rule`: "rank" (`MultiObjectiveASHA`, `memory_band` its band; None: every trial at a
+    rung is compared with every other) or "hypervolume" (`HypervolumeStopping`)."""
+    if rule not in RULES:
+        raise ValueError(f"rule: {rule!r} is not allowed; allowed: {', '.join(RULES)}")
     with tempfile.TemporaryDirectory() as folder:
         place.bind(space.name, folder)
         place.sweep_folder(folder, space.name).mkdir(parents=True)
@@ -147,7 +156,9 @@ def replay(
         if isinstance(searcher.study.sampler, KnownMemorySampler):  # memory: the table's
             searcher.study.sampler.memory = table.memory
         scheduler = None
-        if space.scheduler is not None:
+        if space.scheduler is not None and rule == "hypervolume":
+            scheduler = HypervolumeStopping(space.scheduler, space.objectives, space.name)
+        elif space.scheduler is not None:
             scheduler = MultiObjectiveASHA(
                 space.scheduler, space.objectives, space.name, memory_band=memory_band
             )
