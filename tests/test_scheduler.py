@@ -265,6 +265,7 @@ def test_a_sweep_under_ray_stores_its_stopped_trials(tmp_path):
 
     from tune_lowmem import store
     from tune_lowmem.search import launch, sweep_study
+    from tune_lowmem.space import SearchSpace
 
     raw = {
         "name": "stopping",
@@ -280,7 +281,7 @@ def test_a_sweep_under_ray_stores_its_stopped_trials(tmp_path):
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        outcome = launch(path, store_root=tmp_path / "store")
+        outcome = launch(SearchSpace.load(path), store_root=tmp_path / "store")
     finally:
         ray.shutdown()
     rows = outcome.trials.set_index("trial_id")
