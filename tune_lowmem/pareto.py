@@ -25,7 +25,7 @@ Z_95 = 1.96  # the paper's 95% interval: 1.96 standard errors (Appendix A.1)
 _EARLY_FRONT = 64  # final-front points `hypervolume_history` screens later points with
 
 
-def _losses(values: object, directions: Sequence[str]) -> np.ndarray:
+def as_losses(values: object, directions: Sequence[str]) -> np.ndarray:
     """Values as a float (points x objectives) array in which lower is better everywhere."""
     loss = np.asarray(values, dtype=float)
     if loss.ndim != 2:
@@ -50,7 +50,7 @@ def _check_direction(direction: object, field_name: str) -> None:
 
 
 def _reference(reference_point: Sequence[float], directions: Sequence[str]) -> np.ndarray:
-    reference = _losses(np.asarray(reference_point, dtype=float)[None, :], directions)[0]
+    reference = as_losses(np.asarray(reference_point, dtype=float)[None, :], directions)[0]
     if not np.all(np.isfinite(reference)):
         raise ConfigError(
             "reference_point",
@@ -79,7 +79,7 @@ def _front(loss: np.ndarray) -> np.ndarray:
 
 def non_dominated_mask(values: object, directions: Sequence[str]) -> np.ndarray:
     """True for the points no other point dominates; NaN rows are False."""
-    loss = _losses(values, directions)
+    loss = as_losses(values, directions)
     valid = ~np.isnan(loss).any(axis=1)
     mask = np.zeros(len(loss), dtype=bool)
     mask[valid] = _front(loss[valid])
@@ -91,7 +91,7 @@ def non_dominated_sort(values: object, directions: Sequence[str]) -> np.ndarray:
 
     NaN rows are ranked last, one rank behind every valid point.
     """
-    loss = _losses(values, directions)
+    loss = as_losses(values, directions)
     ranks = np.zeros(len(loss), dtype=int)
     remaining = np.flatnonzero(~np.isnan(loss).any(axis=1))
     rank = 0
@@ -139,7 +139,7 @@ def hypervolume(
 
     Points that do not strictly dominate the reference contribute nothing; NaN rows are ignored.
     """
-    loss = _losses(values, directions)
+    loss = as_losses(values, directions)
     reference = _reference(reference_point, directions)
     return _hypervolume(loss[~np.isnan(loss).any(axis=1)], reference)
 
@@ -152,7 +152,7 @@ def hypervolume_history(
     Only a point no earlier point dominates adds volume. Most points of a long search are
     dominated by an earlier point of the final front: those are found in a few array operations
     (any subset of that front gives the same answer), and only the rest are stepped through."""
-    loss = _losses(values_in_trial_order, directions)
+    loss = as_losses(values_in_trial_order, directions)
     reference = _reference(reference_point, directions)
     useful = ~np.isnan(loss).any(axis=1)
     useful[useful] = np.all(loss[useful] < reference, axis=1)

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 from ray.tune.schedulers import TrialScheduler
 
+from .. import pareto
 from ..space import SchedulerSettings
 from .scheduler import MultiObjectiveASHA, _number
 
@@ -70,11 +71,9 @@ class HypervolumeStopping(MultiObjectiveASHA):
 
     def losses(self, values: list[list[float | None]]) -> np.ndarray:
         """Values as losses (lower is better); a missing value is the worst (inf)."""
-        signs = np.array([-1.0 if d == "maximize" else 1.0 for d in self.objectives.values()])
-        return np.array(
-            [[math.inf if v is None else v * s for v, s in zip(row, signs)] for row in values],
-            dtype=float,
-        ).reshape(len(values), len(signs))
+        rows = [[math.nan if v is None else v for v in row] for row in values]
+        loss = pareto.as_losses(rows, list(self.objectives.values()))
+        return np.where(np.isnan(loss), math.inf, loss)
 
     def state(self) -> dict[str, Any]:
         return {**super().state(), "finals": dict(self.finals)}

@@ -4,11 +4,12 @@ Why: whether a sampler or early stopping spends fewer epochs per front can only 
 many sweeps, and real ones cost hours. A table holds, for every point of a grid, the validation
 metric after every epoch and the predicted memory (`benchmarks/learning_curves.py` records one).
 A replayed sweep runs the real `ScreenedSearcher` (its journal, its sampler, its screening) and
-the real early-stopping scheduler (`MultiObjectiveASHA` or `HypervolumeStopping`): the searcher's ``suggest`` hands out points, each epoch of a
-point's recorded curve is fed to the scheduler's ``decide`` (what its ``on_trial_result`` runs)
-as the result a trial would report, and a trial's end reaches the searcher's
-``on_trial_complete`` as Tune would send it. Only Ray's trials are absent: `workers` trials run
-at once, the one with the fewest epochs done reports next (an event simulation in epochs).
+the real early-stopping scheduler (`MultiObjectiveASHA` or `HypervolumeStopping`): the
+searcher's ``suggest`` hands out points, each epoch of a point's recorded curve is fed to the
+scheduler's ``decide`` (what its ``on_trial_result`` runs) as the result a trial would report,
+and a trial's end reaches the searcher's ``on_trial_complete`` as Tune would send it. Only
+Ray's trials are absent: `workers` trials run at once, the one with the fewest epochs done
+reports next (an event simulation in epochs).
 
 The cost is epochs trained; the gain is the hypervolume of the points trained to the end (their
 final values; a stopped trial's values are partial and count for nothing), on the metric and the
