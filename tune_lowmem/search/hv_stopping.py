@@ -29,7 +29,7 @@ from ray.tune.schedulers import TrialScheduler
 
 from .. import pareto
 from ..space import SchedulerSettings
-from .scheduler import MultiObjectiveASHA, _number
+from .scheduler import MultiObjectiveASHA
 
 
 class HypervolumeStopping(MultiObjectiveASHA):
@@ -50,7 +50,7 @@ class HypervolumeStopping(MultiObjectiveASHA):
         epoch = result.get(self.time_attr)
         if epoch is not None and epoch >= self.settings.max_epochs and trial_id not in self.stopped:
             if trial_id not in self.finals:
-                self.finals[trial_id] = [_number(result.get(name)) for name in self.objectives]
+                self.finals[trial_id] = self.values_of(result)
                 self.save_record()
             return TrialScheduler.CONTINUE
         return super().decide(trial_id, result)

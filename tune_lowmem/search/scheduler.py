@@ -92,11 +92,15 @@ class MultiObjectiveASHA(FIFOScheduler):
         if epoch not in self.records or trial_id in self.records[epoch]:
             return TrialScheduler.CONTINUE
         rung = self.records[epoch]
-        rung[trial_id] = [_number(result.get(name)) for name in self.objectives]
+        rung[trial_id] = self.values_of(result)
         if not self.goes_on(rung, trial_id):
             self.stopped[trial_id] = epoch
         self.save_record()
         return TrialScheduler.STOP if trial_id in self.stopped else TrialScheduler.CONTINUE
+
+    def values_of(self, result: Mapping[str, Any]) -> list[float | None]:
+        """A result's objective values, in the objectives' order (None: missing or not finite)."""
+        return [_number(result.get(name)) for name in self.objectives]
 
     def goes_on(self, rung: Mapping[str, list[float | None]], trial_id: str) -> bool:
         """Fewer than ceil(n / factor) of the n records it is compared with (those of similar
