@@ -13,8 +13,9 @@ Transformer (a full 4,000-token minibatch of 30-token sentence pairs). Each rung
 ratios of both to the baseline's total, and FLOPs per step against the baseline's (the
 recomputation's cost). With --measure, a real step of each rung named, measured independently
 of the prediction (`memory.allocations`: torch's allocator reports every allocation and free to
-torch.profiler, replayed), each in its own process under a time limit, at the ladder's batch or
-at `index:batch` (a microbatched rung holds per microbatch what it holds at any batch it
+torch.profiler, replayed), each in its own process under a time limit, at the plain step and,
+for a rung that rewires, at its first rewiring's update (the larger is kept, with the update in
+the row), at the ladder's batch or at `index:batch` (a microbatched rung holds per microbatch what it holds at any batch it
 divides, which the row's prediction at that batch shows): the measured total (weights,
 gradients and state as held plus the activation peak, operators' workspace out, as the paper
 counts), its ratio to the measured baseline, the prediction's tensors alone at the measured batch
@@ -34,6 +35,8 @@ import json
 import multiprocessing
 import time
 from pathlib import Path
+
+from profiler_accuracy import measured_steps
 
 from tune_lowmem.config import TrialConfig
 from tune_lowmem.memory import MB
@@ -183,12 +186,16 @@ def measurement(text: str) -> tuple[int, int | None]:
         raise argparse.ArgumentTypeError(f"{text!r} is not INDEX or INDEX:BATCH") from None
 
 
-def _allocations(flat: dict) -> Allocations:
-    return measure_allocations(TrialConfig.from_dict(flat))
+def _allocations(flat: dict) -> tuple[int | None, Allocations]:
+    """The larger of the plain step's and, when the run rewires, its first rewiring step's
+    measurement (profiler_accuracy's protocol), with the update it was measured at."""
+    config = TrialConfig.from_dict(flat)
+    steps = {update: measure_allocations(config, None, update) for update in measured_steps(config)}
+    return max(steps.items(), key=lambda step: step[1].total_bytes)
 
 
-def measured(config: TrialConfig, timeout: float) -> Allocations | None:
-    """`measure_allocations` of `config` in a process of its own (the profiler's trace and the
+def measured(config: TrialConfig, timeout: float) -> tuple[int | None, Allocations] | None:
+    """`_allocations` of `config` in a process of its own (the profiler's trace and the
     allocator start clean), None when it runs past `timeout` seconds."""
     with multiprocessing.get_context("spawn").Pool(1) as pool:  # leaving it ends the process
         try:
@@ -203,12 +210,14 @@ def measured_fields(
     """The row's measured figures (see the module docstring); `baseline`: the measured baseline
     total in bytes, if measured."""
     started = time.perf_counter()
-    step = measured(config, timeout)
+    result = measured(config, timeout)
     fields = {"measured_batch": batch, "measure_seconds": round(time.perf_counter() - started)}
-    if step is None:
+    if result is None:
         return {**fields, "measured": f"timed out after {timeout:g} s"}
+    update, step = result
     return {
         **fields,
+        "measured_update": update,  # None: the step after the warm-up
         "measured_mb": step.total_bytes / MB,
         "x_measured": None if baseline is None else baseline / step.total_bytes,
         "measured_activation_mb": step.activation_bytes / MB,

@@ -57,7 +57,8 @@ class MaskedDense(sparsity_module.DynamicSparsity):
         kept = self._mask(name, self.positions(name)[source])
         param = self.model.get_parameter(name)
         state = self.optimizer.state.get(param, {})
-        for tensor in (param, param.grad, *state.values()):
+        param.grad = None  # as the packed layer drops it
+        for tensor in (param, *state.values()):
             if torch.is_tensor(tensor) and tensor.shape == param.shape:
                 tensor.mul_(kept)
         self.masks[name] = self._mask(name, new)

@@ -146,7 +146,8 @@ def test_sparsity_shrinks_model_and_optimizer_only():
 def test_a_run_that_rewires_is_predicted_at_its_rewiring(rewiring):
     # the user task's MLP at density 0.5 on a run of 12 updates: a dynamic one rewires after
     # update 1, and the rewiring's temporaries (the hidden layer's int64 index arrays of its
-    # 524,288 nonzeros, three at once: ~13 MB) outgrow the step's activations
+    # 524,288 nonzeros, three at once: ~13 MB) outgrow the step's activations (~11 MB: the
+    # packed layer's transient dense weight and weight gradient)
     flat = {
         "task": "tests.tiny_task:TinyBlobs",
         "device": "cpu",
@@ -163,7 +164,7 @@ def test_a_run_that_rewires_is_predicted_at_its_rewiring(rewiring):
     assert predicted == pytest.approx(measured, rel=0.01)
     step_only = TrialConfig.from_dict({**flat, "sparsity.rewiring": "static"})
     if rewiring == "dynamic":  # the step alone is far below the run's peak
-        assert stored(step_only).total_bytes < 0.8 * measured
+        assert stored(step_only).total_bytes < 0.9 * measured
 
 
 def test_tracker_flops_equal_flop_counter_mode():

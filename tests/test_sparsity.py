@@ -319,6 +319,49 @@ def test_the_objective_counts_sparse_weights_in_the_configs_storage_layout():
 # ---- inside training ---------------------------------------------------------------------------
 
 
+def test_a_rewiring_drops_the_gradients_and_frees_each_layers_old_tensors_as_it_moves(
+    monkeypatch,
+):
+    """A rewiring holds one layer's old and new tensors at once, not the whole model's: before a
+    layer moves, every layer moved before it has freed its old weights, momentum and gradient.
+    The sparse layers' gradients are dropped (the step has used them; the next one clears them)."""
+    from tune_lowmem.memory import stepping
+    from tune_lowmem.memory.tracker import StorageTracker
+
+    trainer, batches = stepping.synthetic_trainer(
+        tiny_wrn_config(**{"sparsity.density": 0.3}), None
+    )
+    stepping.warm_up(trainer, batches)  # momentum exists
+    trainer.optimizer.zero_grad(set_to_none=True)
+    trainer.task.loss(trainer.model, next(batches))[0].backward()  # gradients exist
+    engine, model = trainer.technique(Sparsity).engine, trainer.model
+    old_bytes = []  # each sparse layer's old weights, momentum and gradient
+    for name in engine.names:
+        weight = engine.values(name)
+        tensors = [weight, weight.grad, trainer.optimizer.state[weight]["momentum_buffer"]]
+        old_bytes.append(sum(t.untyped_storage().nbytes() for t in tensors))
+    existing = [*model.parameters(), *model.buffers()]
+    existing += [p.grad for p in model.parameters() if p.grad is not None]
+    existing += [
+        t for s in trainer.optimizer.state.values() for t in s.values() if torch.is_tensor(t)
+    ]
+    tracker, starts, move = StorageTracker(existing), [], engine.move
+    del existing, tensors, weight
+
+    def timed_move(*args):
+        starts.append(tracker.clock)
+        move(*args)
+
+    monkeypatch.setattr(engine, "move", timed_move)
+    with tracker:
+        engine.rewire()
+    for layer, start in enumerate(starts):
+        freed = -sum(life.nbytes for life in tracker.freed if life.born <= start)
+        assert freed >= sum(old_bytes[:layer]), engine.names[layer]
+    for name, param in model.named_parameters():
+        assert (param.grad is None) == (name in engine.names), name
+
+
 def test_adam_moments_share_the_mask():
     model, sparsity = two_layer_toy(period_schedule="constant", constant_period=1, fraction=0.2)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2, weight_decay=1e-4)

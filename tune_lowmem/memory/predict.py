@@ -24,13 +24,13 @@ state (`techniques.adam_state`) included).
 
 A sparse model also rewires after some updates (`techniques.sparsity`), beside the weights,
 gradients and optimizer state; the rewiring's temporaries (each layer's positions, the slots its
-weights move between, the values, gradient and state of its new count while the old ones live)
-are sized by the nonzeros. Which weights it prunes depends on their values, so it cannot run on
+weights move between, the values and state of its new count while the old ones live; the step's
+gradients of the sparse layers until it drops them) are sized by the nonzeros. Which weights it prunes depends on their values, so it cannot run on
 fake tensors: a real trainer of the same shape key, on the CPU (the bytes are any device's), its
 optimizer state made by an update on zero gradients, makes zero gradients where the fake step
-leaves gradients and rewires once, both under a `StorageTracker` (`rewiring_peak`): as in a real
-step, the gradients are the step's own allocations, and the ones the rewiring replaces count
-until then. A trial that rewires at all (`techniques.rewiring.rewires`) has the larger of the
+leaves gradients and rewires once under a `StorageTracker` (`rewiring_peak`): the weights, state
+and gradients are the step's held part, and what the rewiring frees of them (each layer's old
+values and state, and its gradient, dropped) counts negative from then on. A trial that rewires at all (`techniques.rewiring.rewires`) has the larger of the
 step's and the rewiring's activation part; the rewiring runs only when such a trial asks
 (`DryRun.rewiring`), once per dry run. How many weights fall under the threshold moves only the
 temporaries of the pruned count.
@@ -223,17 +223,17 @@ def rewiring_peak(
     key: TrialConfig, lengths: tuple[int, int] | None, with_grad: set[str], heap_bytes: int
 ) -> tuple[int, int]:
     """A sparse model's rewiring, real, on the CPU (see the module docstring): the most bytes of
-    tensor storage it holds at once beyond the weights, buffers, optimizer state and the
-    gradients it leaves (zeros on the parameters named in `with_grad`), and its heap objects then
-    at `heap_bytes` a storage."""
+    tensor storage it holds at once beyond the step's weights, buffers, optimizer state and
+    gradients (zeros on the parameters named in `with_grad`), and its heap objects then at
+    `heap_bytes` a storage."""
     cpu = TrialConfig.from_dict({**key.to_flat(), "device": "cpu"})
     with _global_rng_kept():
         trainer = Trainer(cpu, task=synthetic_task(cpu, torch.device("cpu"), lengths))
     model, optimizer = trainer.model.train(), trainer.optimizer
     _warm_up(model, optimizer, trainer.step_runner)
+    for name, param in model.named_parameters():  # the step's gradients, held as the step holds
+        param.grad = torch.zeros_like(param) if name in with_grad else None
     with StorageTracker(_held(model, optimizer)) as tracker:
-        for name, param in model.named_parameters():  # made in the step, as a step makes them
-            param.grad = torch.zeros_like(param) if name in with_grad else None
         trainer.technique(Sparsity).engine.rewire()
     return _peak(tracker, _held(model, optimizer), heap_bytes)
 

@@ -202,12 +202,14 @@ class DynamicSparsity:
         count. Regrown weights, their gradients and their state are zero afterwards."""
         values = [self.values(name).detach() for name in self.names]
         counts = _count_under(values, self.threshold)  # one host read for every layer
+        sizes = [value.numel() for value in values]
+        del values  # a layer's old values go as soon as it moves, not when every layer has
         # never empty a layer: if all its weights fall under H, its largest one survives
-        spared = [0 < count == value.numel() for count, value in zip(counts, values)]
+        spared = [0 < count == size for count, size in zip(counts, sizes)]
         pruned = [count - spare for count, spare in zip(counts, spared)]
-        survivors = [value.numel() - count for value, count in zip(values, pruned)]
+        survivors = [size - count for size, count in zip(sizes, pruned)]
         numels = [math.prod(shape) for shape in self.dense_shapes()]
-        fresh_room = [numel - v.numel() for numel, v in zip(numels, values)]
+        fresh_room = [numel - size for numel, size in zip(numels, sizes)]
         total = sum(pruned)
         fresh = min(total, sum(fresh_room))
         grow_fresh = apportion(fresh, survivors, fresh_room)
@@ -280,11 +282,13 @@ class DynamicSparsity:
         return self.layer(name).mask()
 
     def move(self, name: str, source: torch.Tensor, target: torch.Tensor, new: torch.Tensor):
-        """Point one layer at the sorted positions `new`: the weights, gradient and optimizer
-        state in slots `source` move to slots `target`, the others are 0. A layer's count
-        changes when regrowth lands elsewhere than pruning did (the total stays): the parameter
-        object stays (so the optimizer, its hooks and its state keys hold), its data, gradient
-        and state are replaced by tensors of the new count."""
+        """Point one layer at the sorted positions `new`: the weights and optimizer state in
+        slots `source` move to slots `target`, the others are 0. A layer's count changes when
+        regrowth lands elsewhere than pruning did (the total stays): the parameter object stays
+        (so the optimizer, its hooks and its state keys hold), its data and state are replaced
+        by tensors of the new count. Its gradient is dropped, not moved: the step has used it
+        and the next one starts from none (`Trainer.train_step` clears gradients first), so a
+        moved copy would only hold a second gradient's bytes while the old one lives."""
         layer = self.layer(name)
 
         def moved(tensor: torch.Tensor) -> torch.Tensor:
@@ -293,8 +297,8 @@ class DynamicSparsity:
             return result
 
         param = layer.weight
+        param.grad = None
         state = self.optimizer.state.get(param, {}) if self.optimizer is not None else {}
-        grad = param.grad
         shaped = [k for k, v in state.items() if torch.is_tensor(v) and v.shape == param.shape]
         for key, code in QUANTIZED:  # 8-bit moments: moved as values, requantized in new blocks
             if key + blockwise.SCALES in state:
@@ -306,7 +310,6 @@ class DynamicSparsity:
         for key in shaped:
             state[key] = moved(state[key])
         param.data = moved(param.data)
-        param.grad = None if grad is None else moved(grad)
         layer.set_index(new)
 
     # ---- plumbing -----------------------------------------------------------------------------
