@@ -707,8 +707,9 @@ def _proofs(params: tuple[Param, ...], base: dict[str, Any], objectives: Mapping
     technique's own knobs need of a space."""
     alone = _probe(params, base)
     tries = [("base", {}, TrialConfig.from_dict(base))]
+    # a data value valid only beside other params' values is `_probe`'s to judge
     tries += [(f"params.{n}", {n: v}, c) for (n, v), c in alone.items() if n.startswith("data.")]
-    _validation_split(objectives, tries)
+    _validation_split(objectives, base["task"], tries)
     probes = {p.name: p.probes() for p in params}
     for technique in techniques():
         technique.check_space(probes, base, _PROBE_COMBINATIONS)
@@ -740,7 +741,9 @@ def _probe(params: tuple[Param, ...], base: dict[str, Any]) -> dict[tuple[str, A
 
 
 def _validation_split(
-    objectives: Mapping[str, str], tries: list[tuple[str, dict[str, Any], TrialConfig]]
+    objectives: Mapping[str, str],
+    task_name: str,
+    tries: list[tuple[str, dict[str, Any], TrialConfig]],
 ) -> None:
     """A val_* objective needs a validation split in every config the sweep can run: `tries`
     are (field, its values over the base, the config they give)."""
@@ -749,7 +752,7 @@ def _validation_split(
     needs = [m for m in objectives if m.startswith("val_")]
     if not needs:
         return
-    task = get_task(tries[0][2].task)
+    task = get_task(task_name)
     for field_name, change, config in tries:
         if task.validation_empty(config):
             shown = ", ".join(f"{k}={v!r}" for k, v in change.items()) or "the base data section"
