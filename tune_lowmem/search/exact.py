@@ -48,12 +48,16 @@ def _declared(owners: tuple[type, ...]) -> Mapping[str, tuple[Any, ...] | None]:
 
 def exact(name: str, value: Any) -> bool:
     """Whether `value` of param `name` trains as the plain step does."""
-    values = exact_values()
-    return name in values and (values[name] is EVERY or value in values[name])
+    return _listed(exact_values(), name, value)
 
 
 def training_key(params: Mapping[str, Any]) -> str:
     """The point with each exact value replaced by one marker: equal for points that train
     the same model."""
-    same = {n: SAME_TRAINING if exact(n, v) else v for n, v in params.items()}
+    values = exact_values()  # once: a sampler keys hundreds of candidates an ask
+    same = {n: SAME_TRAINING if _listed(values, n, v) else v for n, v in params.items()}
     return json.dumps(same, sort_keys=True, default=str)
+
+
+def _listed(values: Mapping[str, tuple[Any, ...] | None], name: str, value: Any) -> bool:
+    return name in values and (values[name] is EVERY or value in values[name])
