@@ -184,9 +184,7 @@ class WideResNetCifar10(Cifar10Classification):
 
     MODEL_CONFIG = WideResNetConfig
     CHECKPOINT_STRATEGIES = WideResNet.CHECKPOINT_STRATEGIES
-    EXACT: ClassVar = {
-        "model.fused_norm": EVERY
-    }  # the fused BN-ReLU units compute the same function
+    EXACT: ClassVar = {"model.fused_norm": EVERY}  # fused BN-ReLU units: the same function
 
     @classmethod
     def validate_config(cls, config: TrialConfig) -> None:

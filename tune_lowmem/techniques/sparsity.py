@@ -363,9 +363,7 @@ class Sparsity(Technique):
 
     NAME = "sparsity"
     SETTINGS = sparsity_config.SETTINGS
-    EXACT: ClassVar = {
-        "sparsity.storage": EVERY
-    }  # only how the accounted memory counts a sparse weight
+    EXACT: ClassVar = {"sparsity.storage": EVERY}  # a layout changes only the counted memory
 
     def __init__(self, config, task):
         super().__init__(config, task)
