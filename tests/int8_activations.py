@@ -10,7 +10,7 @@ searchable parameter.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -45,6 +45,7 @@ class Int8Activations(Technique):
     NAME = "int8_activations"
     LOSSY = True
     SETTINGS = (Setting("int8_activations", bool, False),)
+    EXACT: ClassVar = {"int8_activations": (False,)}  # off: the plain step
 
     @classmethod
     def enabled(cls, config) -> bool:

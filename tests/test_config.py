@@ -99,9 +99,11 @@ def test_profiler_modules_are_not_hidden_by_their_functions():
         assert module.__name__ == f"tune_lowmem.memory.{name}" and callable(getattr(module, name))
 
 
-def test_refusal_is_the_error_from_dict_raises_or_none():
-    assert TrialConfig.refusal({"precision": "bf16"}) is None
-    refused = TrialConfig.refusal({"precision": "fp8"})
+def test_attempt_is_the_config_from_dict_builds_or_the_error_it_raises():
+    assert TrialConfig.attempt({"precision": "bf16"}) == TrialConfig.from_dict(
+        {"precision": "bf16"}
+    )
+    refused = TrialConfig.attempt({"precision": "fp8"})
     with pytest.raises(ConfigError) as raised:
         TrialConfig.from_dict({"precision": "fp8"})
     assert isinstance(refused, ConfigError) and str(refused) == str(raised.value)

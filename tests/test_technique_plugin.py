@@ -5,6 +5,7 @@ of tune_lowmem names it."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from tune_lowmem import store
 from tune_lowmem.config import ConfigError, TrialConfig
 from tune_lowmem.memory.predict import predict
 from tune_lowmem.plugins import techniques
+from tune_lowmem.search.exact import SAME_TRAINING, training_key
 from tune_lowmem.train import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,6 +74,13 @@ def test_an_installed_technique_is_a_config_field_profiled_and_trained(installed
     assert history[-1]["int8_packed_tensors"] > 0  # its hooks held the activations
     assert history[-1]["val_accuracy"] > 0.6  # three well separated blobs; chance is 1/3
     assert Trainer(plain).run()[-1]["int8_packed_tensors"] == 0
+
+
+def test_an_installed_techniques_declared_exact_value_shares_a_training_key(installed):
+    """Its `EXACT` (off trains as the plain step) reaches the search with no change to it."""
+    key = json.loads(training_key({"int8_activations": False, "checkpoint": "none"}))
+    assert key == {"int8_activations": SAME_TRAINING, "checkpoint": SAME_TRAINING}
+    assert json.loads(training_key({"int8_activations": True}))["int8_activations"] is True
 
 
 def test_an_installed_technique_is_searched_by_a_real_sweep(installed, tmp_path):

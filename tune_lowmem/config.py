@@ -154,14 +154,13 @@ class TrialConfig:
         return cls(**kwargs)
 
     @classmethod
-    def refusal(cls, values: Mapping[str, Any]) -> ConfigError | None:
-        """The error `values` are refused with (None: they give a config), for checks that try
+    def attempt(cls, values: Mapping[str, Any]) -> TrialConfig | ConfigError:
+        """The config `values` give, or the error they are refused with, for checks that try
         many."""
         try:
-            cls.from_dict(values)
+            return cls.from_dict(values)
         except ConfigError as error:
             return error
-        return None
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> TrialConfig:

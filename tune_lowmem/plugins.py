@@ -108,6 +108,11 @@ def get_task(name: str) -> type:
     return task
 
 
+def tasks() -> tuple[type, ...]:
+    """Every registered task class, in `registered_names` order."""
+    return tuple(get_task(name) for name in registered_names())
+
+
 def module_directory(name: str) -> str | None:
     """For a ``module:attribute`` task found in the working directory, that directory: what a
     sweep's workers must have on their path to import it; None for any other task."""

@@ -11,7 +11,8 @@ Each key's own check and default stand in one table (`_SPACE_FIELDS`; a param's 
 `_PARAM_FIELDS`, the sections' in `_RESOURCE_FIELDS` and `_SCHEDULER_FIELDS`), read in one call;
 `SearchSpace.from_dict` then checks what a key must be beside the others, in this file's order:
 what the distributions alone decide, then the base config and what needs its fields, and last
-the costly proofs over it (each param value valid, a validation split where one is needed).
+the costly proofs over the configs the sweep can run, each built once (each param value valid, a
+validation split where one is needed, each technique's own knobs).
 
 The schema (see search_spaces/quickstart.yaml for a full example)::
 
@@ -258,8 +259,7 @@ class SearchSpace:
     def from_dict(cls, raw: Mapping[str, Any]) -> SearchSpace:
         """Each key by its own rules (`_SPACE_FIELDS`), then what it must be beside the others:
         first what the distributions alone decide (conditions, the sampler's points), then the
-        base a valid config, what needs its fields, and last the costly proofs over it: every
-        param value valid, a validation split wherever a val_* objective needs one."""
+        base a valid config, what needs its fields, and last the costly proofs (`_proofs`)."""
         values = read_section(raw, _SPACE_FIELDS, "")
         distributions = tuple(values["params"].values())
         conditions = _conditions(values["conditions"], distributions)
@@ -275,7 +275,7 @@ class SearchSpace:
         resources = _resources(values["resources"], base)
         scheduler = _scheduler(values["scheduler"], base, distributions)
         params = _params(values["params"], base)
-        _validation_split(objectives, base, params)
+        _proofs(params, base, objectives)
         return cls(
             **{
                 **values,
@@ -687,7 +687,7 @@ def _scheduler(
 
 
 def _params(specs: dict[str, Param], base: dict[str, Any]) -> tuple[Param, ...]:
-    """The params as fields of the base's config, each value of each one valid over it."""
+    """The params, each a field of the base's config."""
     for name in specs:
         prefix = f"params.{name}"
         if name in _NOT_SEARCHABLE:
@@ -698,26 +698,35 @@ def _params(specs: dict[str, Param], base: dict[str, Any]) -> tuple[Param, ...]:
                 prefix,
                 f"not a field of the {base['task']} TrialConfig; allowed: {', '.join(fields)}",
             )
-    params = list(specs.values())
-    _probe(params, base)
+    return tuple(specs.values())
+
+
+def _proofs(params: tuple[Param, ...], base: dict[str, Any], objectives: Mapping[str, str]) -> None:
+    """The costly proofs over the configs the sweep can run, each built once: every probe
+    value valid, a validation split wherever a val_* objective needs one, and last what each
+    technique's own knobs need of a space."""
+    alone = _probe(params, base)
+    tries = [("base", {}, TrialConfig.from_dict(base))]
+    # a data value valid only beside other params' values is `_probe`'s to judge
+    tries += [(f"params.{n}", {n: v}, c) for (n, v), c in alone.items() if n.startswith("data.")]
+    _validation_split(objectives, base["task"], tries)
     probes = {p.name: p.probes() for p in params}
-    for technique in techniques():  # what a technique's own knobs need of a space
+    for technique in techniques():
         technique.check_space(probes, base, _PROBE_COMBINATIONS)
-    return tuple(params)
 
 
-def _probe(params: list[Param], base: dict[str, Any]) -> None:
+def _probe(params: tuple[Param, ...], base: dict[str, Any]) -> dict[tuple[str, Any], TrialConfig]:
     """Each probe value must give a valid config, alone over the base or with some values of
     the other params (those valid alone: one other param's first, then combinations), so that
-    no value can only ever fail."""
+    no value can only ever fail. The configs of the values valid alone, by (param, value)."""
     alone = {
-        (p.name, v): TrialConfig.refusal({**base, p.name: v}) for p in params for v in p.probes()
+        (p.name, v): TrialConfig.attempt({**base, p.name: v}) for p in params for v in p.probes()
     }
-    for (name, value), error in alone.items():
-        if error is None:
-            continue
+    valid = {key: built for key, built in alone.items() if isinstance(built, TrialConfig)}
+    refused = {key: error for key, error in alone.items() if key not in valid}
+    for (name, value), error in refused.items():
         others = [
-            [(o.name, v) for v in o.probes() if alone[o.name, v] is None]
+            [(o.name, v) for v in o.probes() if (o.name, v) in valid]
             for o in params
             if o.name != name
         ]
@@ -725,29 +734,26 @@ def _probe(params: list[Param], base: dict[str, Any]) -> None:
         combos = itertools.chain(
             pairs, itertools.islice(itertools.product(*others), _PROBE_COMBINATIONS)
         )
-        if all(TrialConfig.refusal({**base, **dict(c), name: value}) is not None for c in combos):
+        tried = (TrialConfig.attempt({**base, **dict(c), name: value}) for c in combos)
+        if all(isinstance(config, ConfigError) for config in tried):
             raise ConfigError(f"params.{name}", f"{value!r} gives no valid config: {error}")
+    return valid
 
 
-def _validation_split(objectives: Mapping[str, str], base: Mapping[str, Any], params) -> None:
-    """A val_* objective needs a validation split in every config the sweep can run."""
+def _validation_split(
+    objectives: Mapping[str, str],
+    task_name: str,
+    tries: list[tuple[str, dict[str, Any], TrialConfig]],
+) -> None:
+    """A val_* objective needs a validation split in every config the sweep can run: `tries`
+    are (field, its values over the base, the config they give)."""
     from .tasks import get_task
 
     needs = [m for m in objectives if m.startswith("val_")]
     if not needs:
         return
-    task = get_task(base["task"])
-    tries = [("base", {})] + [
-        (f"params.{p.name}", {p.name: v})
-        for p in params
-        if p.name.startswith("data.")
-        for v in p.probes()
-    ]
-    for field_name, change in tries:
-        try:
-            config = TrialConfig.from_dict({**base, **change})
-        except ConfigError:  # valid only with other params' values: checked by `_probe`
-            continue
+    task = get_task(task_name)
+    for field_name, change, config in tries:
         if task.validation_empty(config):
             shown = ", ".join(f"{k}={v!r}" for k, v in change.items()) or "the base data section"
             raise ConfigError(

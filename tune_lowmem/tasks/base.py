@@ -66,6 +66,9 @@ class Task:
     # the torch optimizer class `build_optimizer` returns, for techniques that replace its step
     # (the fused step needs torch.optim.SGD); None: not declared
     OPTIMIZER: ClassVar[type | None] = None
+    # Param of its sections (dotted) -> its values that train as the plain step does, or
+    # techniques.base.EVERY, as a technique's `EXACT` (seen when the task is registered)
+    EXACT: ClassVar[Mapping[str, tuple[Any, ...] | None]] = {}
 
     def __init__(self, config: TrialConfig, device: torch.device, *, synthetic: bool = False):
         self.config = config

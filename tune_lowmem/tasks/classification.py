@@ -21,6 +21,7 @@ from ..config import TrialConfig
 from ..data import cifar10
 from ..models.wideresnet import BasicBlock, WideResNet, WideResNetConfig
 from ..techniques import microbatch
+from ..techniques.base import EVERY
 from ..validation import fraction, nonnegative_float, positive_float, positive_int, require
 from .base import Metric, Task
 
@@ -183,6 +184,7 @@ class WideResNetCifar10(Cifar10Classification):
 
     MODEL_CONFIG = WideResNetConfig
     CHECKPOINT_STRATEGIES = WideResNet.CHECKPOINT_STRATEGIES
+    EXACT: ClassVar = {"model.fused_norm": EVERY}  # fused BN-ReLU units: the same function
 
     @classmethod
     def validate_config(cls, config: TrialConfig) -> None:

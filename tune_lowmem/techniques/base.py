@@ -16,6 +16,7 @@ the training loop's order: `apply` (the fp32 model on the CPU, in registry order
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from torch import nn
@@ -23,6 +24,8 @@ from torch import nn
 # The trial's task (`tune_lowmem.tasks.base.Task`), which sits above the techniques: they use
 # only what its interface documents, and import no task module.
 Task = Any
+# In an `EXACT` declaration (a technique's or a task's): every value of the param is exact.
+EVERY = None
 
 if TYPE_CHECKING:
     import torch
@@ -37,6 +40,9 @@ class Technique:
     NAME: ClassVar[str]  # its registered name, and the key of its checkpointed state
     SETTINGS: ClassVar[tuple[Setting, ...]]  # its fields of TrialConfig
     LOSSY: ClassVar[bool] = False  # whether it can change results beyond floating-point noise
+    # Param (dotted) -> its values that train as the plain step does (bit for bit or within
+    # rounding), or EVERY: points differing only in them share one accuracy (search.exact).
+    EXACT: ClassVar[Mapping[str, tuple[Any, ...] | None]] = {}
     # The one technique bound to every trial that runs each loss through its `forward_context`
     # and `backward` and takes the optimizer step (`unscale_`, `step`): the numeric format's.
     RUNS_STEP: ClassVar[bool] = False

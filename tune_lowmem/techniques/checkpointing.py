@@ -21,7 +21,7 @@ state dict do not change. Recomputation leaves batch-norm statistics as a plain 
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -29,7 +29,7 @@ from torch import nn
 from ..models.segments import run_checkpointed
 from ..validation import choice
 from . import settings
-from .base import Technique
+from .base import EVERY, Technique
 
 GENERIC_STRATEGIES = ("none", "blocks-1", "blocks-2")
 
@@ -104,6 +104,7 @@ class Checkpointing(Technique):
 
     NAME = "checkpoint"
     SETTINGS = settings.CHECKPOINT
+    EXACT: ClassVar = {"checkpoint": EVERY}  # recomputation repeats the same operations
 
     @classmethod
     def enabled(cls, config) -> bool:

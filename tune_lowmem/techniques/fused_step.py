@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -143,6 +143,7 @@ class FusedStep(Technique):
 
     NAME = "fused_step"
     SETTINGS = settings.FUSED_STEP
+    EXACT: ClassVar = {"fused_step": ("none", "exact")}  # heavy-ball is lossy
 
     def __init__(self, config, task):
         super().__init__(config, task)

@@ -33,14 +33,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
 from . import blockwise, rewiring_checks, sparsity_config
 from .adam_state import QUANTIZED
-from .base import Technique
+from .base import EVERY, Technique
 from .packed import dense_shape, layer_of, pack_layer
 from .rewiring import RunLength, rewires_after, rewiring_period
 from .sparsity_config import SparsityConfig
@@ -366,6 +366,7 @@ class Sparsity(Technique):
 
     NAME = "sparsity"
     SETTINGS = sparsity_config.SETTINGS
+    EXACT: ClassVar = {"sparsity.storage": EVERY}  # a layout changes only the counted memory
 
     def __init__(self, config, task):
         super().__init__(config, task)
