@@ -20,9 +20,11 @@ Protocol (written before any run; changing it means changing this file):
   predicted under `HEAP_VIEW_MAX_MB`.
 - Measured steps: the prediction is a run's peak, and a sparse run's peak may be a step that
   rewires (`techniques.rewiring.rewires`). So a point whose run rewires is measured in both
-  views at two steps, the one after the warm-up and one that rewires (the run's first rewiring
-  update, `Trainer.seek`), and its measured figures are those of the step with the larger
-  total; every other point at the step after the warm-up. The point records which step it was.
+  views at two steps placed with `Trainer.seek`, its first update (a plain step, which leaves
+  its gradients held; the step after the warm-up may itself rewire, and a rewiring drops the
+  sparse layers' gradients) and its first rewiring update, and its measured figures are those
+  of the step with the larger total; every other point at the step after the warm-up. The point
+  records which step it was.
 - Order: evaluation points run smallest predicted first, so a run cut short has the most.
 - Reported: median, 90th percentile and worst absolute relative error of the totals over
   evaluation points whose measured total is at least 1 MB (`FLOOR_MB`), and every point that
@@ -235,9 +237,9 @@ def calibrate(results: dict) -> int:
 
 def measured_steps(config: TrialConfig) -> list[int | None]:
     """The updates a point is measured at (see the protocol): None, the step after the warm-up;
-    and the run's first rewiring update if it rewires."""
+    for a run that rewires, its first update and its first rewiring update."""
     first = planned_first_rewiring(config)
-    return [None] if first is None else [None, first]
+    return [None] if first is None else [0, first]
 
 
 def evaluate(name: str, flat: dict, heap: bool) -> dict:

@@ -87,7 +87,7 @@ def profiler_accuracy(result: dict) -> str:
             percent(p["error_total"]),
             percent(p["error_activation"]),
             f"{p['allocator_workspace_activation_mb'] - p['allocator_activation_mb']:.3f}",
-            "after warm-up" if p["measured_update"] is None else f"rewiring {p['measured_update']}",
+            "after warm-up" if p["measured_update"] is None else f"update {p['measured_update']}",
         ]
         for p in result["points"]
     ]
