@@ -189,10 +189,10 @@ DCT = {"task": "dct-iwslt14", "device": "cpu"}
             ),
         ),
         (
-            {**DCT, "adam_state": "bf16", "precision": "fp16"},
+            {**DCT, "adam_state": "bf16", "precision": "bf16"},
             (
-                "adam_state: 'bf16' is not allowed with precision fp16 (its moments are already "
-                "half); allowed: param, int8"
+                "adam_state: 'bf16' is not allowed with precision bf16 (its moments are already "
+                "bf16); allowed: param, int8"
             ),
         ),
         (

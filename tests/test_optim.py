@@ -33,14 +33,29 @@ def test_first_steps_follow_fairseqs_formula():
     assert abs(float(other.detach()[0] - param.detach()[0])) > 1e-3
 
 
-def test_state_is_adamw_shaped_and_half_stays_half():
+def test_state_is_adamw_shaped_and_half_weights_get_fp32_moments():
     param = torch.nn.Parameter(torch.ones(4, dtype=torch.float16))
     optimizer = FairseqAdam([param], lr=1e-2)
     assert isinstance(optimizer, torch.optim.AdamW)  # the memory profiler counts its two buffers
     param.grad = torch.full((4,), 0.5, dtype=torch.float16)
     optimizer.step()
     state = optimizer.state[param]
-    assert (
-        set(state) == {"step", "exp_avg", "exp_avg_sq"} and state["exp_avg"].dtype == torch.float16
-    )
+    assert set(state) == {"step", "exp_avg", "exp_avg_sq"}
+    assert state["exp_avg"].dtype == state["exp_avg_sq"].dtype == torch.float32
     assert param.dtype == torch.float16 and float(param[0]) == pytest.approx(1 - 1e-2, abs=1e-3)
+
+
+def test_half_weights_stay_finite_where_half_moments_would_divide_by_zero():
+    """An unused embedding row's zero gradient and a small one (whose square is under fp16's
+    range): fairseq's step in fp32 moves them by 0 and by about lr, rounded to fp16."""
+    param = torch.nn.Parameter(torch.ones(3, dtype=torch.float16))
+    optimizer = FairseqAdam([param], lr=1e-3)
+    param.grad = torch.tensor([0.0, 1e-4, 0.5], dtype=torch.float16)
+    optimizer.step()
+    wide = torch.nn.Parameter(torch.ones(3))
+    reference = FairseqAdam([wide], lr=1e-3)
+    wide.grad = param.grad.float()
+    reference.step()
+    assert torch.isfinite(param).all()
+    assert torch.equal(param.detach(), wide.detach().half())
+    assert float(param[0]) == 1.0 and float(param[1]) < 1.0

@@ -6,8 +6,10 @@ sqrt(v / (1 - b2^t)) + eps. For gradients near eps (rare words' embedding rows, 
 when 1 - b2^t is small) the two steps differ by up to half the learning rate, so the project uses
 fairseq's rule (tests/test_fairseq_parity.py checks it against fairseq's own optimizer).
 Weight decay is decoupled (p -= lr * wd * p) as in both. The moment buffers have the
-parameter's dtype, as torch's AdamW keeps them (fp16 trials keep every buffer in half), unless
-`moments` says otherwise (`techniques.adam_state`: bf16 or 8-bit moments, lossy).
+parameter's dtype, as torch's AdamW keeps them, except an fp16 parameter's, which are fp32 as
+fairseq's Adam keeps them: fp16 holds neither eps (1e-8) nor the second moment of a gradient
+under about 1e-2, so half moments divide by zero at the first step and every weight becomes inf
+or NaN. Unless `moments` says otherwise (`techniques.adam_state`: bf16 or 8-bit moments, lossy).
 """
 
 from __future__ import annotations
@@ -23,13 +25,16 @@ Rule = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], None]
 
 
 class Moments:
-    """How Adam keeps its two moments: here in the parameter's dtype, as torch does (exact).
-    A subclass keeps them in another form and hands `apply` the fp32 values to update."""
+    """How Adam keeps its two moments: here in the parameter's dtype, as torch does (exact), fp32
+    for an fp16 parameter (see the module docstring; the update then computes in fp32 through
+    type promotion and rounds the weight to nearest). A subclass keeps them in another form and
+    hands `apply` the fp32 values to update."""
 
     def create(self, param: torch.Tensor) -> dict[str, torch.Tensor]:
+        dtype = torch.float32 if param.dtype == torch.float16 else param.dtype
         return {
-            "exp_avg": torch.zeros_like(param, memory_format=torch.preserve_format),
-            "exp_avg_sq": torch.zeros_like(param, memory_format=torch.preserve_format),
+            key: torch.zeros_like(param, dtype=dtype, memory_format=torch.preserve_format)
+            for key in ("exp_avg", "exp_avg_sq")
         }
 
     def apply(self, param: torch.Tensor, grad: torch.Tensor, state: dict, rule: Rule) -> None:

@@ -3,9 +3,10 @@
 `TrialConfig.adam_state` picks how the task's Adam (`optim.FairseqAdam`) keeps its two moments:
 
 - ``param``: in the parameter's dtype, as torch does (the default, exact);
-- ``bf16``: LOSSY, in bf16 (2 bytes each instead of 4), only where the parameters are fp32
-  (fp32 or the amp modes; pure half weights' moments are half already); each step widens them
-  to fp32, updates and rounds back to nearest;
+- ``bf16``: LOSSY, in bf16 (2 bytes each instead of 4), where the moments would be fp32 (fp32
+  weights, the amp modes, and fp16 weights, whose moments are fp32: `optim.Moments`; pure bf16
+  weights' moments are bf16 already); each step widens them to fp32, updates and rounds back to
+  nearest;
 - ``int8``: LOSSY, 8-bit blockwise-quantized after bitsandbytes' 8-bit Adam
   (`techniques.blockwise`: one byte per element plus an fp32 scale per block of 256, 1.016 bytes
   per element; the second moment kept as its square root under the unsigned dynamic code). Each
@@ -112,9 +113,9 @@ class AdamState(Technique):
             f"{getattr(optimizer, '__name__', 'not declared')}, not Adam); allowed: param",
         )
         require(
-            state != "bf16" or storage_dtype(config.precision) == torch.float32,
+            state != "bf16" or storage_dtype(config.precision) != torch.bfloat16,
             "adam_state",
-            f"{refusal} with precision {config.precision} (its moments are already half); "
+            f"{refusal} with precision {config.precision} (its moments are already bf16); "
             "allowed: param, int8",
         )
         require(
