@@ -176,6 +176,9 @@ def test_scheduler_section_round_trips_and_names_its_rule(kind):
     assert SearchSpace.from_dict({**raw, "scheduler": None}).scheduler is None
     assert type(build_scheduler(space.scheduler, space.objectives)) is RULES[kind]
     assert set(RULES) == set(SCHEDULERS)
+    other = next(rule for name, rule in RULES.items() if name != kind)
+    with pytest.raises(ValueError, match=f"^scheduler.type: '{kind}' is not '{other.TYPE}'"):
+        other(space.scheduler, space.objectives)  # a rule never runs under another's name
 
 
 def tiny_table() -> replay.Table:
@@ -312,7 +315,7 @@ FINISHED = {"a": (0.30, 0.50, 10.0), "b": (0.40, 0.55, 20.0), "c": (0.35, 0.60, 
 
 
 def hv_stopping(sweep: str | None = None) -> HypervolumeStopping:
-    settings = SchedulerSettings(grace_epochs=1, reduction_factor=3, max_epochs=9)
+    settings = SchedulerSettings("hypervolume", grace_epochs=1, reduction_factor=3, max_epochs=9)
     return HypervolumeStopping(settings, OBJECTIVES, sweep)
 
 
@@ -386,7 +389,7 @@ def test_replay_stops_trials_without_losing_the_front(seed, kind):
 
 
 def margin_stopping() -> MarginStopping:
-    settings = SchedulerSettings(grace_epochs=1, reduction_factor=3, max_epochs=9)
+    settings = SchedulerSettings("margin", grace_epochs=1, reduction_factor=3, max_epochs=9)
     return MarginStopping(settings, OBJECTIVES)
 
 

@@ -35,6 +35,8 @@ class HypervolumeStopping(MultiObjectiveASHA):
     """Stops a trial at a rung when its optimistic final values add no hypervolume (see the
     module); the front is the final values of the trials that reached the schedule's end."""
 
+    TYPE = "hypervolume"
+
     def __init__(self, *args, **kwargs):
         """`MultiObjectiveASHA`'s arguments."""
         self.finals: dict[str, list[float | None]] = {}  # trial id -> its final values

@@ -31,6 +31,8 @@ class MarginStopping(HypervolumeStopping):
     """Stops a trial at a rung when another trial there leads it by more than the finished
     trials' curves ever moved apart (see the module)."""
 
+    TYPE = "margin"
+
     def goes_on(self, rung: Mapping[str, list[float | None]], trial_id: str) -> bool:
         moved = self.moved(rung)
         if moved is None:
