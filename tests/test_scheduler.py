@@ -319,8 +319,9 @@ def hv_stopping(sweep: str | None = None) -> HypervolumeStopping:
     return HypervolumeStopping(settings, OBJECTIVES, sweep)
 
 
-def finish(scheduler: HypervolumeStopping) -> None:
-    for trial, (first, final, memory) in FINISHED.items():
+def finish(scheduler: HypervolumeStopping, order: str = "abc") -> None:
+    for trial in order:
+        first, final, memory = FINISHED[trial]
         assert scheduler.decide(trial, result(1, first, memory)) == GO
         assert scheduler.decide(trial, result(9, final, memory, "completed")) == GO
 
@@ -385,7 +386,7 @@ def test_replay_stops_trials_without_losing_the_front(seed, kind):
 
 
 # ---- MarginStopping: stopped when a trial at the rung of no more memory leads by a margin ----
-# FINISHED moved 0.20, 0.15, 0.25 from rung 1 to the end: the margin is (0.25 - 0.15) * 3 / 2
+# FINISHED moved 0.20, 0.15, 0.25 from rung 1 to the end: the margin is 0.25 - 0.15
 
 
 def margin_stopping() -> MarginStopping:
@@ -401,17 +402,18 @@ def test_margin_waits_for_two_finished_trials():
 
 
 def test_a_trial_is_stopped_when_one_of_no_more_memory_leads_it_by_the_margin():
-    """d trails b (less memory) by 0.20 > 0.15; e trails b by 0.10, which the spread alone
-    (0.10) would stop; f needs less memory than any; g's accuracy is missing; h trails
-    `running` (a trial that has not finished: the hypervolume rule, which compares with
-    finished trials only, lets h go on) by 0.20; i leads every trial of less memory."""
+    """d trails b (less memory) by 0.20 > 0.10, j by 0.12; e trails b by 0.09; f needs
+    less memory than any; g's accuracy is missing; h trails `running` (a trial that has not
+    finished: the hypervolume rule, which compares with finished trials only, lets h go on) by
+    0.20; i leads every trial of less memory."""
     scheduler = margin_stopping()
-    finish(scheduler)
+    finish(scheduler, "acb")  # after a and b finished, c at rung 1 trails b by the margin
     decisions = {
         trial: scheduler.decide(trial, result(1, accuracy, memory))
         for trial, accuracy, memory in [
             ("d", 0.20, 30.0),
-            ("e", 0.30, 30.0),
+            ("e", 0.31, 30.0),
+            ("j", 0.28, 35.0),
             ("f", 0.05, 5.0),
             ("g", None, 50.0),
             ("running", 0.60, 15.0),
@@ -419,7 +421,16 @@ def test_a_trial_is_stopped_when_one_of_no_more_memory_leads_it_by_the_margin():
             ("i", 0.61, 80.0),
         ]
     }
-    assert decisions == {"d": STOP, "e": GO, "f": GO, "g": STOP, "running": GO, "h": STOP, "i": GO}
+    assert decisions == {
+        "d": STOP,
+        "e": GO,
+        "j": STOP,
+        "f": GO,
+        "g": STOP,
+        "running": GO,
+        "h": STOP,
+        "i": GO,
+    }
     hypervolume = hv_stopping()
     finish(hypervolume)
     assert hypervolume.decide("h", result(1, 0.40, 25.0)) == GO

@@ -8,11 +8,15 @@ known, late in a sweep; rank quotas (`MultiObjectiveASHA`) stop the slow learner
 end. Here the memory objective is known before training and never moves, so two trials at the
 same rung differ in memory exactly and in accuracy by what one epoch count shows. A trial is
 stopped when another trial recorded at the rung weakly dominates it by a margin in every
-objective: the spread of the finished trials' moves from this rung to their end (largest less
-smallest, times n / (n - 1), the unbiased estimate of a uniform spread's width from n draws;
-zero for a memory objective, which does not move). A trial that far behind ends dominated by
-the one ahead unless it closes more of the gap than any finished trial did. With fewer than two
-finished trials recorded at the rung there is no spread yet, and the trial goes on.
+objective: the spread of the finished trials' moves from this rung to their end (the largest
+less the smallest: the most one finished trial gained on another; zero for a memory objective,
+which does not move). A trial that far behind ends dominated by the one ahead unless it gains
+more on it than any finished trial gained on another. With fewer than two finished trials
+recorded at the rung there is no spread yet, and the trial goes on.
+
+The rung matters: on the recorded WRN-16-2 curves (4 epochs) the spread from epoch 1 is wider
+than most gaps and from epoch 2 a stop there loses a front point now and then; one rung at the
+last epoch but one (``grace_epochs: 3``) saves an epoch a stop and loses none (docs/samplers.md).
 
 Rungs, the record in the sweep folder, Tune's save and restore, and the finished trials' final
 values are `HypervolumeStopping`'s.
@@ -37,7 +41,7 @@ class MarginStopping(HypervolumeStopping):
         moved = self.moved(rung)
         if moved is None:
             return True
-        margin = (moved.max(axis=0) - moved.min(axis=0)) * len(moved) / (len(moved) - 1)
+        margin = moved.max(axis=0) - moved.min(axis=0)
         own = self.losses([rung[trial_id]])[0]
         others = self.losses([values for t, values in rung.items() if t != trial_id])
         return not bool(np.any(np.all(others + margin <= own, axis=1)))
