@@ -1,6 +1,6 @@
 """Epochs to a front: every sampler, with and without early stopping, replayed on real curves.
 
-Each sweep runs through the project's own `ScreenedSearcher` and the early-stopping rule asked for
+Each sweep runs through the project's own `ScreenedSearcher` and early-stopping rules
 (`tune_lowmem.search.replay`: suggest, the scheduler's decision on every epoch's recorded
 result, on_trial_complete), against the table `learning_curves.py` recorded. For every method
 and sampler seed it counts the epochs trained until the hypervolume of the points trained to the
@@ -104,7 +104,8 @@ def method_name(setting: dict) -> str:
     if not scheduler:
         return setting["sampler"]
     if scheduler["type"] == "hypervolume":
-        return f"{setting['sampler']} + hypervolume stopping (rungs from epoch {scheduler['grace_epochs']})"
+        first = scheduler["grace_epochs"]
+        return f"{setting['sampler']} + hypervolume stopping (rungs from epoch {first})"
     if scheduler["type"] == "margin":
         rungs = f"grace {scheduler['grace_epochs']}, factor {scheduler['reduction_factor']:g}"
         return f"{setting['sampler']} + margin stopping ({rungs})"

@@ -14,9 +14,9 @@ which does not move). A trial that far behind ends dominated by the one ahead un
 more on it than any finished trial gained on another. With fewer than two finished trials
 recorded at the rung there is no spread yet, and the trial goes on.
 
-The rung matters: on the recorded WRN-16-2 curves (4 epochs) the spread from epoch 1 is wider
-than most gaps and from epoch 2 a stop there loses a front point now and then; one rung at the
-last epoch but one (``grace_epochs: 3``) saves an epoch a stop and loses none (docs/samplers.md).
+The rung matters: on the recorded WRN-16-2 curves (4 epochs) the moves from epoch 1 or 2 spread
+wider than most gaps, so stops there are few or cost front points; with one rung at the last
+epoch but one (``grace_epochs: 3``) the rule saves epochs (docs/samplers.md).
 
 Rungs, the record in the sweep folder, Tune's save and restore, and the finished trials' final
 values are `HypervolumeStopping`'s.
