@@ -96,6 +96,7 @@ def settings(
         "sampler_options": args.options.get(sampler, {}),
         "scheduler": scheduler,
         "memory_band": band if scheduler else None,
+        "clock": "wall",  # workers in step (`replay`); sweeps without it let new trials catch up
     }
 
 

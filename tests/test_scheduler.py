@@ -246,6 +246,15 @@ def test_replay_drives_the_searcher_and_the_scheduler(seed, monkeypatch):
     assert len(history) == len(runs) == 6
 
 
+def test_replay_runs_its_workers_in_step():
+    """Two workers, three epochs a trial: both first trials end at time 3 (epochs 5 and 6), and
+    the trials started then do not train before the second one has reported its end."""
+    table = tiny_table()
+    space = SearchSpace.from_dict(replay.replay_space(table, BASE, "grid", 0))
+    history = replay.replay(space, table, workers=2)
+    assert [epochs for epochs, _ in history] == [5, 6, 11, 12, 17, 18]
+
+
 def test_replay_tells_a_stopped_point_its_partial_values(tmp_path):
     table = tiny_table()
     section = {"type": "mo-asha", "grace_epochs": 1, "reduction_factor": 3}

@@ -8,8 +8,10 @@ the real early-stopping scheduler the space names (`stopping`): the
 searcher's ``suggest`` hands out points, each epoch of a point's recorded curve is fed to the
 scheduler's ``decide`` (what its ``on_trial_result`` runs) as the result a trial would report,
 and a trial's end reaches the searcher's ``on_trial_complete`` as Tune would send it. Only
-Ray's trials are absent: `workers` trials run at once, the one with the fewest epochs done
-reports next (an event simulation in epochs).
+Ray's trials are absent: `workers` trials run at once, each epoch one unit of time, and the
+epoch that ends first reports next (an event simulation in epochs): a trial started when
+another ended or was stopped trains beside the others, and does not catch up on their epochs
+before they report.
 
 The cost is epochs trained; the gain is the hypervolume of the points trained to the end (their
 final values; a stopped trial's values are partial and count for nothing), on the metric and the
@@ -123,6 +125,7 @@ class Running:
     trial_id: str
     curve: list[float]
     memory: float
+    start: int  # the time it started, in epochs of one worker
     done: int = 0  # epochs reported
 
     def result(self) -> dict[str, Any]:
@@ -166,7 +169,7 @@ def run_sweep(
     running: list[Running] = []
     finished: list[list[float]] = []
     history: list[tuple[int, float]] = []
-    epochs, started, exhausted = 0, 0, False
+    epochs, started, exhausted, clock = 0, 0, False, 0
     reference = table.reference()
     while True:
         while not exhausted and len(running) < workers:
@@ -177,13 +180,14 @@ def run_sweep(
                 break
             params = {k: v for k, v in suggested["params"].items() if k != "seed"}
             curve, memory = table.curves[key(params)]
-            running.append(Running(trial_id, curve, memory))
+            running.append(Running(trial_id, curve, memory, start=clock))
             started += 1
         if not running or (history and history[-1][1] >= until):
             return history
-        trial = min(running, key=lambda t: t.done)
+        trial = min(running, key=lambda t: t.start + t.done)  # the next epoch to end
         trial.done += 1
         epochs += 1
+        clock = trial.start + trial.done
         result = trial.result()
         decision = TrialScheduler.CONTINUE
         if scheduler is not None:
