@@ -14,9 +14,9 @@ which does not move). A trial that far behind ends dominated by the one ahead un
 more on it than any finished trial gained on another. With fewer than two finished trials
 recorded at the rung there is no spread yet, and the trial goes on.
 
-The rung matters: on the recorded WRN-16-2 curves (4 epochs) the moves from epoch 1 or 2 spread
-wider than most gaps, so stops there are few or cost front points; with one rung at the last
-epoch but one (``grace_epochs: 3``) the rule saves epochs (docs/samplers.md).
+The rungs matter: on the recorded WRN-16-2 curves (4 epochs) the moves from epoch 1 spread wider
+than most gaps, so a rung there stops nothing; rungs at epochs 2 and 3 (``grace_epochs: 2,
+reduction_factor: 1.5``) save the most (docs/samplers.md).
 
 Rungs, the record in the sweep folder, Tune's save and restore, and the finished trials' final
 values are `HypervolumeStopping`'s.
