@@ -365,6 +365,8 @@ RENDERERS: dict[str, Callable[[dict], str]] = {
     "search_replay_wrn16_stopping": search_replay,
     "fidelity": fidelity,
     "search_replay_wrn16_stopping_late": search_replay,
+    "search_replay_wrn16_margin": search_replay,
+    "search_replay_wrn16_margin_fresh": search_replay,
 }
 
 

@@ -1,6 +1,6 @@
 """Epochs to a front: every sampler, with and without early stopping, replayed on real curves.
 
-Each sweep runs through the project's own `ScreenedSearcher` and `MultiObjectiveASHA`
+Each sweep runs through the project's own `ScreenedSearcher` and early-stopping rules
 (`tune_lowmem.search.replay`: suggest, the scheduler's decision on every epoch's recorded
 result, on_trial_complete), against the table `learning_curves.py` recorded. For every method
 and sampler seed it counts the epochs trained until the hypervolume of the points trained to the
@@ -85,14 +85,9 @@ def describe(table: replay.Table, targets: tuple[float, ...]) -> dict:
 
 
 def settings(
-    args: argparse.Namespace,
-    sampler: str,
-    scheduler: dict | None,
-    band: float | None,
-    rule: str = "rank",
+    args: argparse.Namespace, sampler: str, scheduler: dict | None, band: float | None
 ) -> dict:
-    """What a sweep's figures depend on, besides its seed (the cache's key; the rank rule's
-    sweeps carry no rule, as they were written before there was another)."""
+    """What a sweep's figures depend on, besides its seed (the cache's key)."""
     return {
         "table": hashlib.sha256(Path(args.table).read_bytes()).hexdigest()[:16],
         "points": args.points,
@@ -101,22 +96,27 @@ def settings(
         "sampler_options": args.options.get(sampler, {}),
         "scheduler": scheduler,
         "memory_band": band if scheduler else None,
-        **({"rule": rule} if scheduler and rule != "rank" else {}),
+        "clock": "wall",  # workers in step (`replay`); sweeps without it let new trials catch up
     }
 
 
 def method_name(setting: dict) -> str:
-    if not setting["scheduler"]:
+    scheduler = setting["scheduler"]
+    if not scheduler:
         return setting["sampler"]
-    if setting.get("rule") == "hypervolume":
-        first = setting["scheduler"]["grace_epochs"]
+    if scheduler["type"] == "hypervolume":
+        first = scheduler["grace_epochs"]
         return f"{setting['sampler']} + hypervolume stopping (rungs from epoch {first})"
+    if scheduler["type"] == "margin":
+        rungs = f"grace {scheduler['grace_epochs']}, factor {scheduler['reduction_factor']:g}"
+        return f"{setting['sampler']} + margin stopping ({rungs})"
     rule = "band" if setting["memory_band"] else "whole rung"
     return f"{setting['sampler']} + mo-asha ({rule})"
 
 
 def sweep(table: replay.Table, base: dict, setting: dict, seed: int, targets) -> dict[str, float]:
     """One replayed sweep: epochs to each target (inf: not reached)."""
+    best, recorded = table.best_hypervolume(), sorted({*RECORDED, *targets})
     extra = {"sampler_options": setting["sampler_options"]} if setting["sampler_options"] else {}
     raw = replay.replay_space(
         table,
@@ -132,10 +132,9 @@ def sweep(table: replay.Table, base: dict, setting: dict, seed: int, targets) ->
         table,
         setting["workers"],
         setting["memory_band"],
-        setting.get("rule", "rank"),
+        until=max(recorded) * best,  # the rest of the sweep changes no figure kept
     )
-    best = table.best_hypervolume()
-    return {f"{t:.2f}": replay.epochs_to(history, t * best) for t in sorted({*RECORDED, *targets})}
+    return {f"{t:.2f}": replay.epochs_to(history, t * best) for t in recorded}
 
 
 def main() -> None:
@@ -167,8 +166,9 @@ def main() -> None:
     parser.add_argument(
         "--stopping",
         default="none,whole,band",
-        help="early stopping variants run: none, mo-asha on the whole rung, mo-asha in bands, "
-        "hypervolume (stop only what cannot add hypervolume)",
+        help="early stopping variants run (`scheduler.type`): none, mo-asha on the whole rung, "
+        "mo-asha in bands, hypervolume (stop only what cannot add hypervolume), margin (stop "
+        "what a trial of no more memory leads by more than curves ever closed)",
     )
     parser.add_argument("--baseline", default="gp", help="the sampler others are paired with")
     parser.add_argument("--results", type=Path, help="JSON lines, reused (default: per grid)")
@@ -201,12 +201,13 @@ def main() -> None:
         + "".join(f"{f'{t:.0%}':>17s}" for t in args.targets)
         + f"  seeds  s/sweep  vs {args.baseline} at the last two: seeds fewer/more epochs"
     )
-    stopping = {"type": "mo-asha", "grace_epochs": args.grace, "reduction_factor": args.factor}
+    rungs = {"grace_epochs": args.grace, "reduction_factor": args.factor}
     every = {
         "none": (None, None),
-        "whole": (stopping, None),
-        "band": (stopping, args.band),
-        "hypervolume": (stopping, None, "hypervolume"),
+        "whole": ({"type": "mo-asha", **rungs}, None),
+        "band": ({"type": "mo-asha", **rungs}, args.band),
+        "hypervolume": ({"type": "hypervolume", **rungs}, None),
+        "margin": ({"type": "margin", **rungs}, None),
     }
     variants = [every[name] for name in args.stopping.split(",")]
     samplers = args.samplers.split(",")

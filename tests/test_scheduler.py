@@ -1,6 +1,6 @@
 """Multi-objective early stopping: its decisions on hand-made curves, its record surviving a
-restart, its settings checked in the space, the hypervolume rule, and the replay harness on a tiny
-table."""
+restart, its settings checked in the space, the hypervolume and margin rules, and the replay
+harness on a tiny table."""
 
 from __future__ import annotations
 
@@ -16,8 +16,10 @@ from ray.tune.schedulers import TrialScheduler
 from tune_lowmem.config import ConfigError
 from tune_lowmem.search import place, replay
 from tune_lowmem.search.hv_stopping import HypervolumeStopping
+from tune_lowmem.search.margin_stopping import MarginStopping
 from tune_lowmem.search.scheduler import RECORD, MultiObjectiveASHA
-from tune_lowmem.space import SchedulerSettings, SearchSpace
+from tune_lowmem.search.stopping import RULES, build_scheduler
+from tune_lowmem.space import SCHEDULERS, SchedulerSettings, SearchSpace
 
 OBJECTIVES = {"val_accuracy": "maximize", "memory.predicted_total_mb": "minimize"}
 STOP, GO = TrialScheduler.STOP, TrialScheduler.CONTINUE
@@ -158,19 +160,25 @@ def test_bad_scheduler_sections_are_refused_in_one_line(section, message):
     assert "\n" not in str(error.value)
 
 
-def test_scheduler_section_round_trips():
+@pytest.mark.parametrize("kind", SCHEDULERS)
+def test_scheduler_section_round_trips_and_names_its_rule(kind):
     raw = {
         "name": "good",
         "base": BASE,
         "params": {"precision": {"type": "choice", "values": ["fp32", "bf16"]}},
         "objectives": OBJECTIVES,
         "num_samples": 2,
-        "scheduler": {"type": "mo-asha", "grace_epochs": 1, "reduction_factor": 3},
+        "scheduler": {"type": kind, "grace_epochs": 1, "reduction_factor": 3},
     }
     space = SearchSpace.from_dict(raw)
     assert space.scheduler.rungs() == [1]
     assert SearchSpace.from_dict(space.to_dict()).scheduler == space.scheduler
     assert SearchSpace.from_dict({**raw, "scheduler": None}).scheduler is None
+    assert type(build_scheduler(space.scheduler, space.objectives)) is RULES[kind]
+    assert set(RULES) == set(SCHEDULERS)
+    other = next(rule for name, rule in RULES.items() if name != kind)
+    with pytest.raises(ValueError, match=f"^scheduler.type: '{kind}' is not '{other.TYPE}'"):
+        other(space.scheduler, space.objectives)  # a rule never runs under another's name
 
 
 def tiny_table() -> replay.Table:
@@ -236,6 +244,15 @@ def test_replay_drives_the_searcher_and_the_scheduler(seed, monkeypatch):
     assert history[-1][0] == 3 * (len(runs) - len(stopped)) + len(stopped)
     assert history[-1][0] < 18
     assert len(history) == len(runs) == 6
+
+
+def test_replay_runs_its_workers_in_step():
+    """Two workers, three epochs a trial: both first trials end at time 3 (epochs 5 and 6), and
+    the trials started then do not train before the second one has reported its end."""
+    table = tiny_table()
+    space = SearchSpace.from_dict(replay.replay_space(table, BASE, "grid", 0))
+    history = replay.replay(space, table, workers=2)
+    assert [epochs for epochs, _ in history] == [5, 6, 11, 12, 17, 18]
 
 
 def test_replay_tells_a_stopped_point_its_partial_values(tmp_path):
@@ -307,12 +324,13 @@ FINISHED = {"a": (0.30, 0.50, 10.0), "b": (0.40, 0.55, 20.0), "c": (0.35, 0.60, 
 
 
 def hv_stopping(sweep: str | None = None) -> HypervolumeStopping:
-    settings = SchedulerSettings(grace_epochs=1, reduction_factor=3, max_epochs=9)
+    settings = SchedulerSettings("hypervolume", grace_epochs=1, reduction_factor=3, max_epochs=9)
     return HypervolumeStopping(settings, OBJECTIVES, sweep)
 
 
-def finish(scheduler: HypervolumeStopping) -> None:
-    for trial, (first, final, memory) in FINISHED.items():
+def finish(scheduler: HypervolumeStopping, order: str = "abc") -> None:
+    for trial in order:
+        first, final, memory = FINISHED[trial]
         assert scheduler.decide(trial, result(1, first, memory)) == GO
         assert scheduler.decide(trial, result(9, final, memory, "completed")) == GO
 
@@ -361,22 +379,67 @@ def test_finished_trials_survive_a_restart(tmp_path):
     assert restored.decide("d", result(1, 0.15, 30.0)) == STOP
 
 
+@pytest.mark.parametrize("kind", ["hypervolume", "margin"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_replay_stops_trials_without_losing_the_front(seed):
+def test_replay_stops_trials_without_losing_the_front(seed, kind):
     """On the tiny table every curve gains 0.1 after epoch 1 and one point dominates the
-    others: the rule never stops it, so the best hypervolume is reached, and it stops the
-    dominated trials that reach epoch 1 after three trials finished (one epoch each)."""
+    others: neither rule stops it, so the best hypervolume is reached, and each stops some of
+    the dominated trials that reach epoch 1 after enough trials finished (one epoch each)."""
     table = tiny_table()
-    section = {"type": "mo-asha", "grace_epochs": 1, "reduction_factor": 3}
+    section = {"type": kind, "grace_epochs": 1, "reduction_factor": 3}
     space = SearchSpace.from_dict(replay.replay_space(table, BASE, "grid", seed, scheduler=section))
-    history = replay.replay(space, table, rule="hypervolume")
+    history = replay.replay(space, table)
     assert history[-1][1] == pytest.approx(table.best_hypervolume())
     assert len(history) == 6
     assert history[-1][0] < 18
 
 
-def test_an_unknown_rule_is_refused_in_one_line():
-    table = tiny_table()
-    space = SearchSpace.from_dict(replay.replay_space(table, BASE, "grid", 0))
-    with pytest.raises(ValueError, match="^rule: 'median' is not allowed; allowed: rank, hyper"):
-        replay.replay(space, table, rule="median")
+# ---- MarginStopping: stopped when a trial at the rung of no more memory leads by a margin ----
+# FINISHED moved 0.20, 0.15, 0.25 from rung 1 to the end: the margin is 0.25 - 0.15
+
+
+def margin_stopping() -> MarginStopping:
+    settings = SchedulerSettings("margin", grace_epochs=1, reduction_factor=3, max_epochs=9)
+    return MarginStopping(settings, OBJECTIVES)
+
+
+def test_margin_waits_for_two_finished_trials():
+    early = margin_stopping()
+    assert early.decide("a", result(1, 0.30, 10.0)) == GO
+    assert early.decide("a", result(9, 0.50, 10.0, "completed")) == GO
+    assert early.decide("hopeless", result(1, 0.0, 99.0)) == GO
+
+
+def test_a_trial_is_stopped_when_one_of_no_more_memory_leads_it_by_the_margin():
+    """d trails b (less memory) by 0.20 > 0.10, j by 0.12; e trails b by 0.09; f needs
+    less memory than any; g's accuracy is missing; h trails `running` (a trial that has not
+    finished: the hypervolume rule, which compares with finished trials only, lets h go on) by
+    0.20; i leads every trial of less memory."""
+    scheduler = margin_stopping()
+    finish(scheduler, "acb")  # after a and b finished, c at rung 1 trails b by the margin
+    decisions = {
+        trial: scheduler.decide(trial, result(1, accuracy, memory))
+        for trial, accuracy, memory in [
+            ("d", 0.20, 30.0),
+            ("e", 0.31, 30.0),
+            ("j", 0.28, 35.0),
+            ("f", 0.05, 5.0),
+            ("g", None, 50.0),
+            ("running", 0.60, 15.0),
+            ("h", 0.40, 25.0),
+            ("i", 0.61, 80.0),
+        ]
+    }
+    assert decisions == {
+        "d": STOP,
+        "e": GO,
+        "j": STOP,
+        "f": GO,
+        "g": STOP,
+        "running": GO,
+        "h": STOP,
+        "i": GO,
+    }
+    hypervolume = hv_stopping()
+    finish(hypervolume)
+    assert hypervolume.decide("h", result(1, 0.40, 25.0)) == GO

@@ -99,7 +99,7 @@ _OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
 }
 _CONDITION = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(<=|>=|==|!=|<|>|not in|in)\s*(.+?)\s*$")
 _GRID_LIMIT = 1_000_000
-SCHEDULERS = ("mo-asha",)
+SCHEDULERS = ("mo-asha", "hypervolume", "margin")  # `search.stopping.RULES`
 _PROBE_COMBINATIONS = 256  # other params' probe values tried before a value is declared impossible
 
 
@@ -191,8 +191,11 @@ class Resources:
 
 @dataclass(frozen=True)
 class SchedulerSettings:
-    """The ``scheduler`` section (early stopping, `search.scheduler`): rungs at
-    grace_epochs * reduction_factor**k epochs, below max_epochs (the base's schedule.epochs)."""
+    """The ``scheduler`` section (early stopping): rungs at grace_epochs * reduction_factor**k
+    epochs, below max_epochs (the base's schedule.epochs); at each, the rule `type` names
+    (`search.stopping`) stops trials: ``mo-asha`` by Pareto rank, ``hypervolume`` when a
+    finished trial dominates its optimistic final values, ``margin`` when a trial at the rung of
+    no more memory leads it by more than finished curves ever closed."""
 
     type: str = "mo-asha"
     grace_epochs: int = 1

@@ -28,7 +28,6 @@ import numpy as np
 from ray.tune.schedulers import TrialScheduler
 
 from .. import pareto
-from ..space import SchedulerSettings
 from .scheduler import MultiObjectiveASHA
 
 
@@ -36,15 +35,12 @@ class HypervolumeStopping(MultiObjectiveASHA):
     """Stops a trial at a rung when its optimistic final values add no hypervolume (see the
     module); the front is the final values of the trials that reached the schedule's end."""
 
-    def __init__(
-        self,
-        settings: SchedulerSettings,
-        objectives: Mapping[str, str],
-        sweep: str | None = None,
-        time_attr: str = "epoch",
-    ):
+    TYPE = "hypervolume"
+
+    def __init__(self, *args, **kwargs):
+        """`MultiObjectiveASHA`'s arguments."""
         self.finals: dict[str, list[float | None]] = {}  # trial id -> its final values
-        super().__init__(settings, objectives, sweep, time_attr)
+        super().__init__(*args, **kwargs)
 
     def decide(self, trial_id: str, result: Mapping[str, Any]) -> str:
         epoch = result.get(self.time_attr)
@@ -56,18 +52,25 @@ class HypervolumeStopping(MultiObjectiveASHA):
         return super().decide(trial_id, result)
 
     def goes_on(self, rung: Mapping[str, list[float | None]], trial_id: str) -> bool:
-        finished = [t for t in self.finals if t in rung]
-        if len(finished) < max(2, self.settings.reduction_factor):
+        moved = self.moved(rung)
+        if moved is None or len(moved) < self.settings.reduction_factor:
             return True
-        at_rung = self.losses([rung[t] for t in finished])
-        at_end = self.losses([self.finals[t] for t in finished])
-        moved = at_rung - at_end
-        moved = np.where(np.isfinite(moved), moved, 0.0)
         top, bottom = moved.max(axis=0), moved.min(axis=0)
-        gain = np.maximum(top + (top - bottom) / (len(finished) - 1), 0.0)
+        gain = np.maximum(top + (top - bottom) / (len(moved) - 1), 0.0)
         optimistic = self.losses([rung[trial_id]])[0] - gain
         front = self.losses(list(self.finals.values()))
         return not bool(np.any(np.all(front <= optimistic, axis=1)))
+
+    def moved(self, rung: Mapping[str, list[float | None]]) -> np.ndarray | None:
+        """How far each finished trial recorded at the rung moved from there to its end, per
+        objective, as losses (a missing value: not moved); None with fewer than two."""
+        finished = [t for t in self.finals if t in rung]
+        if len(finished) < 2:
+            return None
+        at_rung = self.losses([rung[t] for t in finished])
+        at_end = self.losses([self.finals[t] for t in finished])
+        moved = at_rung - at_end
+        return np.where(np.isfinite(moved), moved, 0.0)
 
     def losses(self, values: list[list[float | None]]) -> np.ndarray:
         """Values as losses (lower is better); a missing value is the worst (inf)."""

@@ -4,12 +4,14 @@ Why: whether a sampler or early stopping spends fewer epochs per front can only 
 many sweeps, and real ones cost hours. A table holds, for every point of a grid, the validation
 metric after every epoch and the predicted memory (`benchmarks/learning_curves.py` records one).
 A replayed sweep runs the real `ScreenedSearcher` (its journal, its sampler, its screening) and
-the real early-stopping scheduler (`MultiObjectiveASHA` or `HypervolumeStopping`): the
+the real early-stopping scheduler the space names (`stopping`): the
 searcher's ``suggest`` hands out points, each epoch of a point's recorded curve is fed to the
 scheduler's ``decide`` (what its ``on_trial_result`` runs) as the result a trial would report,
 and a trial's end reaches the searcher's ``on_trial_complete`` as Tune would send it. Only
-Ray's trials are absent: `workers` trials run at once, the one with the fewest epochs done
-reports next (an event simulation in epochs).
+Ray's trials are absent: `workers` trials run at once, each epoch one unit of time, and the
+epoch that ends first reports next (an event simulation in epochs): a trial started when
+another ended or was stopped trains beside the others, and does not catch up on their epochs
+before they report.
 
 The cost is epochs trained; the gain is the hypervolume of the points trained to the end (their
 final values; a stopped trial's values are partial and count for nothing), on the metric and the
@@ -33,14 +35,12 @@ from .. import pareto
 from ..results import MEMORY_OBJECTIVE
 from ..space import SearchSpace
 from . import place
-from .hv_stopping import HypervolumeStopping
 from .known_memory import KnownMemorySampler
-from .scheduler import MultiObjectiveASHA
 from .searcher import ScreenedSearcher
+from .stopping import build_scheduler
 
 METRIC = "val_accuracy"
 CONFIG = "config."
-RULES = ("rank", "hypervolume")  # early-stopping rules `replay` runs
 
 
 @dataclass
@@ -125,6 +125,7 @@ class Running:
     trial_id: str
     curve: list[float]
     memory: float
+    start: int  # the time it started, in epochs of one worker
     done: int = 0  # epochs reported
 
     def result(self) -> dict[str, Any]:
@@ -142,14 +143,13 @@ def replay(
     table: Table,
     workers: int = 1,
     memory_band: float | None = None,
-    rule: str = "rank",
+    until: float = float("inf"),
 ) -> list[tuple[int, float]]:
     """One sweep: (epochs trained so far, hypervolume of the points trained to the end) after
-    every trial that ended (completed or stopped). The space's scheduler section stops trials
-    by `rule`: "rank" (`MultiObjectiveASHA`, `memory_band` its band; None: every trial at a
-    rung is compared with every other) or "hypervolume" (`HypervolumeStopping`)."""
-    if rule not in RULES:
-        raise ValueError(f"rule: {rule!r} is not allowed; allowed: {', '.join(RULES)}")
+    every trial that ended (completed or stopped), cut short once the hypervolume reaches
+    `until`. The rule the space's scheduler section names (`stopping.build_scheduler`) stops
+    trials; `memory_band` is mo-asha's band (None: every trial at a rung is compared with every
+    other)."""
     with tempfile.TemporaryDirectory() as folder:
         place.bind(space.name, folder)
         place.sweep_folder(folder, space.name).mkdir(parents=True)
@@ -157,20 +157,19 @@ def replay(
         if isinstance(searcher.study.sampler, KnownMemorySampler):  # memory: the table's
             searcher.study.sampler.memory = table.memory
         scheduler = None
-        if space.scheduler is not None and rule == "hypervolume":
-            scheduler = HypervolumeStopping(space.scheduler, space.objectives, space.name)
-        elif space.scheduler is not None:
-            scheduler = MultiObjectiveASHA(
-                space.scheduler, space.objectives, space.name, memory_band=memory_band
-            )
-        return run_sweep(searcher, scheduler, table, workers)
+        if space.scheduler is not None:
+            band = {} if memory_band is None else {"memory_band": memory_band}
+            scheduler = build_scheduler(space.scheduler, space.objectives, space.name, **band)
+        return run_sweep(searcher, scheduler, table, workers, until)
 
 
-def run_sweep(searcher: Searcher, scheduler, table: Table, workers: int) -> list[tuple[int, float]]:
+def run_sweep(
+    searcher: Searcher, scheduler, table: Table, workers: int, until: float = float("inf")
+) -> list[tuple[int, float]]:
     running: list[Running] = []
     finished: list[list[float]] = []
     history: list[tuple[int, float]] = []
-    epochs, started, exhausted = 0, 0, False
+    epochs, started, exhausted, clock = 0, 0, False, 0
     reference = table.reference()
     while True:
         while not exhausted and len(running) < workers:
@@ -181,13 +180,14 @@ def run_sweep(searcher: Searcher, scheduler, table: Table, workers: int) -> list
                 break
             params = {k: v for k, v in suggested["params"].items() if k != "seed"}
             curve, memory = table.curves[key(params)]
-            running.append(Running(trial_id, curve, memory))
+            running.append(Running(trial_id, curve, memory, start=clock))
             started += 1
-        if not running:
+        if not running or (history and history[-1][1] >= until):
             return history
-        trial = min(running, key=lambda t: t.done)
+        trial = min(running, key=lambda t: t.start + t.done)  # the next epoch to end
         trial.done += 1
         epochs += 1
+        clock = trial.start + trial.done
         result = trial.result()
         decision = TrialScheduler.CONTINUE
         if scheduler is not None:

@@ -59,6 +59,7 @@ class MultiObjectiveASHA(FIFOScheduler):
     without, in memory only (the replay benchmark)."""
 
     _supports_buffered_results = False  # every epoch's result, so no rung is skipped
+    TYPE = "mo-asha"  # the ``scheduler.type`` that names this rule (`stopping.RULES`)
 
     def __init__(
         self,
@@ -69,6 +70,11 @@ class MultiObjectiveASHA(FIFOScheduler):
         memory_band: float | None = None,
     ):
         super().__init__()
+        if settings.type != self.TYPE:  # a section naming another rule is built by its class
+            raise ValueError(
+                f"scheduler.type: {settings.type!r} is not {self.TYPE!r}; build it with "
+                "search.stopping.build_scheduler"
+            )
         self.settings, self.objectives = settings, dict(objectives)
         self.sweep, self.time_attr = sweep, time_attr
         memory = [i for i, name in enumerate(self.objectives) if name.startswith("memory.")]

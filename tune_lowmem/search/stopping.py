@@ -1,0 +1,24 @@
+"""The early-stopping rule a space's ``scheduler.type`` names (`space.SCHEDULERS`), built as
+Tune's scheduler: one place that maps the name to its class, for the driver and the replay."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ..space import SchedulerSettings
+from .hv_stopping import HypervolumeStopping
+from .margin_stopping import MarginStopping
+from .scheduler import MultiObjectiveASHA
+
+RULES = {
+    "mo-asha": MultiObjectiveASHA,
+    "hypervolume": HypervolumeStopping,
+    "margin": MarginStopping,
+}
+
+
+def build_scheduler(
+    settings: SchedulerSettings, objectives: Mapping[str, str], sweep: str | None = None, **options
+) -> MultiObjectiveASHA:
+    """The rule `settings.type` names; `options` go to its class (`memory_band`: mo-asha's)."""
+    return RULES[settings.type](settings, objectives, sweep, **options)
