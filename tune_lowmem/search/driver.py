@@ -47,8 +47,9 @@ from . import journal, place
 from .generator import PlacedSearch
 from .place import sweep_folder
 from .samplers import build_sampler
-from .scheduler import MultiObjectiveASHA, RecordStopped
+from .scheduler import RecordStopped
 from .searcher import ScreenedSearcher
+from .stopping import build_scheduler
 from .tune_state import tune_saved
 
 SPACE_FILE = "space.yaml"
@@ -176,7 +177,7 @@ def _tuner(space: SearchSpace, sweep: str, root: Path) -> tune.Tuner:
         *([RecordStopped(space, sweep)] if early else []),
         CompactAsItGoes(sweep),
     ]
-    scheduler = MultiObjectiveASHA(space.scheduler, space.objectives, sweep) if early else None
+    scheduler = build_scheduler(space.scheduler, space.objectives, sweep) if early else None
     return tune.Tuner(
         _trainable(space, sweep, root),
         tune_config=tune.TuneConfig(
