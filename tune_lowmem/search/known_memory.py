@@ -8,9 +8,10 @@ points by the expected improvement of the front's hypervolume given each one's k
 (`expected_improvement`): with one uncertain objective the improvement is a sum over the front's
 steps, closed form under a Gaussian. Hypervolume is on log memory (savings are ratios).
 
-- Exact params (`exact.EXACT_VALUES`: checkpointing, fused norms, sparse storage, the exact
-  fused step) change memory, never accuracy: the model leaves them out, and of the points that
-  train alike (one `exact.training_key`) only the least-memory one is ever proposed, once.
+- Exact params (`exact.exact_values`, as techniques and tasks declare them: checkpointing,
+  fused norms, sparse storage, the exact fused step) change memory, never accuracy: the model
+  leaves them out, and of the points that train alike (one `exact.training_key`) only the
+  least-memory one is ever proposed, once.
 - Candidates: every point of a small all-choice space, else random draws of the space (its
   conditions applied by `SearchSpace.sample`) plus one- and two-param changes of the front's
   points. Points already asked are never proposed again, nor points over the memory budget or
@@ -167,7 +168,7 @@ class KnownMemorySampler(BaseSampler):
 
     def variants(self, point: Mapping[str, Any]) -> list[dict[str, Any]]:
         """The points that train as `point` does: its exact params' values exchanged
-        (`exact.EXACT_VALUES`), conditions applied."""
+        (`exact.exact_values`), conditions applied."""
         exchangeable = [
             [(p.name, v) for v in p.values if exact(p.name, v)]
             for p in self.space.params
@@ -328,7 +329,7 @@ MISSING = object()
 
 
 def trained_value(name: str, value: Any) -> Any:
-    """A param's value as training sees it: an exact one (`exact.EXACT_VALUES`) as absent."""
+    """A param's value as training sees it: an exact one (`exact.exact_values`) as absent."""
     return MISSING if value is not MISSING and exact(name, value) else value
 
 
