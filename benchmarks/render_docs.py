@@ -365,6 +365,7 @@ RENDERERS: dict[str, Callable[[dict], str]] = {
     "search_replay_wrn16_stopping": search_replay,
     "fidelity": fidelity,
     "search_replay_wrn16_stopping_late": search_replay,
+    "search_replay_resnet18": search_replay,
 }
 
 
