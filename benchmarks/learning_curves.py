@@ -85,7 +85,7 @@ RECORDINGS = {
         trained={
             "schedule.lr_multiplier": [0.2, 0.05],
             "microbatch.size": [None, 2],
-            "sparsity.density": [1.0, 0.1],
+            "sparsity.density": [1.0, 0.1, 0.3],
         },
         shared={
             "checkpoint": ["none", "blocks-1", "blocks-2"],
