@@ -1,7 +1,8 @@
 """Record the search benchmark's tables: real learning curves of a grid, once, as Parquet.
 
 Every point of a grid (`RECORDINGS`, by name: WRN-16-2 on the quickstart's CIFAR-10 subset,
-4 epochs, or torchvision's ResNet-18 on 600 images, 3 epochs; CPU) is trained for real and its validation accuracy
+4 epochs, or torchvision's ResNet-18 on 600 images, 3 epochs; CPU) is trained for real and its
+validation accuracy
 after every epoch is kept, with the profiler's predicted memory (`memory.predicted_total_mb`,
 known before training). `search_replay.py` then replays sweeps against a table.
 
@@ -79,8 +80,8 @@ RECORDINGS = {
     ),
     # torchvision's ResNet-18 (tv-cifar10): a model the project did not write. Its lr is the
     # recipe's x0.2 or x0.05: at the recipe's 0.1 with batch 50 the first updates blow it up
-    # and it stays at chance. bf16 is left out: its convolutions take minutes per epoch on a
-    # CPU. The fused step (the same SGD update inside backward) and checkpointing are exact.
+    # and it stays at chance. bf16 is left out: one epoch of 300 images took over 10 minutes on a
+    # CPU core. The fused step (the same SGD update inside backward) and checkpointing are exact.
     "resnet18": Recording(
         trained={
             "schedule.lr_multiplier": [0.2, 0.05],
