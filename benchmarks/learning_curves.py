@@ -3,7 +3,8 @@
 Every point of a grid (`RECORDINGS`, by name: WRN-16-2 on the quickstart's CIFAR-10 subset,
 4 epochs, or torchvision's ResNet-18 on 600 images, 3 epochs; CPU) is trained for real and its
 validation accuracy after every epoch is kept, with the profiler's predicted memory
-(`memory.predicted_total_mb`, known before training). `search_replay.py` then replays sweeps against a table.
+(`memory.predicted_total_mb`, known before training). `search_replay.py` then replays sweeps
+against a table.
 
 Exact techniques change memory, not the learning curve: gradient checkpointing recomputes the
 same forward pass, the fused BN-ReLU-conv block gives the same gradients and the fused step
