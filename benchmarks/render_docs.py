@@ -368,6 +368,7 @@ RENDERERS: dict[str, Callable[[dict], str]] = {
     "search_replay_wrn16_margin": search_replay,
     "search_replay_wrn16_margin_fresh": search_replay,
     "search_replay_resnet18": search_replay,
+    "search_replay_resnet18_margin": search_replay,
 }
 
 
