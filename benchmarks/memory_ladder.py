@@ -38,14 +38,12 @@ import multiprocessing
 import time
 from pathlib import Path
 
-from profiler_accuracy import measured_steps
-
 from tune_lowmem.config import TrialConfig
 from tune_lowmem.memory import MB
 from tune_lowmem.memory.allocations import Allocations, measure_allocations
 from tune_lowmem.memory.predict import dry_run, heap_object_bytes, predict, shape_key
 from tune_lowmem.memory.stored import accounted, stored
-from tune_lowmem.techniques.rewiring import rewires
+from tune_lowmem.techniques.rewiring import peak_steps, rewires
 
 RESULTS = Path(__file__).parent / "results" / "memory_ladder.json"
 
@@ -193,7 +191,7 @@ def _allocations(flat: dict, rewiring: bool) -> tuple[int | None, Allocations]:
     rewiring step's measurement (profiler_accuracy's protocol), with the update measured at;
     without `rewiring`, the step after the warm-up (None)."""
     config = TrialConfig.from_dict(flat)
-    updates = measured_steps(config) if rewiring else [None]
+    updates = peak_steps(config) if rewiring else [None]
     steps = {update: measure_allocations(config, None, update) for update in updates}
     return max(steps.items(), key=lambda step: step[1].total_bytes)
 

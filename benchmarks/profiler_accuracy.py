@@ -54,7 +54,7 @@ from tune_lowmem.memory import predict as predict_module
 from tune_lowmem.memory.allocations import measure_allocations
 from tune_lowmem.memory.measure import measure
 from tune_lowmem.memory.stored import stored, stored_totals
-from tune_lowmem.techniques.rewiring import planned_first_rewiring
+from tune_lowmem.techniques.rewiring import peak_steps
 
 RESULTS = Path(__file__).parent / "results" / "profiler_accuracy.json"
 CALIBRATION_FILE = Path(predict_module.__file__).with_name("calibration.json")
@@ -235,21 +235,12 @@ def calibrate(results: dict) -> int:
     return constant
 
 
-def measured_steps(config: TrialConfig) -> list[int | None]:
-    """The updates a point is measured at (see the protocol): None, the step after the warm-up;
-    for a run that rewires, its first update and its first rewiring update."""
-    first = planned_first_rewiring(config)
-    return [None] if first is None else [0, first]
-
-
 def evaluate(name: str, flat: dict, heap: bool) -> dict:
     config = TrialConfig.from_dict(flat)
     lengths = lengths_of(config)
     started = time.perf_counter()
     total, activation = predicted_storage(config)
-    steps = {
-        update: measure_allocations(config, lengths, update) for update in measured_steps(config)
-    }
+    steps = {update: measure_allocations(config, lengths, update) for update in peak_steps(config)}
     update, allocator = max(steps.items(), key=lambda step: step[1].total_bytes)
     point = {
         "name": name,

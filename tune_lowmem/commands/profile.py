@@ -41,12 +41,12 @@ def run(args: argparse.Namespace) -> int:
 
     from ..memory import baseline_config
     from ..memory.allocations import measure_allocations
-    from ..memory.measure import measure
+    from ..memory.measure import measure, measure_peak
     from ..memory.predict import heap_object_bytes, predict
     from ..memory.stored import stored, stored_totals
     from ..memory.synthetic import synthetic_task
     from ..preflight import cuda_present
-    from ..techniques.rewiring import planned_first_rewiring
+    from ..techniques.rewiring import peak_steps
     from ..validation import positive_int
 
     config = config_from_arguments(args)
@@ -60,15 +60,16 @@ def run(args: argparse.Namespace) -> int:
         apply_threads(args)
     ways = {"predicted": predict} | ({"measured": measure} if args.measure else {})
     baselines = {name: way(baseline_config(config), lengths) for name, way in ways.items()}
-    # a run that rewires is predicted at its peak: the step measured is then one that rewires
-    update = planned_first_rewiring(config)
+    # a run is predicted at its peak: measured at each step that may be it, the larger kept
     reports = {"predicted": predict(config, lengths)}
+    allocations = None
     if args.measure:
-        reports["measured"] = measure(config, lengths, update)
+        reports["measured"] = measure_peak(config, lengths)
+        steps = (measure_allocations(config, lengths, u) for u in peak_steps(config))
+        allocations = max(steps, key=lambda step: step.total_bytes)
     held = stored(config, lengths)
     totals = stored_totals(held, reports.get("measured"))
     objects = heap_object_bytes(config, lengths)
-    allocations = measure_allocations(config, lengths, update) if args.measure else None
     if args.json:
         result = {
             name: {
