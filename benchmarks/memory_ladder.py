@@ -15,18 +15,16 @@ recomputation's cost). With --measure, a real step of each rung named, measured 
 of the prediction (`memory.allocations`: torch's allocator reports every allocation and free to
 torch.profiler, replayed), each in its own process under a time limit: the step after the
 warm-up, or for a rung that rewires its first update and its first rewiring's, the larger kept
-with the update in the row (`--no-rewiring`: the step after the warm-up alone, for rungs whose
-fp16 loss scale skips the measured update on synthetic minibatches, so that no rewiring
-follows), at the ladder's batch or at `index:batch` (a microbatched rung holds per microbatch
-what it holds at any batch it divides, which the row's prediction at that batch shows): the measured total (weights,
-gradients and state as held plus the activation peak, operators' workspace out, as the paper
-counts), its ratio to the measured baseline, the prediction's tensors alone at the measured batch
+with the update in the row, at the ladder's batch or at `index:batch` (a microbatched rung
+holds per microbatch what it holds at any batch it divides, which the row's prediction at that
+batch shows): the measured total (weights, gradients and state as held plus the activation
+peak, operators' workspace out, as the paper counts), its ratio to the measured baseline, the prediction's tensors alone at the measured batch
 (the stored total less the CPU heap's objects, which the allocator does not report), and the
 step's peak of everything live (input batch and workspace included).
 Rows go to benchmarks/results/memory_ladder.json (--json), one list per task.
 
     .venv/bin/python benchmarks/memory_ladder.py [--task wrn|dct] [--batch 100]
-        [--measure 0 7 27:10] [--measure-timeout 1800] [--no-rewiring] [--only 1 5]
+        [--measure 0 7 27:10] [--measure-timeout 1800] [--only 1 5]
         [--json benchmarks/results/memory_ladder.json]
 """
 
@@ -186,35 +184,31 @@ def measurement(text: str) -> tuple[int, int | None]:
         raise argparse.ArgumentTypeError(f"{text!r} is not INDEX or INDEX:BATCH") from None
 
 
-def _allocations(flat: dict, rewiring: bool) -> tuple[int | None, Allocations]:
-    """The larger of the plain step's and, with `rewiring` and when the run rewires, its first
-    rewiring step's measurement (profiler_accuracy's protocol), with the update measured at;
-    without `rewiring`, the step after the warm-up (None)."""
+def _allocations(flat: dict) -> tuple[int | None, Allocations]:
+    """The larger measurement of the steps that may be the run's peak (`peak_steps`: for a run
+    that rewires, its first update and its first rewiring's), with the update measured at."""
     config = TrialConfig.from_dict(flat)
-    updates = peak_steps(config) if rewiring else [None]
-    steps = {update: measure_allocations(config, None, update) for update in updates}
+    steps = {update: measure_allocations(config, None, update) for update in peak_steps(config)}
     return max(steps.items(), key=lambda step: step[1].total_bytes)
 
 
-def measured(
-    config: TrialConfig, timeout: float, rewiring: bool
-) -> tuple[int | None, Allocations] | None:
+def measured(config: TrialConfig, timeout: float) -> tuple[int | None, Allocations] | None:
     """`_allocations` of `config` in a process of its own (the profiler's trace and the
     allocator start clean), None when it runs past `timeout` seconds."""
     with multiprocessing.get_context("spawn").Pool(1) as pool:  # leaving it ends the process
         try:
-            return pool.apply_async(_allocations, (config.to_flat(), rewiring)).get(timeout)
+            return pool.apply_async(_allocations, (config.to_flat(),)).get(timeout)
         except multiprocessing.TimeoutError:
             return None
 
 
 def measured_fields(
-    config: TrialConfig, batch: int, timeout: float, baseline: float | None, rewiring: bool
+    config: TrialConfig, batch: int, timeout: float, baseline: float | None
 ) -> dict:
     """The row's measured figures (see the module docstring); `baseline`: the measured baseline
     total in bytes, if measured."""
     started = time.perf_counter()
-    result = measured(config, timeout, rewiring)
+    result = measured(config, timeout)
     fields = {"measured_batch": batch, "measure_seconds": round(time.perf_counter() - started)}
     if result is None:
         return {**fields, "measured": f"timed out after {timeout:g} s"}
@@ -247,12 +241,6 @@ def main() -> None:
         "--measure", type=measurement, nargs="*", default=[], help="rung indices [:batch]"
     )
     parser.add_argument("--measure-timeout", type=float, default=1800, help="seconds per rung")
-    parser.add_argument(
-        "--no-rewiring",
-        dest="rewiring",
-        action="store_false",
-        help="measure the step after the warm-up only, not also the first rewiring's",
-    )
     parser.add_argument("--only", type=int, nargs="*", help="rungs to print (the baseline too)")
     parser.add_argument("--json", type=Path, default=RESULTS, help="where the rows go")
     args = parser.parse_args()
@@ -302,9 +290,7 @@ def main() -> None:
         if index in to_measure:
             batch = to_measure[index] or config.to_flat()[size]
             at = TrialConfig.from_dict({**config.to_flat(), size: batch})
-            row.update(
-                measured_fields(at, batch, args.measure_timeout, baseline_measured, args.rewiring)
-            )
+            row.update(measured_fields(at, batch, args.measure_timeout, baseline_measured))
             if index == 0 and "measured_mb" in row and batch == config.to_flat()[size]:
                 baseline_measured = row["measured_mb"] * MB
                 row["x_measured"] = 1.0
