@@ -335,6 +335,16 @@ def finish(scheduler: HypervolumeStopping, order: str = "abc") -> None:
         assert scheduler.decide(trial, result(9, final, memory, "completed")) == GO
 
 
+def decisions_at_rung_1(
+    scheduler: HypervolumeStopping, trials: list[tuple[str, float | None, float]]
+) -> dict[str, str]:
+    """Each trial's decision when it reports (accuracy, memory) at epoch 1, in order."""
+    return {
+        trial: scheduler.decide(trial, result(1, accuracy, memory))
+        for trial, accuracy, memory in trials
+    }
+
+
 def test_nothing_is_stopped_before_enough_trials_have_finished():
     early = hv_stopping()
     assert early.decide("a", result(1, 0.30, 10.0)) == GO
@@ -352,15 +362,9 @@ def test_a_trial_is_stopped_only_when_its_optimistic_point_is_dominated():
     cheap end; a missing accuracy is the worst."""
     scheduler = hv_stopping()
     finish(scheduler)
-    decisions = {
-        trial: scheduler.decide(trial, result(1, accuracy, memory))
-        for trial, accuracy, memory in [
-            ("d", 0.15, 30.0),
-            ("e", 0.30, 30.0),
-            ("f", 0.05, 5.0),
-            ("g", None, 50.0),
-        ]
-    }
+    decisions = decisions_at_rung_1(
+        scheduler, [("d", 0.15, 30.0), ("e", 0.30, 30.0), ("f", 0.05, 5.0), ("g", None, 50.0)]
+    )
     assert decisions == {"d": STOP, "e": GO, "f": GO, "g": STOP}
     assert scheduler.stopped == {"d": 1, "g": 1}
     # a stopped trial stays stopped; a trial reaching the schedule's end is never stopped
@@ -417,9 +421,9 @@ def test_a_trial_is_stopped_when_one_of_no_more_memory_leads_it_by_the_margin():
     0.20; i leads every trial of less memory."""
     scheduler = margin_stopping()
     finish(scheduler, "acb")  # after a and b finished, c at rung 1 trails b by the margin
-    decisions = {
-        trial: scheduler.decide(trial, result(1, accuracy, memory))
-        for trial, accuracy, memory in [
+    decisions = decisions_at_rung_1(
+        scheduler,
+        [
             ("d", 0.20, 30.0),
             ("e", 0.31, 30.0),
             ("j", 0.28, 35.0),
@@ -428,8 +432,8 @@ def test_a_trial_is_stopped_when_one_of_no_more_memory_leads_it_by_the_margin():
             ("running", 0.60, 15.0),
             ("h", 0.40, 25.0),
             ("i", 0.61, 80.0),
-        ]
-    }
+        ],
+    )
     assert decisions == {
         "d": STOP,
         "e": GO,

@@ -84,6 +84,3 @@ class HypervolumeStopping(MultiObjectiveASHA):
     def set_state(self, state: Mapping[str, Any]) -> None:
         super().set_state(state)
         self.finals.update(state.get("finals", {}))
-
-    def debug_string(self) -> str:
-        return f"HypervolumeStopping: rungs {self.settings.rungs()}, {len(self.stopped)} stopped"

@@ -45,6 +45,3 @@ class MarginStopping(HypervolumeStopping):
         own = self.losses([rung[trial_id]])[0]
         others = self.losses([values for t, values in rung.items() if t != trial_id])
         return not bool(np.any(np.all(others + margin <= own, axis=1)))
-
-    def debug_string(self) -> str:
-        return f"MarginStopping: rungs {self.settings.rungs()}, {len(self.stopped)} stopped"

@@ -184,7 +184,7 @@ class MultiObjectiveASHA(FIFOScheduler):
         self.load()
 
     def debug_string(self) -> str:
-        return f"MultiObjectiveASHA: rungs {self.settings.rungs()}, {len(self.stopped)} stopped"
+        return f"{type(self).__name__}: rungs {self.settings.rungs()}, {len(self.stopped)} stopped"
 
 
 def write_json(path: Path, data: Any) -> None:

@@ -10,11 +10,7 @@ from .hv_stopping import HypervolumeStopping
 from .margin_stopping import MarginStopping
 from .scheduler import MultiObjectiveASHA
 
-RULES = {
-    "mo-asha": MultiObjectiveASHA,
-    "hypervolume": HypervolumeStopping,
-    "margin": MarginStopping,
-}
+RULES = {rule.TYPE: rule for rule in (MultiObjectiveASHA, HypervolumeStopping, MarginStopping)}
 
 
 def build_scheduler(
