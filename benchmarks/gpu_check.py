@@ -14,8 +14,9 @@ still running `--grace` seconds after that is stopped. Everything printed goes t
 
 - workspaces: the BLAS workspaces the allocator's view counts, against what torch allocates;
 - memory: predicted against measured peak memory for 17 configurations of both paper tasks and
-  every technique: the paper's count (`predict`) against `measure_peak`, and the allocator's view
-  (`memory.cuda.predict_cuda`) against `torch.cuda.max_memory_allocated`, each against 5%;
+  every technique: the paper's count (`predict`) against `measure` at the run's peak step
+  (`memory.stepping.at_peak`), and the allocator's view (`memory.cuda.predict_cuda`) against
+  `torch.cuda.max_memory_allocated`, each against 5%;
 - packing: trials of a plug-in task as plain processes, each held to its share of the card as
   the Ray trainable holds it, and one mispredicted trial that must end out of memory alone;
 - tests: the GPU-marked tests of `GPU_TEST_MODULES` (modules that import without Ray);
@@ -257,8 +258,9 @@ def versions() -> dict[str, object]:
 def memory_part(size: Size, emit) -> str:
     from tune_lowmem.memory import MB
     from tune_lowmem.memory.cuda import predict_cuda
-    from tune_lowmem.memory.measure import measure_peak
+    from tune_lowmem.memory.measure import measure
     from tune_lowmem.memory.predict import predict
+    from tune_lowmem.memory.stepping import at_peak
 
     on_cuda = size.device == "cuda"
     capability = torch.cuda.get_device_capability() if on_cuda else (9, 0)
@@ -269,7 +271,7 @@ def memory_part(size: Size, emit) -> str:
         configs = [next(c for c in MEMORY_CONFIGS if c[1] == task) for task in bases]
     for label, task, fields in configs:
         config = config_of(bases[task], fields, size.device)
-        predicted, measured = predict(config), measure_peak(config)
+        predicted, measured = predict(config), at_peak(measure, config)
         view = predict_cuda(config, capability)
         paper_error = relative_error(predicted.total_bytes, measured.total_bytes)
         within["paper"] += paper_error <= TARGET_MEMORY

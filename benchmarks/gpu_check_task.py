@@ -70,9 +70,10 @@ def packing_trial(plan: dict, hidden: int) -> tuple[TrialConfig, Resources]:
 def run_trial(plan_file: Path, hidden: int, root: Path) -> str:
     """Train the point `model.hidden = hidden` of the plan and store its row; its status."""
     from tune_lowmem import store
-    from tune_lowmem.memory.measure import measure_peak
+    from tune_lowmem.memory.measure import measure
     from tune_lowmem.memory.predict import predict
     from tune_lowmem.memory.share import hold_to_share, peak_memory_mb, trial_share
+    from tune_lowmem.memory.stepping import at_peak
     from tune_lowmem.memory.stored import stored
     from tune_lowmem.results import store_column
     from tune_lowmem.train import Trainer, resolve_device
@@ -86,7 +87,7 @@ def run_trial(plan_file: Path, hidden: int, root: Path) -> str:
     trainer, measured, status, reason = None, None, "completed", None
     try:
         trainer = Trainer(config)
-        measured = measure_peak(config)
+        measured = at_peak(measure, config)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         trainer.run()

@@ -41,12 +41,12 @@ def run(args: argparse.Namespace) -> int:
 
     from ..memory import baseline_config
     from ..memory.allocations import measure_allocations
-    from ..memory.measure import measure, measure_peak
+    from ..memory.measure import measure
     from ..memory.predict import heap_object_bytes, predict
+    from ..memory.stepping import at_peak
     from ..memory.stored import stored, stored_totals
     from ..memory.synthetic import synthetic_task
     from ..preflight import cuda_present
-    from ..techniques.rewiring import peak_steps
     from ..validation import positive_int
 
     config = config_from_arguments(args)
@@ -64,9 +64,8 @@ def run(args: argparse.Namespace) -> int:
     reports = {"predicted": predict(config, lengths)}
     allocations = None
     if args.measure:
-        reports["measured"] = measure_peak(config, lengths)
-        steps = (measure_allocations(config, lengths, u) for u in peak_steps(config))
-        allocations = max(steps, key=lambda step: step.total_bytes)
+        reports["measured"] = at_peak(measure, config, lengths)
+        allocations = at_peak(measure_allocations, config, lengths)
     held = stored(config, lengths)
     totals = stored_totals(held, reports.get("measured"))
     objects = heap_object_bytes(config, lengths)

@@ -30,18 +30,10 @@ import torch
 
 from ..config import TrialConfig
 from ..tasks.base import batch_tensors
-from ..techniques.rewiring import peak_steps
 from ..train import Trainer
 from . import accounting, stepping
 from .report import MemoryReport
 from .tracker import StorageTracker
-
-
-def measure_peak(config: TrialConfig, lengths: tuple[int, int] | None = None) -> MemoryReport:
-    """The larger of `measure` at each step that may be the run's peak
-    (`techniques.rewiring.peak_steps`): what the prediction, a run's peak, is compared with."""
-    steps = (measure(config, lengths, update) for update in peak_steps(config))
-    return max(steps, key=lambda report: report.total_bytes)
 
 
 def measure(

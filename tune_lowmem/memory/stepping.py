@@ -4,16 +4,18 @@
 in ways that share no code; what they must agree on is which step they count: a trial's real
 trainer on synthetic minibatches, warmed up until the optimizer has stepped once (its state
 exists, as at every step but the first), placed at the asked update of the schedule, with its
-gradients cleared so the step allocates them itself.
+gradients cleared so the step allocates them itself; and, to compare with a prediction (a run's
+peak), which updates those are (`at_peak`).
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..config import TrialConfig
+from ..techniques.rewiring import peak_steps
 from ..train import Trainer, resolve_device
 from .synthetic import synthetic_task
 
@@ -54,3 +56,11 @@ def take(trainer: Trainer, batch: Any, update: int | None) -> None:
     measurement would not be of that update)."""
     if not trainer.train_step(batch)["stepped"] and update is not None:
         raise RuntimeError(f"the measured step of update {update} skipped its update")
+
+
+def at_peak(measurement: Callable[..., Any], config: TrialConfig, lengths=None) -> Any:
+    """`measurement(config, lengths, update)` (`measure` or `measure_allocations`) at each step
+    that may be the run's peak (`techniques.rewiring.peak_steps`), the larger total kept: what
+    the prediction, a run's peak, is compared with."""
+    steps = (measurement(config, lengths, update) for update in peak_steps(config))
+    return max(steps, key=lambda step: step.total_bytes)
