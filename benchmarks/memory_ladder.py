@@ -18,9 +18,9 @@ warm-up, or for a rung that rewires its first update and its first rewiring's, t
 with the update in the row, at the ladder's batch or at `index:batch` (a microbatched rung
 holds per microbatch what it holds at any batch it divides, which the row's prediction at that
 batch shows): the measured total (weights, gradients and state as held plus the activation
-peak, operators' workspace out, as the paper counts), its ratio to the measured baseline, the prediction's tensors alone at the measured batch
-(the stored total less the CPU heap's objects, which the allocator does not report), and the
-step's peak of everything live (input batch and workspace included).
+peak, operators' workspace out, as the paper counts), its ratio to the measured baseline, the
+prediction's tensors alone at the measured batch (the stored total less the CPU heap's objects,
+which the allocator does not report), and the step's peak of everything live (input batch and workspace included).
 Rows go to benchmarks/results/memory_ladder.json (--json), one list per task.
 
     .venv/bin/python benchmarks/memory_ladder.py [--task wrn|dct] [--batch 100]

@@ -25,15 +25,16 @@ state (`techniques.adam_state`) included).
 A sparse model also rewires after some updates (`techniques.sparsity`), beside the weights,
 gradients and optimizer state; the rewiring's temporaries (each layer's positions, the slots its
 weights move between, the values and state of its new count while the old ones live; the step's
-gradients of the sparse layers until it drops them) are sized by the nonzeros. Which weights it prunes depends on their values, so it cannot run on
-fake tensors: a real trainer of the same shape key, on the CPU (the bytes are any device's), its
-optimizer state made by an update on zero gradients, makes zero gradients where the fake step
-leaves gradients and rewires once under a `StorageTracker` (`rewiring_peak`): the weights, state
-and gradients are the step's held part, and what the rewiring frees of them (each layer's old
-values and state, and its gradient, dropped) counts negative from then on. A trial that rewires at all (`techniques.rewiring.rewires`) has the larger of the
-step's and the rewiring's activation part; the rewiring runs only when such a trial asks
-(`DryRun.rewiring`), once per dry run. How many weights fall under the threshold moves only the
-temporaries of the pruned count.
+gradients of the sparse layers until it drops them) are sized by the nonzeros. Which weights it
+prunes depends on their values, so it cannot run on fake tensors: a real trainer of the same
+shape key, on the CPU (the bytes are any device's), its optimizer state made by an update on
+zero gradients, makes zero gradients where the fake step leaves gradients and rewires once under
+a `StorageTracker` (`rewiring_peak`): the weights, state and gradients are the step's held part,
+and what the rewiring frees of them (each layer's old values and state, and its gradient,
+dropped) counts negative from then on. A trial that rewires at all
+(`techniques.rewiring.rewires`) has the larger of the step's and the rewiring's activation part;
+the rewiring runs only when such a trial asks (`DryRun.rewiring`), once per dry run. How many
+weights fall under the threshold moves only the temporaries of the pruned count.
 
 On the CPU the measurement reads glibc's heap, which holds more than tensor storage: each
 tensor's and storage's C++ objects and the autograd graph's nodes. The dry run counts them as

@@ -12,9 +12,9 @@ A sweep folder (``DIR`` as a whole) can be copied or moved: nothing saved in it 
 
 Surviving the driver: see `searcher` (what is rebuilt from the journal, Tune's trials and the
 store), `trainable` (a restarted trial that had stored its row reports it again; a worker torn
-down with its driver stores nothing) and `tune_state` (how often Tune snapshots). A file that cannot be written (a full disk) stops the sweep with `store.WriteFailed`, one
-line naming the file; `resume`, once there is room, repairs a torn journal line and finishes the
-sweep.
+down with its driver stores nothing) and `tune_state` (how often Tune snapshots). A file that
+cannot be written (a full disk) stops the sweep with `store.WriteFailed`, one line naming the
+file; `resume`, once there is room, repairs a torn journal line and finishes the sweep.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ know about the model.
 Class methods answer for a config without building anything (validation, the profiler's cache
 key, the paper's storage accounting); an instance is bound to one trial and sees its events in
 the training loop's order: `apply` (the fp32 model on the CPU, in registry order) -> `attach`
-(the optimizer) -> per update `begin_step` (before the first backward) -> `before_step` (gradients final) and `after_step`.
+(the optimizer) -> per update `begin_step` (before the first backward) -> `before_step`
+(gradients final) and `after_step`.
 """
 
 from __future__ import annotations

@@ -199,7 +199,8 @@ class DynamicSparsity:
     @torch.no_grad()
     def rewire(self) -> int:
         """Prune active weights under H, regrow as many at zero positions, adapt H; returns the
-        count. Regrown weights, their gradients and their state are zero afterwards."""
+        count. Regrown weights and their state are zero afterwards; the layers' gradients are
+        dropped (`move`)."""
         values = [self.values(name).detach() for name in self.names]
         counts = _count_under(values, self.threshold)  # one host read for every layer
         sizes = [value.numel() for value in values]
