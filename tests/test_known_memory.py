@@ -17,6 +17,7 @@ from tune_lowmem.search.known_memory import (
     profiler_memory,
 )
 from tune_lowmem.search.samplers import build_sampler
+from tune_lowmem.search.scheduler import STOPPED_POINTS
 from tune_lowmem.space import SearchSpace
 
 from .test_search import OBJECTIVES
@@ -300,3 +301,39 @@ def test_memory_predicted_once_per_shape_chooses_as_predicting_every_point():
             study.tell(trial, [accuracy({"sparsity.density": 1.0, **params}), memory_of(params)])
         chosen.append([t.params for t in study.get_trials()])
     assert chosen[0] == chosen[1]
+
+
+def test_once_every_training_was_asked_a_stopped_one_is_asked_once_more():
+    """A stop may cut a front point short: when nothing untried is left, the trainings that
+    only a stopped trial tried (the study's `STOPPED_POINTS`) are asked again, each once."""
+    space = SearchSpace.from_dict(
+        {
+            "name": "again",
+            "base": BASE,
+            "params": {
+                "precision": {"type": "choice", "values": ["fp32", "bf16"]},
+                "sparsity.density": {"type": "choice", "values": [0.1, 0.3, 1.0]},
+                "schedule.lr_multiplier": {"type": "choice", "values": [1.0]},
+            },
+            "objectives": OBJECTIVES,
+            "num_samples": 12,
+        }
+    )
+    study = run_study(
+        space, KnownMemorySampler(space, seed=0, n_startup_trials=2, memory=memory), 6
+    )
+    sampler, trials = study.sampler, study.get_trials()
+    assert len({(t.params["precision"], t.params["sparsity.density"]) for t in trials}) == 6
+    assert sampler.choose(trials, 6) is None  # every training asked, none stopped
+    study.set_user_attr(STOPPED_POINTS, [2, 4])
+    again = []
+    for _ in range(2):
+        trial = study.ask()
+        again.append((trial, space.sample(trial)))
+    assert [trial.number for trial, _ in again] == [6, 7]
+    assert sorted(str(params) for _, params in again) == sorted(
+        str(trials[n].params) for n in (2, 4)
+    )
+    for trial, params in again:
+        study.tell(trial, [accuracy(params), memory(params)])
+    assert sampler.choose(study.get_trials(), 8, {2, 4}) is None  # each asked once more only

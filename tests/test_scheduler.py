@@ -17,7 +17,7 @@ from tune_lowmem.config import ConfigError
 from tune_lowmem.search import place, replay
 from tune_lowmem.search.hv_stopping import HypervolumeStopping
 from tune_lowmem.search.margin_stopping import MarginStopping
-from tune_lowmem.search.scheduler import RECORD, MultiObjectiveASHA
+from tune_lowmem.search.scheduler import RECORD, STOPPED_POINTS, MultiObjectiveASHA
 from tune_lowmem.search.stopping import RULES, build_scheduler
 from tune_lowmem.space import SCHEDULERS, SchedulerSettings, SearchSpace
 
@@ -267,6 +267,7 @@ def test_replay_tells_a_stopped_point_its_partial_values(tmp_path):
     trials = searcher.study.get_trials()
     assert len(trials) == 6 and all(t.state == TrialState.COMPLETE for t in trials)
     stopped_points = {searcher.assigned[t][0] for t in mo_asha.stopped}
+    assert sorted(searcher.study.user_attrs[STOPPED_POINTS]) == sorted(stopped_points)
     for trial in trials:
         params = {k: trial.params[k] for k in table.params}
         curve, memory = table.curves[replay.key(params)]
@@ -402,9 +403,9 @@ def test_replay_stops_trials_without_losing_the_front(seed, kind):
 # FINISHED moved 0.20, 0.15, 0.25 from rung 1 to the end: the margin is 0.25 - 0.15
 
 
-def margin_stopping() -> MarginStopping:
+def margin_stopping(sweep: str | None = None) -> MarginStopping:
     settings = SchedulerSettings("margin", grace_epochs=1, reduction_factor=3, max_epochs=9)
-    return MarginStopping(settings, OBJECTIVES)
+    return MarginStopping(settings, OBJECTIVES, sweep)
 
 
 def test_margin_waits_for_two_finished_trials():
@@ -414,30 +415,48 @@ def test_margin_waits_for_two_finished_trials():
     assert early.decide("hopeless", result(1, 0.0, 99.0)) == GO
 
 
+def test_a_run_stopped_once_is_never_stopped_again(tmp_path):
+    """The sampler asks a stopped run again only knowing it was cut short: the same params
+    and seed (the exact params aside) go on where they were stopped before, also after the
+    scheduler is rebuilt from its record; another seed of them is judged as any trial."""
+    place.bind("again", tmp_path)
+    place.sweep_folder(tmp_path, "again").mkdir(parents=True)
+    run = {"precision": "fp32", "checkpoint": "none", "seed": 0}
+    first = margin_stopping("again")
+    finish(first)
+    assert first.decide("d", result(1, 0.15, 30.0), run) == STOP
+    rebuilt = margin_stopping("again")
+    moved = {**run, "checkpoint": "residual-1"}  # exact: the same training
+    assert rebuilt.decide("d-again", result(1, 0.15, 30.0), moved) == GO
+    assert rebuilt.decide("d-seed-1", result(1, 0.15, 30.0), {**run, "seed": 1}) == STOP
+
+
 def test_a_trial_is_stopped_when_one_of_no_more_memory_leads_it_by_the_margin():
-    """d trails b (less memory) by 0.20 > 0.10, j by 0.12; e trails b by 0.09; f needs
-    less memory than any; g's accuracy is missing; h trails `running` (a trial that has not
+    """The finished trials moved 0.15 to 0.25 from rung 1: a spread of 0.10 from 3 trials, a
+    margin of 0.10 * (3 + 1) / (3 - 1) = 0.20. d trails b (less memory) by 0.25; j trails b by
+    0.12, more than the spread seen but less than the margin; e trails b by 0.09; f needs less
+    memory than any; g's accuracy is missing; h trails `running` (a trial that has not
     finished: the hypervolume rule, which compares with finished trials only, lets h go on) by
-    0.20; i leads every trial of less memory."""
+    0.25; i leads every trial of less memory."""
     scheduler = margin_stopping()
     finish(scheduler, "acb")  # after a and b finished, c at rung 1 trails b by the margin
     decisions = decisions_at_rung_1(
         scheduler,
         [
-            ("d", 0.20, 30.0),
+            ("d", 0.15, 30.0),
             ("e", 0.31, 30.0),
             ("j", 0.28, 35.0),
             ("f", 0.05, 5.0),
             ("g", None, 50.0),
             ("running", 0.60, 15.0),
-            ("h", 0.40, 25.0),
+            ("h", 0.35, 25.0),
             ("i", 0.61, 80.0),
         ],
     )
     assert decisions == {
         "d": STOP,
         "e": GO,
-        "j": STOP,
+        "j": GO,
         "f": GO,
         "g": STOP,
         "running": GO,

@@ -42,14 +42,16 @@ class HypervolumeStopping(MultiObjectiveASHA):
         self.finals: dict[str, list[float | None]] = {}  # trial id -> its final values
         super().__init__(*args, **kwargs)
 
-    def decide(self, trial_id: str, result: Mapping[str, Any]) -> str:
+    def decide(
+        self, trial_id: str, result: Mapping[str, Any], params: Mapping[str, Any] | None = None
+    ) -> str:
         epoch = result.get(self.time_attr)
         if epoch is not None and epoch >= self.settings.max_epochs and trial_id not in self.stopped:
             if trial_id not in self.finals:
                 self.finals[trial_id] = self.values_of(result)
                 self.save_record()
             return TrialScheduler.CONTINUE
-        return super().decide(trial_id, result)
+        return super().decide(trial_id, result, params)
 
     def goes_on(self, rung: Mapping[str, list[float | None]], trial_id: str) -> bool:
         moved = self.moved(rung)

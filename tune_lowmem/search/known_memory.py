@@ -15,7 +15,9 @@ steps, closed form under a Gaussian. Hypervolume is on log memory (savings are r
 - Candidates: every point of a small all-choice space, else random draws of the space (its
   conditions applied by `SearchSpace.sample`) plus one- and two-param changes of the front's
   points. Points already asked are never proposed again, nor points over the memory budget or
-  invalid ones (their memory is None): no trial is spent on an infeasible point.
+  invalid ones (their memory is None): no trial is spent on an infeasible point. Once every
+  training was asked, those only a stopped trial tried (the study's ``stopped_points``) are
+  proposed once more (`asked_again`): early stopping may have cut a front point short.
 - Few predictions an ask: a memory the profiler has not seen costs a dry run (seconds on a
   CPU), so an ask predicts `n_predicted` trainings only, those of the largest improvement at the
   memory a second Gaussian process (of the asked points' log memories, every param a feature)
@@ -44,7 +46,9 @@ from __future__ import annotations
 import itertools
 import json
 import math
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import numpy as np
@@ -65,6 +69,7 @@ from ..results import PREDICTED_METRICS, STORED_METRICS
 from ..space import Param, SearchSpace, worst_value
 from .exact import exact, training_key
 from .gaussian_process import GaussianProcess
+from .scheduler import STOPPED_POINTS
 
 KNOWN = (*PREDICTED_METRICS, STORED_METRICS[0])  # objectives the profiler gives before training
 MemoryOf = Callable[[Mapping[str, Any]], float | None]
@@ -118,7 +123,8 @@ class KnownMemorySampler(BaseSampler):
     def sample_relative(
         self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
     ) -> dict[str, Any]:
-        chosen = self.choose(study.get_trials(deepcopy=False), trial.number)
+        stopped = set(study.user_attrs.get(STOPPED_POINTS, []))
+        chosen = self.choose(study.get_trials(deepcopy=False), trial.number, stopped)
         if chosen is None:  # no feasible candidate found: the searcher screens what comes
             return {}
         return {name: value for name, value in chosen.items() if name in search_space}
@@ -134,7 +140,9 @@ class KnownMemorySampler(BaseSampler):
 
     # ---- choosing a point ----------------------------------------------------------------
 
-    def choose(self, trials: Sequence[FrozenTrial], number: int) -> dict[str, Any] | None:
+    def choose(
+        self, trials: Sequence[FrozenTrial], number: int, stopped: AbstractSet[int] = frozenset()
+    ) -> dict[str, Any] | None:
         asked = [t for t in trials if t.number != number and t.params]
         told = [t for t in asked if t.state == TrialState.COMPLETE and self.informative(t)]
         seen = {training_key(t.params) for t in asked}
@@ -142,12 +150,27 @@ class KnownMemorySampler(BaseSampler):
         for candidate in self.candidates(told):
             trainings.setdefault(training_key(candidate), candidate)
         options = [self.variants(c) for k, c in trainings.items() if k not in seen]
+        options = options or self.asked_again(asked, stopped)
         if not options:
             return None
         if len(told) < max(self.n_startup_trials, 2):  # the model needs two values at least
             return self.spread(options, asked)
         pending = [t.params for t in asked if t.state == TrialState.RUNNING]
         return self.best_improvement(options, told, asked, pending)
+
+    def asked_again(
+        self, asked: Sequence[FrozenTrial], stopped: AbstractSet[int]
+    ) -> list[list[dict]]:
+        """Once every training was asked: those that only a stopped trial tried (`stopped`: the
+        points early stopping cut short), each once more. A stop may cut a front point short,
+        and a point asked again runs to its end (`MultiObjectiveASHA.decide`)."""
+        times = Counter(training_key(t.params) for t in asked)
+        again = {
+            key: self.variants(t.params)
+            for t in asked
+            if t.number in stopped and times[key := training_key(t.params)] == 1
+        }
+        return list(again.values())
 
     def informative(self, trial: FrozenTrial) -> bool:
         """A told trial that trained: not an infeasible or failed point told the worst value."""

@@ -8,11 +8,15 @@ known, late in a sweep; rank quotas (`MultiObjectiveASHA`) stop the slow learner
 end. Here the memory objective is known before training and never moves, so two trials at the
 same rung differ in memory exactly and in accuracy by what one epoch count shows. A trial is
 stopped when another trial recorded at the rung weakly dominates it by a margin in every
-objective: the spread of the finished trials' moves from this rung to their end (the largest
+objective: the spread of the n finished trials' moves from this rung to their end (the largest
 less the smallest: the most one finished trial gained on another; zero for a memory objective,
-which does not move). A trial that far behind ends dominated by the one ahead unless it gains
-more on it than any finished trial gained on another. With fewer than two finished trials
-recorded at the rung there is no spread yet, and the trial goes on.
+which does not move), times (n + 1) / (n - 1), the unbiased estimate of a uniform spread's
+width from n draws (the spread of a few draws understates it). A trial that far behind ends
+dominated by the one ahead unless it gains more on it than curves are estimated to. With fewer
+than two finished trials recorded at the rung there is no spread yet, and the trial goes on. A
+stop may still cut a front point short (a curve that climbs late); the known-memory sampler asks
+such a point again once nothing untried is left, and the rerun is not stopped
+(`MultiObjectiveASHA.decide`).
 
 The rungs matter: on the recorded WRN-16-2 curves (4 epochs) the moves from epoch 1 spread wider
 than most gaps, so a rung there stops nothing; rungs at epochs 2 and 3 (``grace_epochs: 2,
@@ -41,7 +45,8 @@ class MarginStopping(HypervolumeStopping):
         moved = self.moved(rung)
         if moved is None:
             return True
-        margin = moved.max(axis=0) - moved.min(axis=0)
+        spread = moved.max(axis=0) - moved.min(axis=0)
+        margin = spread * (len(moved) + 1) / (len(moved) - 1)
         own = self.losses([rung[trial_id]])[0]
         others = self.losses([values for t, values in rung.items() if t != trial_id])
         return not bool(np.any(np.all(others + margin <= own, axis=1)))

@@ -126,6 +126,7 @@ class Running:
     curve: list[float]
     memory: float
     start: int  # the time it started, in epochs of one worker
+    params: dict[str, Any]  # as the searcher gave them (with the seed)
     done: int = 0  # epochs reported
 
     def result(self) -> dict[str, Any]:
@@ -180,7 +181,7 @@ def run_sweep(
                 break
             params = {k: v for k, v in suggested["params"].items() if k != "seed"}
             curve, memory = table.curves[key(params)]
-            running.append(Running(trial_id, curve, memory, start=clock))
+            running.append(Running(trial_id, curve, memory, clock, suggested["params"]))
             started += 1
         if not running or (history and history[-1][1] >= until):
             return history
@@ -191,7 +192,7 @@ def run_sweep(
         result = trial.result()
         decision = TrialScheduler.CONTINUE
         if scheduler is not None:
-            decision = scheduler.decide(trial.trial_id, result)
+            decision = scheduler.decide(trial.trial_id, result, trial.params)
         if result["trial_status"] == "running" and decision == TrialScheduler.CONTINUE:
             continue
         running.remove(trial)

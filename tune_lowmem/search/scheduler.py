@@ -17,8 +17,11 @@ trial (every seed) recorded at the rung.
 What the searcher is told of a stopped trial: the values it last reported (its accuracy at the
 rung, its predicted memory), as a complete trial (`ScreenedSearcher.values`): Optuna's
 multi-objective samplers take complete or failed trials only, and a failed one would tell them
-nothing of a point that was shown to be dominated. The store keeps it with status ``stopped``
-and the epoch it reached (`RecordStopped`); the Pareto front reads completed trials only.
+nothing of a point that was shown to be dominated. Its point is listed in the study's user
+attr ``stopped_points`` (`STOPPED_POINTS`), so a sampler may ask it again; a run (params and
+seed, its exact params aside) stopped once is never stopped again. The store keeps it with
+status ``stopped`` and the epoch it reached (`RecordStopped`); the Pareto front reads completed
+trials only.
 
 Surviving the driver: every decision is written (atomically) to ``scheduler.json`` in the sweep
 folder before it is returned, and a scheduler unpickled by Tune's restore reads that file: a
@@ -43,12 +46,14 @@ from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 from .. import pareto, store
 from ..space import SchedulerSettings
 from . import place
+from .exact import training_key
 
 # `memory_band`: a trial is compared with trials of at most this factor more or less memory
 # (None: with the whole rung, the default until the band is measured to pay on real sweeps)
 MEMORY_BAND = 2.0
 RECORD = "scheduler.json"  # the decisions, in the sweep folder
 STOPPED = "stopped"  # the store status (and reported trial_status) of a stopped trial
+STOPPED_POINTS = "stopped_points"  # the study's user attr: the points a stop cut short
 
 
 class MultiObjectiveASHA(FIFOScheduler):
@@ -83,15 +88,20 @@ class MultiObjectiveASHA(FIFOScheduler):
         self.memory_band = memory_band
         self.records: dict[int, dict[str, list[float | None]]] = {r: {} for r in settings.rungs()}
         self.stopped: dict[str, int] = {}  # trial id -> the rung it was stopped at
+        self.stopped_runs: set[str] = set()  # `training_key` of every run stopped (with its seed)
         self.load()
 
     # ---- decisions ----------------------------------------------------------------------
 
     def on_trial_result(self, tune_controller, trial, result: dict) -> str:
-        return self.decide(trial.trial_id, result)
+        return self.decide(trial.trial_id, result, trial.config.get("params"))
 
-    def decide(self, trial_id: str, result: Mapping[str, Any]) -> str:
-        """CONTINUE or STOP for a trial's result (Tune's trial not needed: the replay calls it)."""
+    def decide(
+        self, trial_id: str, result: Mapping[str, Any], params: Mapping[str, Any] | None = None
+    ) -> str:
+        """CONTINUE or STOP for a trial's result (Tune's trial not needed: the replay calls it).
+        A run (`params`, with its seed) stopped once is never stopped again: the sampler asked
+        it again knowing it was cut short (`KnownMemorySampler.asked_again`)."""
         if trial_id in self.stopped or result.get("trial_status") == STOPPED:
             return TrialScheduler.STOP
         epoch = result.get(self.time_attr)
@@ -99,8 +109,11 @@ class MultiObjectiveASHA(FIFOScheduler):
             return TrialScheduler.CONTINUE
         rung = self.records[epoch]
         rung[trial_id] = self.values_of(result)
-        if not self.goes_on(rung, trial_id):
+        run = training_key(params) if params is not None else None
+        if run not in self.stopped_runs and not self.goes_on(rung, trial_id):
             self.stopped[trial_id] = epoch
+            if run is not None:
+                self.stopped_runs.add(run)
         self.save_record()
         return TrialScheduler.STOP if trial_id in self.stopped else TrialScheduler.CONTINUE
 
@@ -151,12 +164,14 @@ class MultiObjectiveASHA(FIFOScheduler):
                 str(rung): dict(rung_records) for rung, rung_records in self.records.items()
             },
             "stopped": dict(self.stopped),
+            "stopped_runs": sorted(self.stopped_runs),
         }
 
     def set_state(self, state: Mapping[str, Any]) -> None:
         for rung, rung_records in state.get("records", {}).items():
             self.records.setdefault(int(rung), {}).update(rung_records)
         self.stopped.update(state.get("stopped", {}))
+        self.stopped_runs.update(state.get("stopped_runs", []))
 
     def save_record(self) -> None:
         """The decisions so far, replacing the file in one rename (a kill leaves old or new)."""

@@ -41,11 +41,13 @@ from ..space import CONSTRAINT, SearchSpace, worst_value
 from ..trainable import memory_metrics, result_from_row
 from . import journal, place
 from .samplers import build_sampler
+from .scheduler import STOPPED, STOPPED_POINTS
 from .screening import Screening, screen, write_screened
 from .tune_state import tune_trials
 
 SCREENED_PREFIXES = {"infeasible": "infeasible-", "failed": "invalid-"}
-TOLD_STATUSES = ("completed", "stopped", "running")  # running at its end: stopped early
+STOPPED_STATUSES = (STOPPED, "running")  # running at its end: stopped early
+TOLD_STATUSES = ("completed", *STOPPED_STATUSES)
 SAVED = ("space", "sweep", "assigned")  # what a snapshot holds; the rest is rebuilt by rejoin
 log = logging.getLogger(__name__)
 
@@ -64,6 +66,7 @@ class Point:
     params: dict[str, Any]
     given: set[int] = field(default_factory=set)  # seeds given to Tune trials (or found stored)
     outcomes: dict[int, list[float] | None] = field(default_factory=dict)
+    stopped: bool = False  # a seed was stopped early: its values are partial
 
 
 class ScreenedSearcher(Searcher):
@@ -129,8 +132,8 @@ class ScreenedSearcher(Searcher):
         self.points: dict[int, Point] = {}
         for number, seed in [*self.assigned.values(), *stored]:
             self.points.setdefault(number, Point(asked[number])).given.add(seed)
-        for (number, seed), values in stored.items():
-            self.points[number].outcomes[seed] = values
+        for (number, seed), result in stored.items():
+            self.record(self.points[number], seed, result, False)
         self.unscreened = sorted((running & set(asked)) - set(self.points))
         live = sorted(running & set(self.points))
         self.open = [number for number in live if self.free_seed(self.points[number]) is not None]
@@ -145,17 +148,15 @@ class ScreenedSearcher(Searcher):
         except ValueError:
             return None
 
-    def stored_outcomes(self) -> dict[tuple[int, int], list[float] | None]:
-        """(point, seed) -> the objective values of every trained trial's row in the store."""
+    def stored_outcomes(self) -> dict[tuple[int, int], dict[str, Any]]:
+        """(point, seed) -> the result of every trained trial's row in the store."""
         rows = store.read_trials(place.root(self.sweep), self.sweep)
         if rows.empty or "point" not in rows:
             return {}
         screened = rows["trial_id"].str.startswith(tuple(SCREENED_PREFIXES.values()))
         trained = rows[rows["point"].notna() & ~screened].to_dict("records")
         return {
-            (int(row["point"]), int(row["config.seed"])): self.values(
-                result_from_row(self.space, row), False
-            )
+            (int(row["point"]), int(row["config.seed"])): result_from_row(self.space, row)
             for row in trained
         }
 
@@ -239,13 +240,22 @@ class ScreenedSearcher(Searcher):
         point = self.points[number]
         if seed in point.outcomes:
             return
-        point.outcomes[seed] = self.values(result, error)
+        self.record(point, seed, result, error)
         self.tell_if_done(number)
+
+    def record(self, point: Point, seed: int, result: dict | None, error: bool) -> None:
+        point.outcomes[seed] = self.values(result, error)
+        status = result.get("trial_status") if result and not error else None
+        point.stopped |= status in STOPPED_STATUSES
 
     def tell_if_done(self, number: int) -> None:
         """Tell Optuna a point's mean over its seeds once every seed has an outcome."""
-        outcomes = self.points[number].outcomes
+        point = self.points[number]
+        outcomes = point.outcomes
         if len(outcomes) == self.space.seeds_per_point:
+            stopped = self.study.user_attrs.get(STOPPED_POINTS, [])
+            if point.stopped and number not in stopped:  # before the tell: a sampler reads it
+                self.study.set_user_attr(STOPPED_POINTS, [*stopped, number])
             done = [v for v in outcomes.values() if v is not None]
             self.tell(number, np.mean(done, axis=0).tolist() if done else None)
 
