@@ -277,7 +277,8 @@ def test_replay_tells_a_stopped_point_its_partial_values(tmp_path):
 
 def test_a_sweep_under_ray_stores_its_stopped_trials(tmp_path):
     """The one Ray test: Tune runs the scheduler; a stopped trial is stored as stopped at its
-    rung, its partial values are told to the study, and the front holds completed trials only."""
+    rung, its partial values are told to the study, its point is listed as stopped there, and
+    the front holds completed trials only."""
     import ray
     import yaml
 
@@ -311,8 +312,12 @@ def test_a_sweep_under_ray_stores_its_stopped_trials(tmp_path):
     assert set(rows["status"]) <= {"completed", "stopped"} and decisions["stopped"]
     assert (rows.loc[list(decisions["stopped"]), "epochs_completed"] == 1).all()
     assert (rows.loc[rows["status"] == "completed", "epochs_completed"] == 2).all()
-    told = sorted(t.values[0] for t in sweep_study(tmp_path / "store", "stopping").trials)
+    study = sweep_study(tmp_path / "store", "stopping")
+    told = sorted(t.values[0] for t in study.trials)
     assert told == pytest.approx(sorted(rows["metric.val_accuracy"]))
+    stopped_points = rows.loc[list(decisions["stopped"]), "point"].astype(int)
+    assert sorted(study.user_attrs[STOPPED_POINTS]) == sorted(stopped_points)
+    assert len(decisions["stopped_runs"]) == len(decisions["stopped"])  # Tune's trial.config
     completed = rows[rows["status"] == "completed"]["metric.val_accuracy"]
     assert set(outcome.front["val_accuracy"]) <= set(completed)
     assert store.STATUSES[-1] == "stopped"
