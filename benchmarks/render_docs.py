@@ -264,7 +264,8 @@ def epochs(value: float) -> str:
 
 def search_replay(result: dict) -> str:
     """Epochs to each share of the best hypervolume, median [quartiles] over sampler seeds, and
-    the seeds where a method needed fewer / more epochs than the baseline on the same seed."""
+    the seeds where a method needed fewer / more epochs than the baseline on the same seed,
+    with its epochs over all seeds less the baseline's (where every sweep reached the target)."""
     targets = [f"{t:.2f}" for t in result["targets"]]
     baseline = result["rows"][0]
     paired = {s["seed"]: s["epochs_to"] for s in baseline["sweeps"]}
@@ -279,11 +280,13 @@ def search_replay(result: dict) -> str:
         for t in targets:
             pairs = [(s["epochs_to"][t], paired[s["seed"]][t]) for s in sweeps]
             ahead, behind = sum(a < b for a, b in pairs), sum(a > b for a, b in pairs)
-            cells.append("-" if method is baseline else f"{ahead} / {behind}")
+            reached = all(math.isfinite(a) and math.isfinite(b) for a, b in pairs)
+            net = f"{sum(a - b for a, b in pairs):+.0f}" if reached else "-"
+            cells.append("-" if method is baseline else f"{ahead} / {behind} ({net})")
         lines.append(cells)
     share = [f"{float(t):.0%}" for t in targets]
     header = ["method", "seeds", *(f"epochs to {s}" for s in share)]
-    header += [f"fewer / more than {baseline['method']} at {s}" for s in share]
+    header += [f"fewer / more (net epochs) than {baseline['method']} at {s}" for s in share]
     about = result.get("table")
     if about is None:
         return "\n".join(table(header, lines)) + "\n"
@@ -365,6 +368,8 @@ RENDERERS: dict[str, Callable[[dict], str]] = {
     "search_replay_wrn16_stopping": search_replay,
     "fidelity": fidelity,
     "search_replay_wrn16_stopping_late": search_replay,
+    "search_replay_wrn16_stopping_fresh": search_replay,
+    "search_replay_resnet18_stopping": search_replay,
     "search_replay_wrn16_margin": search_replay,
     "search_replay_wrn16_margin_fresh": search_replay,
     "search_replay_resnet18": search_replay,

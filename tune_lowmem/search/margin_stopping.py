@@ -19,8 +19,9 @@ such a point again once nothing untried is left, and the rerun is not stopped
 (`MultiObjectiveASHA.decide`).
 
 The rungs matter: on the recorded WRN-16-2 curves (4 epochs) the moves from epoch 1 spread wider
-than most gaps, so a rung there stops nothing; rungs at epochs 2 and 3 (``grace_epochs: 2,
-reduction_factor: 1.5``) save the most (docs/samplers.md).
+than most gaps, so a rung there stops nothing; its rungs are at epochs 2 and 3 there
+(``grace_epochs: 2, reduction_factor: 1.5``, chosen on 20 sampler seeds; docs/samplers.md has it
+on others and on a second table).
 
 Rungs, the record in the sweep folder, Tune's save and restore, and the finished trials' final
 values are `HypervolumeStopping`'s.
