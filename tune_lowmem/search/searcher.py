@@ -253,11 +253,16 @@ class ScreenedSearcher(Searcher):
         point = self.points[number]
         outcomes = point.outcomes
         if len(outcomes) == self.space.seeds_per_point:
-            stopped = self.study.user_attrs.get(STOPPED_POINTS, [])
-            if point.stopped and number not in stopped:  # before the tell: a sampler reads it
-                self.study.set_user_attr(STOPPED_POINTS, [*stopped, number])
+            if point.stopped:  # listed before the tell: a sampler reads it
+                self.list_stopped(number)
             done = [v for v in outcomes.values() if v is not None]
             self.tell(number, np.mean(done, axis=0).tolist() if done else None)
+
+    def list_stopped(self, number: int) -> None:
+        """Add a point to the study's `STOPPED_POINTS` (once: a resumed sweep tells it again)."""
+        stopped = self.study.user_attrs.get(STOPPED_POINTS, [])
+        if number not in stopped:
+            self.study.set_user_attr(STOPPED_POINTS, [*stopped, number])
 
     def values(self, result: dict | None, error: bool) -> list[float] | None:
         """A seed's outcome. A trial that ended with its last result still ``running`` was
