@@ -370,6 +370,8 @@ RENDERERS: dict[str, Callable[[dict], str]] = {
     "search_replay_wrn16_stopping_late": search_replay,
     "search_replay_wrn16_stopping_100": search_replay,
     "search_replay_resnet18_stopping": search_replay,
+    "search_replay_wrn16_stopping_fresh": search_replay,
+    "search_replay_resnet18_stopping_fresh": search_replay,
     "search_replay_wrn16_margin": search_replay,
     "search_replay_wrn16_margin_fresh": search_replay,
     "search_replay_resnet18": search_replay,

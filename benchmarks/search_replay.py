@@ -97,6 +97,8 @@ def settings(
         "scheduler": scheduler,
         "memory_band": band if scheduler else None,
         "clock": "wall",  # workers in step (`replay`); sweeps without it let new trials catch up
+        # a stopped trial is told its projection; cached sweeps without it told what it reached
+        **({"told": "projection"} if scheduler else {}),
     }
 
 

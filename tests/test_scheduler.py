@@ -17,7 +17,7 @@ from tune_lowmem.config import ConfigError
 from tune_lowmem.search import place, replay
 from tune_lowmem.search.hv_stopping import HypervolumeStopping
 from tune_lowmem.search.margin_stopping import MarginStopping
-from tune_lowmem.search.scheduler import RECORD, STOPPED_POINTS, MultiObjectiveASHA
+from tune_lowmem.search.scheduler import RECORD, STOPPED_POINTS, MultiObjectiveASHA, projected
 from tune_lowmem.search.stopping import RULES, build_scheduler
 from tune_lowmem.space import SCHEDULERS, SchedulerSettings, SearchSpace
 
@@ -71,6 +71,8 @@ def test_each_rung_keeps_its_top_fronts_and_stops_the_rest():
     decisions = {t: mo_asha.decide(t, result(1, *v)) for t, v in RUNG_1.items()}
     assert decisions == {"a": GO, "b": STOP, "c": GO, "d": STOP, "e": STOP}
     assert mo_asha.stopped == {"b": 1, "d": 1, "e": 1}
+    # no trial has finished: a stopped trial's projection is what it reached
+    assert mo_asha.projected == {t: list(RUNG_1[t]) for t in "bde"}
     # between rungs and at the schedule's end nothing is decided; a stopped trial stays stopped
     assert mo_asha.decide("a", result(2, 0.1, 10.0)) == GO
     assert mo_asha.decide("b", result(2, 0.9, 1.0)) == STOP
@@ -217,8 +219,8 @@ def test_replay_hypervolume_counts_memory_ratios_from_the_nadir():
 @pytest.mark.parametrize("seed", [0, 1])
 def test_replay_drives_the_searcher_and_the_scheduler(seed, monkeypatch):
     """Every point once (grid); without the scheduler all 18 epochs train and the table's best
-    hypervolume is reached; with it, stopped trials train one epoch and are told the value
-    they reached, as complete trials."""
+    hypervolume is reached; with it, stopped trials train one epoch and reach the searcher as
+    Tune ends them (their last result still running)."""
     table = tiny_table()
     plain = SearchSpace.from_dict(replay.replay_space(table, BASE, "grid", seed))
     history = replay.replay(plain, table)
@@ -255,7 +257,11 @@ def test_replay_runs_its_workers_in_step():
     assert [epochs for epochs, _ in history] == [5, 6, 11, 12, 17, 18]
 
 
-def test_replay_tells_a_stopped_point_its_partial_values(tmp_path):
+def test_replay_tells_a_stopped_point_its_projection(tmp_path):
+    """Two workers: a trial is stopped at rung 1 only once the first two finished, so each
+    stopped point is told its accuracy there moved by the finished curves' optimistic gain:
+    every tiny-table curve gains 0.1 from epoch 1, so it is told its end, as a completed point
+    is (told what it reached, it would be told 0.1 less)."""
     table = tiny_table()
     section = {"type": "mo-asha", "grace_epochs": 1, "reduction_factor": 3}
     space = SearchSpace.from_dict(replay.replay_space(table, BASE, "grid", 0, scheduler=section))
@@ -267,18 +273,18 @@ def test_replay_tells_a_stopped_point_its_partial_values(tmp_path):
     trials = searcher.study.get_trials()
     assert len(trials) == 6 and all(t.state == TrialState.COMPLETE for t in trials)
     stopped_points = {searcher.assigned[t][0] for t in mo_asha.stopped}
+    assert stopped_points and set(mo_asha.projected) == set(mo_asha.stopped)
     assert sorted(searcher.study.user_attrs[STOPPED_POINTS]) == sorted(stopped_points)
     for trial in trials:
         params = {k: trial.params[k] for k in table.params}
         curve, memory = table.curves[replay.key(params)]
-        reached = curve[0] if trial.number in stopped_points else curve[-1]
-        assert trial.values == pytest.approx([reached, memory])
+        assert trial.values == pytest.approx([curve[-1], memory])
 
 
 def test_a_sweep_under_ray_stores_its_stopped_trials(tmp_path):
     """The one Ray test: Tune runs the scheduler; a stopped trial is stored as stopped at its
-    rung, its partial values are told to the study, its point is listed as stopped there, and
-    the front holds completed trials only."""
+    rung with the values it reached, its projection is told to the study, its point is listed
+    as stopped there, and the front holds completed trials only."""
     import ray
     import yaml
 
@@ -309,12 +315,15 @@ def test_a_sweep_under_ray_stores_its_stopped_trials(tmp_path):
     )
     assert len(rows) == 4 and len(decisions["records"]["1"]) == 4
     assert set(rows.index[rows["status"] == "stopped"]) == set(decisions["stopped"])
+    assert set(decisions["projected"]) == set(decisions["stopped"])
     assert set(rows["status"]) <= {"completed", "stopped"} and decisions["stopped"]
     assert (rows.loc[list(decisions["stopped"]), "epochs_completed"] == 1).all()
     assert (rows.loc[rows["status"] == "completed", "epochs_completed"] == 2).all()
     study = sweep_study(tmp_path / "store", "stopping")
-    told = sorted(t.values[0] for t in study.trials)
-    assert told == pytest.approx(sorted(rows["metric.val_accuracy"]))
+    told = {t.number: t.values[0] for t in study.trials}
+    for trial_id, row in rows.iterrows():
+        projection = decisions["projected"].get(trial_id, [row["metric.val_accuracy"]])
+        assert told[int(row["point"])] == pytest.approx(projection[0])
     stopped_points = rows.loc[list(decisions["stopped"]), "point"].astype(int)
     assert sorted(study.user_attrs[STOPPED_POINTS]) == sorted(stopped_points)
     assert len(decisions["stopped_runs"]) == len(decisions["stopped"])  # Tune's trial.config
@@ -373,6 +382,8 @@ def test_a_trial_is_stopped_only_when_its_optimistic_point_is_dominated():
     )
     assert decisions == {"d": STOP, "e": GO, "f": GO, "g": STOP}
     assert scheduler.stopped == {"d": 1, "g": 1}
+    # what the sampler is told: each value moved by the optimistic gain, memory as it is
+    assert scheduler.projected == {"d": [pytest.approx(0.45), 30.0], "g": [None, 50.0]}
     # a stopped trial stays stopped; a trial reaching the schedule's end is never stopped
     assert scheduler.decide("d", result(2, 0.9, 1.0)) == STOP
     assert scheduler.decide("e", result(9, 0.0, 30.0, "completed")) == GO
@@ -387,6 +398,8 @@ def test_finished_trials_survive_a_restart(tmp_path):
     restored = pickle.loads(snapshot)
     assert restored.finals == live.finals
     assert restored.decide("d", result(1, 0.15, 30.0)) == STOP
+    assert projected("resumed", "d") == pytest.approx([0.45, 30.0])  # what the searcher reads
+    assert projected("resumed", "a") is None
 
 
 @pytest.mark.parametrize("kind", ["hypervolume", "margin"])

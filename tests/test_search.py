@@ -21,6 +21,7 @@ from tune_lowmem import pareto, store
 from tune_lowmem.search import ScreenedSearcher, launch, place, resume, sweep_folder
 from tune_lowmem.search import driver as search_driver
 from tune_lowmem.search import sweep_study as study
+from tune_lowmem.search.scheduler import RECORD, STOPPED, STOPPED_POINTS, write_json
 from tune_lowmem.space import SearchSpace
 from tune_lowmem.trainable import store_record
 
@@ -129,7 +130,9 @@ def snapshot_after_first_point(root: Path, snapshot: Path) -> tuple[ScreenedSear
     return searcher, first
 
 
-def store_completed(root: Path, trial_id: str, handed: dict, val_accuracy: float) -> None:
+def store_completed(
+    root: Path, trial_id: str, handed: dict, val_accuracy: float, status: str = "completed"
+) -> None:
     config = LR_SPACE.trial_config(handed["params"]).to_flat()
     store.write_trial(
         root,
@@ -137,7 +140,7 @@ def store_completed(root: Path, trial_id: str, handed: dict, val_accuracy: float
             LR_SPACE,
             "unit",
             trial_id,
-            "completed",
+            status,
             config,
             {"val_accuracy": val_accuracy},
             {"memory.predicted_total_mb": 3.0},
@@ -169,6 +172,25 @@ def test_a_searcher_snapshot_older_than_tunes_trials_is_rejoined(tmp_path):
     )  # from the store
     assert told[1].state == TrialState.COMPLETE and told[1].values == pytest.approx([0.7, 3.0])
     assert told[2].state == TrialState.RUNNING
+
+
+def test_a_stopped_trial_stored_before_a_restart_is_told_its_projection(tmp_path):
+    """A driver killed after two trials were stopped and stored: the rebuilt searcher tells a
+    point the projection its rule wrote with the stop (the store keeps what it reached), and
+    one the record has no projection for (a sweep of an earlier version) what it reached."""
+    root, snapshot = tmp_path / "store", tmp_path / "searcher.pkl"
+    searcher, first = snapshot_after_first_point(root, snapshot)
+    second = searcher.suggest("t1")
+    store_completed(root, "t0", first, 0.5, status=STOPPED)
+    store_completed(root, "t1", second, 0.4, status=STOPPED)
+    write_json(sweep_folder(root, "unit") / RECORD, {"projected": {"t0": [0.65, 3.0]}})
+
+    restored = lr_searcher(root)
+    restored.restore(str(snapshot))
+    restored.rejoin({"t0": first, "t1": second})
+    told = {t.number: t.values for t in study(root, "unit").trials if t.values}
+    assert told == {0: pytest.approx([0.65, 3.0]), 1: pytest.approx([0.4, 3.0])}
+    assert study(root, "unit").user_attrs[STOPPED_POINTS] == [0, 1]
 
 
 def test_points_tune_never_saved_run_after_the_restart_unless_stored(tmp_path):

@@ -14,14 +14,19 @@ schedule's end is never stopped.
 Seeds: each seed of a point is its own Tune trial and is judged on its own values, against every
 trial (every seed) recorded at the rung.
 
-What the searcher is told of a stopped trial: the values it last reported (its accuracy at the
-rung, its predicted memory), as a complete trial (`ScreenedSearcher.values`): Optuna's
-multi-objective samplers take complete or failed trials only, and a failed one would tell them
-nothing of a point that was shown to be dominated. Its point is listed in the study's user
-attr ``stopped_points`` (`STOPPED_POINTS`), so a sampler may ask it again; a run (params and
-seed, its exact params aside) stopped once is never stopped again. The store keeps it with
-status ``stopped`` and the epoch it reached (`RecordStopped`); the Pareto front reads completed
-trials only.
+What the searcher is told of a stopped trial, as a complete trial (`ScreenedSearcher.values`):
+its projection (`projection`), the values it reported at the rung moved by the largest gain to
+the end that the finished trials' curves suggest (the largest of their n gains plus their
+range / (n - 1); a memory never moves), or those values as reported while fewer than two trials
+finished. Optuna's multi-objective samplers take complete or failed trials only, and a failed
+one would tell them nothing of a point shown to be dominated; told its accuracy at the rung, a
+model of accuracy takes the point (and its neighbours) for as bad as its first epochs, where
+a curve that learns late, cut short, is far below its end. The projection is written with the
+stop (``projected`` in the record) for the searcher to read (`projected`). The point is listed
+in the study's user attr ``stopped_points`` (`STOPPED_POINTS`), so a sampler may ask it
+again; a run (params and seed, its exact params aside) stopped once is never stopped again.
+The store keeps what was measured, with status ``stopped`` and the epoch reached
+(`RecordStopped`); the Pareto front reads completed trials only.
 
 Surviving the driver: every decision is written (atomically) to ``scheduler.json`` in the sweep
 folder before it is returned, and a scheduler unpickled by Tune's restore reads that file: a
@@ -39,6 +44,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from ray.tune import Callback
 from ray.tune.result import AUTO_RESULT_KEYS
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
@@ -89,6 +95,8 @@ class MultiObjectiveASHA(FIFOScheduler):
         self.records: dict[int, dict[str, list[float | None]]] = {r: {} for r in settings.rungs()}
         self.stopped: dict[str, int] = {}  # trial id -> the rung it was stopped at
         self.stopped_runs: set[str] = set()  # `training_key` of every run stopped (with its seed)
+        self.finals: dict[str, list[float | None]] = {}  # trial id -> its values at the end
+        self.projected: dict[str, list[float | None]] = {}  # stopped trial id -> its projection
         self.load()
 
     # ---- decisions ----------------------------------------------------------------------
@@ -105,6 +113,11 @@ class MultiObjectiveASHA(FIFOScheduler):
         if trial_id in self.stopped or result.get("trial_status") == STOPPED:
             return TrialScheduler.STOP
         epoch = result.get(self.time_attr)
+        if epoch is not None and epoch >= self.settings.max_epochs:
+            if trial_id not in self.finals:
+                self.finals[trial_id] = self.values_of(result)
+                self.save_record()
+            return TrialScheduler.CONTINUE
         if epoch not in self.records or trial_id in self.records[epoch]:
             return TrialScheduler.CONTINUE
         rung = self.records[epoch]
@@ -112,6 +125,7 @@ class MultiObjectiveASHA(FIFOScheduler):
         run = training_key(params) if params is not None else None
         if run not in self.stopped_runs and not self.goes_on(rung, trial_id):
             self.stopped[trial_id] = epoch
+            self.projected[trial_id] = self.projection(rung, trial_id)
             if run is not None:
                 self.stopped_runs.add(run)
         self.save_record()
@@ -150,6 +164,49 @@ class MultiObjectiveASHA(FIFOScheduler):
             and abs(math.log(memory / own)) <= reach
         ]
 
+    # ---- what the finished trials' curves tell ---------------------------------------------
+
+    def moved(self, rung: Mapping[str, list[float | None]]) -> np.ndarray | None:
+        """How far each finished trial recorded at the rung moved from there to its end, per
+        objective, as losses (a missing value: not moved); None with fewer than two."""
+        finished = [t for t in self.finals if t in rung]
+        if len(finished) < 2:
+            return None
+        at_rung = self.losses([rung[t] for t in finished])
+        at_end = self.losses([self.finals[t] for t in finished])
+        moved = at_rung - at_end
+        return np.where(np.isfinite(moved), moved, 0.0)
+
+    @staticmethod
+    def optimistic_gain(moved: np.ndarray) -> np.ndarray:
+        """The largest gain to the end, per objective, that n finished trials' moves suggest:
+        the largest of them plus their range / (n - 1), the unbiased estimate of the top of a
+        uniform spread from n draws (the largest of a few draws understates it); never less
+        than none."""
+        top, bottom = moved.max(axis=0), moved.min(axis=0)
+        return np.maximum(top + (top - bottom) / (len(moved) - 1), 0.0)
+
+    def projection(self, rung: Mapping[str, list[float | None]], trial_id: str) -> list:
+        """A trial's values at the rung moved by the optimistic gain (as reported with fewer
+        than two finished trials; a missing value stays missing): what a stopped trial's point
+        is told (see the module)."""
+        reached = rung[trial_id]
+        moved = self.moved(rung)
+        if moved is None:
+            return list(reached)
+        gain = self.optimistic_gain(moved)
+        signs = [-1.0 if d == "maximize" else 1.0 for d in self.objectives.values()]
+        return [
+            None if value is None else value - sign * float(step)
+            for value, sign, step in zip(reached, signs, gain, strict=True)
+        ]
+
+    def losses(self, values: list[list[float | None]]) -> np.ndarray:
+        """Values as losses (lower is better); a missing value is the worst (inf)."""
+        rows = [[math.nan if v is None else v for v in row] for row in values]
+        loss = pareto.as_losses(rows, list(self.objectives.values()))
+        return np.where(np.isnan(loss), math.inf, loss)
+
     # ---- the record in the sweep folder, and Tune's save and restore ----------------------
 
     def record_path(self) -> Path | None:
@@ -165,13 +222,18 @@ class MultiObjectiveASHA(FIFOScheduler):
             },
             "stopped": dict(self.stopped),
             "stopped_runs": sorted(self.stopped_runs),
+            "finals": dict(self.finals),
+            "projected": dict(self.projected),
         }
 
     def set_state(self, state: Mapping[str, Any]) -> None:
+        """A record written before finals or projections were kept reads as none of them."""
         for rung, rung_records in state.get("records", {}).items():
             self.records.setdefault(int(rung), {}).update(rung_records)
         self.stopped.update(state.get("stopped", {}))
         self.stopped_runs.update(state.get("stopped_runs", []))
+        self.finals.update(state.get("finals", {}))
+        self.projected.update(state.get("projected", {}))
 
     def save_record(self) -> None:
         """The decisions so far, replacing the file in one rename (a kill leaves old or new)."""
@@ -200,6 +262,15 @@ class MultiObjectiveASHA(FIFOScheduler):
 
     def debug_string(self) -> str:
         return f"{type(self).__name__}: rungs {self.settings.rungs()}, {len(self.stopped)} stopped"
+
+
+def projected(sweep: str, trial_id: str) -> list[float | None] | None:
+    """The projection the sweep's rule wrote when it stopped `trial_id` (None: no record, or
+    one written before projections were kept)."""
+    path = place.sweep_folder(place.root(sweep), sweep) / RECORD
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text()).get("projected", {}).get(trial_id)
 
 
 def write_json(path: Path, data: Any) -> None:

@@ -41,7 +41,7 @@ from ..space import CONSTRAINT, SearchSpace, worst_value
 from ..trainable import memory_metrics, result_from_row
 from . import journal, place
 from .samplers import build_sampler
-from .scheduler import STOPPED, STOPPED_POINTS
+from .scheduler import STOPPED, STOPPED_POINTS, projected
 from .screening import Screening, screen, write_screened
 from .tune_state import tune_trials
 
@@ -66,7 +66,7 @@ class Point:
     params: dict[str, Any]
     given: set[int] = field(default_factory=set)  # seeds given to Tune trials (or found stored)
     outcomes: dict[int, list[float] | None] = field(default_factory=dict)
-    stopped: bool = False  # a seed was stopped early: its values are partial
+    stopped: bool = False  # a seed was stopped early: its values are projected
 
 
 class ScreenedSearcher(Searcher):
@@ -132,8 +132,8 @@ class ScreenedSearcher(Searcher):
         self.points: dict[int, Point] = {}
         for number, seed in [*self.assigned.values(), *stored]:
             self.points.setdefault(number, Point(asked[number])).given.add(seed)
-        for (number, seed), result in stored.items():
-            self.record(self.points[number], seed, result, False)
+        for (number, seed), (trial_id, result) in stored.items():
+            self.record(self.points[number], seed, trial_id, result, False)
         self.unscreened = sorted((running & set(asked)) - set(self.points))
         live = sorted(running & set(self.points))
         self.open = [number for number in live if self.free_seed(self.points[number]) is not None]
@@ -148,15 +148,18 @@ class ScreenedSearcher(Searcher):
         except ValueError:
             return None
 
-    def stored_outcomes(self) -> dict[tuple[int, int], dict[str, Any]]:
-        """(point, seed) -> the result of every trained trial's row in the store."""
+    def stored_outcomes(self) -> dict[tuple[int, int], tuple[str, dict[str, Any]]]:
+        """(point, seed) -> the trial id and result of every trained trial's row in the store."""
         rows = store.read_trials(place.root(self.sweep), self.sweep)
         if rows.empty or "point" not in rows:
             return {}
         screened = rows["trial_id"].str.startswith(tuple(SCREENED_PREFIXES.values()))
         trained = rows[rows["point"].notna() & ~screened].to_dict("records")
         return {
-            (int(row["point"]), int(row["config.seed"])): result_from_row(self.space, row)
+            (int(row["point"]), int(row["config.seed"])): (
+                row["trial_id"],
+                result_from_row(self.space, row),
+            )
             for row in trained
         }
 
@@ -240,11 +243,13 @@ class ScreenedSearcher(Searcher):
         point = self.points[number]
         if seed in point.outcomes:
             return
-        self.record(point, seed, result, error)
+        self.record(point, seed, trial_id, result, error)
         self.tell_if_done(number)
 
-    def record(self, point: Point, seed: int, result: dict | None, error: bool) -> None:
-        point.outcomes[seed] = self.values(result, error)
+    def record(
+        self, point: Point, seed: int, trial_id: str, result: dict | None, error: bool
+    ) -> None:
+        point.outcomes[seed] = self.values(trial_id, result, error)
         status = result.get("trial_status") if result and not error else None
         point.stopped |= status in STOPPED_STATUSES
 
@@ -264,15 +269,19 @@ class ScreenedSearcher(Searcher):
         if number not in stopped:
             self.study.set_user_attr(STOPPED_POINTS, [*stopped, number])
 
-    def values(self, result: dict | None, error: bool) -> list[float] | None:
-        """A seed's outcome. A trial that ended with its last result still ``running`` was
-        stopped by the early-stopping scheduler (`scheduler`): it is told the values it reached,
-        as is its stored ``stopped`` row."""
+    def values(self, trial_id: str, result: dict | None, error: bool) -> list[float] | None:
+        """A seed's outcome. A trial that ended with its last result still ``running`` (stored
+        as ``stopped``) was stopped by the early-stopping scheduler (`scheduler`): it is told
+        the projection the rule wrote with the stop, else (no rule's record has one) the values
+        it reached."""
         if not error and result and result.get("trial_status") == "infeasible":  # out of memory
             return self.dominated(result)
         if error or not result or result.get("trial_status") not in TOLD_STATUSES:
             return None
-        values = [result.get(name) for name in self.space.objectives]
+        projection = None
+        if result["trial_status"] in STOPPED_STATUSES:
+            projection = projected(self.sweep, trial_id)
+        values = projection or [result.get(name) for name in self.space.objectives]
         if any(v is None or not np.isfinite(v) for v in values):
             return None
         return [float(v) for v in values]
