@@ -14,8 +14,8 @@ possible (a known memory never moves, so its guess is its value). With fewer tha
 ``reduction_factor`` (at least 2) finished trials recorded at the rung there is no guess yet,
 and the trial goes on.
 
-Rungs, the finished trials' final values, the optimistic gain (`optimistic_gain`, also what a
-stopped trial is told), the record in the sweep folder, and Tune's save and restore are
+Rungs, the finished trials' final values, the optimistic guess (`optimistic`, also what a stopped
+trial is told), the record in the sweep folder, and Tune's save and restore are
 `MultiObjectiveASHA`'s.
 """
 
@@ -38,6 +38,6 @@ class HypervolumeStopping(MultiObjectiveASHA):
         moved = self.moved(rung)
         if moved is None or len(moved) < self.settings.reduction_factor:
             return True
-        optimistic = self.losses([rung[trial_id]])[0] - self.optimistic_gain(moved)
+        optimistic = self.optimistic(rung, trial_id, moved)
         front = self.losses(list(self.finals.values()))
         return not bool(np.any(np.all(front <= optimistic, axis=1)))

@@ -177,29 +177,27 @@ class MultiObjectiveASHA(FIFOScheduler):
         moved = at_rung - at_end
         return np.where(np.isfinite(moved), moved, 0.0)
 
-    @staticmethod
-    def optimistic_gain(moved: np.ndarray) -> np.ndarray:
-        """The largest gain to the end, per objective, that n finished trials' moves suggest:
-        the largest of them plus their range / (n - 1), the unbiased estimate of the top of a
-        uniform spread from n draws (the largest of a few draws understates it); never less
-        than none."""
+    def optimistic(
+        self, rung: Mapping[str, list[float | None]], trial_id: str, moved: np.ndarray
+    ) -> np.ndarray:
+        """A trial's values at the rung, as losses, moved by the largest gain to the end that
+        the n finished trials' moves (`moved`) suggest, per objective: the largest of them plus
+        their range / (n - 1), the unbiased estimate of the top of a uniform spread from n draws
+        (the largest of a few draws understates it); never less than none."""
         top, bottom = moved.max(axis=0), moved.min(axis=0)
-        return np.maximum(top + (top - bottom) / (len(moved) - 1), 0.0)
+        gain = np.maximum(top + (top - bottom) / (len(moved) - 1), 0.0)
+        return self.losses([rung[trial_id]])[0] - gain
 
     def projection(self, rung: Mapping[str, list[float | None]], trial_id: str) -> list:
-        """A trial's values at the rung moved by the optimistic gain (as reported with fewer
-        than two finished trials; a missing value stays missing): what a stopped trial's point
-        is told (see the module)."""
-        reached = rung[trial_id]
+        """A trial's optimistic values (`optimistic`; as reported with fewer than two finished
+        trials; a missing value stays missing): what a stopped trial's point is told (see the
+        module)."""
         moved = self.moved(rung)
         if moved is None:
-            return list(reached)
-        gain = self.optimistic_gain(moved)
-        signs = [-1.0 if d == "maximize" else 1.0 for d in self.objectives.values()]
-        return [
-            None if value is None else value - sign * float(step)
-            for value, sign, step in zip(reached, signs, gain, strict=True)
-        ]
+            return list(rung[trial_id])
+        directions = list(self.objectives.values())
+        values = pareto.as_losses([self.optimistic(rung, trial_id, moved)], directions)[0]
+        return [None if math.isinf(v) else float(v) for v in values]  # losses back to values
 
     def losses(self, values: list[list[float | None]]) -> np.ndarray:
         """Values as losses (lower is better); a missing value is the worst (inf)."""
@@ -210,9 +208,7 @@ class MultiObjectiveASHA(FIFOScheduler):
     # ---- the record in the sweep folder, and Tune's save and restore ----------------------
 
     def record_path(self) -> Path | None:
-        if self.sweep is None:
-            return None
-        return place.sweep_folder(place.root(self.sweep), self.sweep) / RECORD
+        return None if self.sweep is None else record_file(self.sweep)
 
     def state(self) -> dict[str, Any]:
         return {
@@ -264,10 +260,15 @@ class MultiObjectiveASHA(FIFOScheduler):
         return f"{type(self).__name__}: rungs {self.settings.rungs()}, {len(self.stopped)} stopped"
 
 
+def record_file(sweep: str) -> Path:
+    """The sweep's record of its scheduler's decisions."""
+    return place.sweep_folder(place.root(sweep), sweep) / RECORD
+
+
 def projected(sweep: str, trial_id: str) -> list[float | None] | None:
     """The projection the sweep's rule wrote when it stopped `trial_id` (None: no record, or
     one written before projections were kept)."""
-    path = place.sweep_folder(place.root(sweep), sweep) / RECORD
+    path = record_file(sweep)
     if not path.is_file():
         return None
     return json.loads(path.read_text()).get("projected", {}).get(trial_id)
