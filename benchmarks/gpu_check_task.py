@@ -74,7 +74,6 @@ def run_trial(plan_file: Path, hidden: int, root: Path) -> str:
     from tune_lowmem.memory.predict import predict
     from tune_lowmem.memory.share import hold_to_share, peak_memory_mb, trial_share
     from tune_lowmem.memory.stepping import at_peak
-    from tune_lowmem.memory.stored import stored
     from tune_lowmem.results import store_column
     from tune_lowmem.train import Trainer, resolve_device
     from tune_lowmem.trainable import failure_reason, memory_metrics, out_of_memory
@@ -82,7 +81,7 @@ def run_trial(plan_file: Path, hidden: int, root: Path) -> str:
     config, resources = packing_trial(json.loads(plan_file.read_text()), hidden)
     device = resolve_device(config.device)
     started = datetime.now(UTC)
-    predicted, predicted_stored = predict(config), stored(config)
+    predicted = predict(config)
     hold_to_share(trial_share(resources, config), device)  # its OOM is its own
     trainer, measured, status, reason = None, None, "completed", None
     try:
@@ -96,7 +95,7 @@ def run_trial(plan_file: Path, hidden: int, root: Path) -> str:
         reason = failure_reason(error)
     history = trainer.history if trainer is not None else []
     memory = {
-        **memory_metrics(predicted, measured, predicted_stored),
+        **memory_metrics(predicted, measured),
         **{f"memory.{part}": mb for part, mb in peak_memory_mb(device).items()},
     }
     final = history[-1] if history and status == "completed" else {}

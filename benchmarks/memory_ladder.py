@@ -5,11 +5,11 @@ Transformer (a full 4,000-token minibatch of 30-token sentence pairs). Each rung
 `TrialConfig`, on top of the one before within its chain. Sparse layers are trained packed
 (`techniques.packed`), so per rung, from the profiler's dry run (`memory.predict`, fake tensors):
 - "act": activation MB (the packed layers' transient dense weights included);
-- "stored": what the step holds (`memory.predicted_total_mb`, the searched objective; equal to
-  `memory.stored.stored`, the dry run's own tensors);
+- "stored": what the step holds (`memory.predicted_total_mb`, the searched objective: the dry
+  run's own tensors);
 - "acc csr": the paper's accounting, sparse weights as CSR (`memory.stored.accounted`);
 - in the rows only: the activation part of the step and, for a rung whose run rewires, of its
-  first rewiring (`memory.predict.DryRun.rewiring`), of which "act" is the larger;
+  first rewiring (`memory.predict.DryRun.occasional`), of which "act" is the larger;
 ratios of both to the baseline's total, and FLOPs per step against the baseline's (the
 recomputation's cost). With --measure, a real step of each rung named, measured independently
 of the prediction (`memory.allocations`: torch's allocator reports every allocation and free to
@@ -39,9 +39,15 @@ from pathlib import Path
 from tune_lowmem.config import TrialConfig
 from tune_lowmem.memory import MB
 from tune_lowmem.memory.allocations import Allocations, measure_allocations
-from tune_lowmem.memory.predict import dry_run, heap_object_bytes, predict, shape_key
-from tune_lowmem.memory.stored import accounted, stored
-from tune_lowmem.techniques.rewiring import peak_steps, rewires
+from tune_lowmem.memory.predict import (
+    dry_run,
+    heap_object_bytes,
+    occasional_work,
+    predict,
+    shape_key,
+)
+from tune_lowmem.memory.stepping import peak_steps
+from tune_lowmem.memory.stored import accounted
 
 RESULTS = Path(__file__).parent / "results" / "memory_ladder.json"
 
@@ -228,8 +234,8 @@ def activation_parts(config: TrialConfig) -> dict:
     """The step's activation part and, when the run rewires, its first rewiring's (MB)."""
     run = dry_run(shape_key(config))
     parts = {"step_activation_mb": sum(run.activation(False)) / MB}
-    if rewires(config):
-        parts["rewiring_activation_mb"] = sum(run.rewiring) / MB
+    if occasional_work(config):
+        parts["rewiring_activation_mb"] = sum(run.occasional) / MB
     return parts
 
 
@@ -267,7 +273,6 @@ def main() -> None:
             continue
         config = TrialConfig.from_dict({**base, "device": "cpu", **flat})
         held, csr = predict(config), accounted(config, "csr")
-        assert stored(config) == held  # the objective is the dry run's own tensors
         baseline = baseline or held
         row = {
             "index": index,

@@ -12,14 +12,14 @@ Protocol (written before any run; changing it means changing this file):
   `tune_lowmem/memory/calibration.json`, which `predict` reads.
 - Evaluation, per point: `predict` (fake tensors) against `memory.allocations` (one real step on
   the CPU, torch's allocator reports replayed from the profiler's memory events; no code shared
-  with the prediction). Compared: the predicted tensor storage (the stored total, sparse weights
-  dense with their masks, less the heap objects that the allocator never serves) against the
+  with the prediction). Compared: the predicted tensor storage (the stored total, sparse layers
+  packed, less the heap objects that the allocator never serves) against the
   allocator's model + optimizer + activation; and the activation parts alone. Secondary, the
   heap view: `predict`'s stored total with the calibrated heap objects against the tracker's
   measured stored total (`memory.measure`), which reads glibc's heap, on the evaluation points
   predicted under `HEAP_VIEW_MAX_MB`.
 - Measured steps: the prediction is a run's peak, and a sparse run's peak may be a step that
-  rewires (`techniques.rewiring.rewires`). So a point whose run rewires is measured in both
+  rewires (`memory.predict.occasional_work`). So a point whose run rewires is measured in both
   views at two steps placed with `Trainer.seek`, its first update (a plain step, which leaves
   its gradients held; the step after the warm-up may itself rewire, and a rewiring drops the
   sparse layers' gradients) and its first rewiring update, and its measured figures are those
@@ -53,8 +53,8 @@ from tune_lowmem.memory import MB
 from tune_lowmem.memory import predict as predict_module
 from tune_lowmem.memory.allocations import measure_allocations
 from tune_lowmem.memory.measure import measure
-from tune_lowmem.memory.stored import stored, stored_totals
-from tune_lowmem.techniques.rewiring import peak_steps
+from tune_lowmem.memory.stepping import peak_steps
+from tune_lowmem.memory.stored import stored_totals
 
 RESULTS = Path(__file__).parent / "results" / "profiler_accuracy.json"
 CALIBRATION_FILE = Path(predict_module.__file__).with_name("calibration.json")
@@ -199,7 +199,7 @@ def lengths_of(config: TrialConfig) -> tuple[int, int] | None:
 def predicted_storage(config: TrialConfig) -> tuple[int, int]:
     """The predicted stored total and activation, tensor storage only (no heap objects)."""
     lengths = lengths_of(config)
-    report = stored(config, lengths)
+    report = predict_module.predict(config, lengths)
     objects = predict_module.heap_object_bytes(config, lengths)
     return report.total_bytes - objects, report.activation_bytes - objects
 
@@ -254,7 +254,7 @@ def evaluate(name: str, flat: dict, heap: bool) -> dict:
         "error_activation": activation / allocator.activation_bytes - 1,
     }
     if heap and total / MB < HEAP_VIEW_MAX_MB:
-        predicted = stored(config, lengths)
+        predicted = predict_module.predict(config, lengths)
         measured = max(
             stored_totals(predicted, measure(config, lengths, u))["measured_stored_total_mb"]
             for u in steps

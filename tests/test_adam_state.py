@@ -160,14 +160,14 @@ def test_profiler_counts_the_state_exactly(flat):
     assert predicted.optimizer_bytes < plain.optimizer_bytes
 
 
-def test_sparse_scales_count_the_blocks_of_the_nonzeros():
+def test_int8_state_counts_a_byte_per_element_and_a_scale_per_block():
     model, optimizer = adam_trained("int8")
-    weight = model[0].weight
-    dense = accounting.state_bytes(model, optimizer, {})
-    sparse = accounting.state_bytes(model, optimizer, {"0.weight": 1000})
-    saved_codes = 2 * (weight.numel() - 1000)
-    saved_scales = 2 * 4 * (blockwise.blocks(weight.numel()) - blockwise.blocks(1000))
-    assert dense - sparse == saved_codes + saved_scales
+    weight, *rest = model.parameters()  # only a large weight is quantized (MIN_QUANTIZED)
+    assert weight.numel() >= MIN_QUANTIZED > max(p.numel() for p in rest)
+    quantized = 2 * (weight.numel() + 4 * blockwise.blocks(weight.numel()))  # two moments
+    fp32 = sum(2 * 4 * p.numel() for p in rest)
+    steps = 4 * len(list(model.parameters()))  # each parameter's fp32 step count
+    assert accounting.state_bytes(model, optimizer) == quantized + fp32 + steps
 
 
 WRN = {"task": "wrn-cifar10", "device": "cpu"}

@@ -70,11 +70,10 @@ def test_a_real_step_of_an_mlp_against_its_tensors_counted_by_hand():
 
 
 def test_the_prediction_agrees_with_the_allocator_on_the_mlp():
-    from tune_lowmem.memory.predict import heap_object_bytes
-    from tune_lowmem.memory.stored import stored
+    from tune_lowmem.memory.predict import heap_object_bytes, predict
 
     config = TrialConfig.from_dict(
         {"task": "tests.tiny_task:TinyBlobs", "device": "cpu", "model.hidden": 256}
     )
-    predicted = stored(config).total_bytes - heap_object_bytes(config)
+    predicted = predict(config).total_bytes - heap_object_bytes(config)
     assert measure_allocations(config).total_bytes == pytest.approx(predicted, rel=0.01)

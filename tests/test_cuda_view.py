@@ -110,12 +110,11 @@ def test_optimizer_temporaries_follow_torch_optim_s_foreach_step():
 def test_a_known_model_s_parts(blas_defaults):
     model = nn.Sequential(nn.Linear(1000, 1000), nn.BatchNorm1d(1000))  # 1,001,000 + 2,000 params
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
-    view = cuda_prediction(model, optimizer, 5 * MiB, [1_000_000], (9, 0))
+    view = cuda_prediction(model, optimizer, 5 * MiB, (9, 0))
     weight, bias, norm = allocated_size(4_000_000), 4096, 4096  # 4,000 B -> 4,096 B
     parameters = weight + bias + 2 * norm
     buffers = 2 * 4096 + 512  # running mean and variance, num_batches_tracked
-    mask = allocated_size(1_000_000)
-    assert view.held_bytes == parameters * 3 + buffers + mask  # weights, gradients, momentum
+    assert view.held_bytes == parameters * 3 + buffers  # weights, gradients, momentum
     assert view.temporary_bytes == parameters  # weight decay's gradient copy
     assert view.workspace_bytes == blas_workspace_bytes((9, 0))
     assert view.allocated_bytes == view.held_bytes + 5 * MiB + view.workspace_bytes

@@ -19,7 +19,6 @@ from tune_lowmem.memory import MB, MemoryReport, baseline_config
 from tune_lowmem.memory.allocations import measure_allocations
 from tune_lowmem.memory.measure import allocator_probe, measure
 from tune_lowmem.memory.predict import heap_object_bytes, predict
-from tune_lowmem.memory.stored import stored
 from tune_lowmem.memory.synthetic import synthetic_task
 from tune_lowmem.memory.tracker import StorageTracker
 from tune_lowmem.models.wideresnet import WideResNet
@@ -157,14 +156,14 @@ def test_a_run_that_rewires_is_predicted_at_its_rewiring(rewiring):
         "sparsity.rewiring": rewiring,
     }
     config = TrialConfig.from_dict(flat)
-    predicted = stored(config).total_bytes - heap_object_bytes(config)
+    predicted = predict(config).total_bytes - heap_object_bytes(config)
     update = first_rewiring(config.sparsity, planned_run(config))
     assert (update is not None) == rewires(config) == (rewiring == "dynamic")
     measured = measure_allocations(config, update=update).total_bytes  # None: a plain step
     assert predicted == pytest.approx(measured, rel=0.01)
     step_only = TrialConfig.from_dict({**flat, "sparsity.rewiring": "static"})
     if rewiring == "dynamic":  # the step alone is far below the run's peak
-        assert stored(step_only).total_bytes < 0.9 * measured
+        assert predict(step_only).total_bytes < 0.9 * measured
 
 
 def test_tracker_flops_equal_flop_counter_mode():

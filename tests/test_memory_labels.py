@@ -12,7 +12,7 @@ from tune_lowmem import store
 from tune_lowmem.memory import MemoryReport
 from tune_lowmem.memory.accounting import state_tensors
 from tune_lowmem.memory.predict import predict
-from tune_lowmem.memory.stored import accounted, held, stored
+from tune_lowmem.memory.stored import accounted, held
 from tune_lowmem.memory.synthetic import synthetic_task
 from tune_lowmem.space import SearchSpace
 from tune_lowmem.techniques.packed import PackedLayer
@@ -35,8 +35,8 @@ BITMAP = {**SPARSE, "sparsity.storage": "bitmap"}
 def test_a_real_step_holds_what_the_objective_counts(changes):
     """After a real step, the distinct storages of the parameters (packed: the nonzero values),
     gradients, optimizer state and index buffers are the objective's (`predict`) model and
-    optimizer parts byte for byte, and the dry run's own count (`stored`) agrees; the paper's
-    CSR accounting differs by the layouts' difference only."""
+    optimizer parts byte for byte, and the layout's formula (`accounted` in the config's own
+    layout) agrees; the paper's CSR accounting differs by the layouts' difference only."""
     config = tiny_wrn_config(**changes)
     trainer = Trainer(config, task=synthetic_task(config, torch.device("cpu")))
     batches = trainer.task.train_batches(0)
@@ -50,7 +50,7 @@ def test_a_real_step_holds_what_the_objective_counts(changes):
         t for m in model.modules() if isinstance(m, PackedLayer) for t in m.index().values()
     ]
     storages = {id(t.untyped_storage()): t.untyped_storage().nbytes() for t in tensors}
-    objective, counted = predict(config), stored(config)
+    objective, counted = predict(config), accounted(config, config.sparsity.storage)
     assert sum(storages.values()) == objective.model_bytes + objective.optimizer_bytes
     assert counted == objective
     dense = Trainer(config.replace(sparsity__density=1.0), task=trainer.task).model
@@ -78,8 +78,8 @@ def test_a_trial_row_records_stored_beside_accounted(tmp_path):
         measured = MemoryReport(  # a measurement: accounted parts, its own activation and peak
             predicted.model_bytes, predicted.optimizer_bytes, 10**7, 1, "measured", 2 * 10**7
         )
-        steps[trial_id] = held(measured, stored(config)).total_mb
-        memory = memory_metrics(predicted, measured, stored(config), accounted(config, "csr"))
+        steps[trial_id] = held(measured, predicted).total_mb
+        memory = memory_metrics(predicted, measured, accounted(config, "csr"))
         record = store_record(space, "labels", trial_id, "completed", config.to_flat(), {}, memory)
         store.write_trial(tmp_path, record)
     rows = store.read_trials(tmp_path, "labels").set_index("trial_id")
@@ -87,7 +87,7 @@ def test_a_trial_row_records_stored_beside_accounted(tmp_path):
     # packed: the objective is what the step stores
     assert sparse["memory.predicted_stored_total_mb"] == sparse["memory.predicted_total_mb"]
     assert sparse["memory.predicted_stored_total_mb"] == pytest.approx(
-        stored(tiny_wrn_config(**BITMAP)).total_mb
+        predict(tiny_wrn_config(**BITMAP)).total_mb
     )
     # the paper's accounting beside it, sparse weights as CSR whatever the layout stored
     csr = accounted(tiny_wrn_config(**BITMAP), "csr").total_mb
@@ -98,7 +98,7 @@ def test_a_trial_row_records_stored_beside_accounted(tmp_path):
     assert sparse["memory.measured_stored_total_mb"] == pytest.approx(steps["sparse"])
     assert dense["memory.predicted_stored_total_mb"] == dense["memory.predicted_total_mb"]
     assert dense["memory.measured_stored_total_mb"] == dense["memory.measured_total_mb"]
-    memory = memory_metrics(predict(tiny_wrn_config()), None, stored(tiny_wrn_config()))
+    memory = memory_metrics(predict(tiny_wrn_config()), None)
     assert memory["memory.measured_stored_total_mb"] is None  # not measured: not invented
     assert memory["memory.paper_csr_total_mb"] is None
 

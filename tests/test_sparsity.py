@@ -10,7 +10,7 @@ from torch import nn
 from tests.conftest import tiny_wrn_config
 from tune_lowmem.config import ConfigError, TrialConfig
 from tune_lowmem.models.wideresnet import WideResNet
-from tune_lowmem.techniques.packed import dense_shape, sparse_storage_bytes
+from tune_lowmem.techniques.packed import PackedLayer, dense_shape, sparse_storage_bytes
 from tune_lowmem.techniques.rewiring import RunLength
 from tune_lowmem.techniques.sparsity import DynamicSparsity, Sparsity, apportion, rewiring_period
 from tune_lowmem.techniques.sparsity_config import SparsityConfig
@@ -290,9 +290,9 @@ def test_bitmap_storage_counts_one_bit_per_position_and_best_takes_the_smaller()
 
 def test_the_objective_counts_sparse_weights_in_the_configs_storage_layout():
     """`sparsity.storage` moves the accounted model part (and so the objective) by exactly the
-    layouts' difference over the planned sparse weights; the real masks, measured, agree."""
+    layouts' difference over the packed sparse weights; the real index buffers, measured, agree."""
     from tune_lowmem.memory.measure import measure
-    from tune_lowmem.memory.predict import dry_run, planned_nonzeros, predict, shape_key
+    from tune_lowmem.memory.predict import dry_run, predict, shape_key
 
     layouts = {
         layout: tiny_wrn_config(**{"sparsity.density": 0.3, "sparsity.storage": layout})
@@ -300,7 +300,12 @@ def test_the_objective_counts_sparse_weights_in_the_configs_storage_layout():
     }
     predicted = {layout: predict(config) for layout, config in layouts.items()}
     run = dry_run(shape_key(layouts["csr"]))
-    nonzeros = planned_nonzeros(layouts["csr"], run.model)
+    nonzeros = {
+        f"{name}.weight": layer.weight.numel()
+        for name, layer in run.model.named_modules()
+        if isinstance(layer, PackedLayer)
+    }
+    assert nonzeros
     saving = sum(
         sparse_storage_bytes(n, dense_shape(run.model, name), 4, "csr")
         - sparse_storage_bytes(n, dense_shape(run.model, name), 4, "bitmap")

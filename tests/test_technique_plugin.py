@@ -53,6 +53,31 @@ def test_the_package_names_no_plugin_technique():
         assert "int8_activations" not in path.read_text(), path
 
 
+# The layers every technique passes through, which know techniques only by their interface.
+AGNOSTIC = ("config.py", "train.py", "space.py", "store", "memory")
+
+
+def test_the_config_store_training_loop_and_profiler_name_no_technique():
+    """Their code imports no technique module but the interface (`techniques.base`), and reads
+    no built-in technique's config section or key (`config.sparsity`, "sparsity.storage")."""
+    import ast
+
+    from tune_lowmem.plugins import BUILTIN_TECHNIQUES
+
+    package = ROOT / "tune_lowmem"
+    paths = [p for part in AGNOSTIC for p in sorted((package / part).glob("**/*.py"))]
+    paths += [package / part for part in AGNOSTIC if part.endswith(".py")]
+    assert len(paths) > len(AGNOSTIC)
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and "techniques" in (node.module or ""):
+                assert node.module.endswith("techniques.base"), (path, node.module)
+            if isinstance(node, ast.Attribute):
+                assert node.attr not in BUILTIN_TECHNIQUES, (path, node.lineno, node.attr)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                assert node.value.split(".")[0] not in BUILTIN_TECHNIQUES, (path, node.value)
+
+
 def test_an_installed_technique_is_a_config_field_profiled_and_trained(installed):
     names = [t.NAME for t in techniques()]
     assert names[-1] == "int8_activations" and "precision" in names

@@ -12,8 +12,7 @@ from torch.profiler import profile, record_function
 
 from tune_lowmem.config import TrialConfig
 from tune_lowmem.memory.allocations import DEVICE_TYPES, STEP, _replay, _trace, measure_allocations
-from tune_lowmem.memory.predict import heap_object_bytes
-from tune_lowmem.memory.stored import stored
+from tune_lowmem.memory.predict import heap_object_bytes, predict
 from tune_lowmem.memory.tracker import StorageTracker
 
 N = 100_000  # floats per tensor: large enough that every allocation stands out
@@ -93,5 +92,5 @@ def test_a_residual_network_step_against_the_allocator():
             "checkpoint": "residual-2",
         }
     )
-    predicted = stored(config).total_bytes - heap_object_bytes(config)
+    predicted = predict(config).total_bytes - heap_object_bytes(config)
     assert predicted == pytest.approx(measure_allocations(config).total_bytes, rel=0.015)

@@ -49,7 +49,7 @@ from .memory import MemoryReport
 from .memory.measure import measure
 from .memory.predict import predict
 from .memory.share import hold_to_share, peak_memory_mb, trial_share
-from .memory.stored import accounted, stored, stored_totals
+from .memory.stored import accounted, stored_totals
 from .results import (
     CUDA_PEAK_METRICS,
     MEASURED_METRICS,
@@ -70,21 +70,20 @@ REASON_LIMIT = 500  # characters of an error message kept as the failure reason
 def memory_metrics(
     predicted: MemoryReport | None,
     measured: MemoryReport | None,
-    predicted_stored: MemoryReport | None = None,
     paper_csr: MemoryReport | None = None,
 ) -> dict[str, float | None]:
     """The memory a trial reports, named as the store's columns (`memory.predicted_*_mb`,
-    `memory.flops_per_step`, `memory.measured_*_mb`, and from `predicted_stored`, the
-    prediction as the step stores it, `memory.*_stored_total_mb`; from `paper_csr`, the
-    prediction as the paper accounts it, `memory.paper_csr_total_mb`)."""
+    `memory.flops_per_step`, `memory.measured_*_mb`, the totals as the step holds them,
+    `memory.*_stored_total_mb`; from `paper_csr`, the prediction as the paper accounts it,
+    `memory.paper_csr_total_mb`)."""
     names = (*PREDICTED_METRICS, *MEASURED_METRICS)
     values: dict[str, float | None] = dict.fromkeys((*names, *STORED_METRICS, PAPER_CSR_METRIC))
     for report in (predicted, measured):
         if report is not None:
             reported = {f"memory.{k}": v for k, v in report.to_dict().items()}
             values.update({k: v for k, v in reported.items() if k in names})
-    if predicted_stored is not None:
-        totals = stored_totals(predicted_stored, measured, paper_csr)
+    if predicted is not None:
+        totals = stored_totals(predicted, measured, paper_csr)
         values.update({f"memory.{k}": v for k, v in totals.items()})
     return values
 
@@ -207,7 +206,6 @@ class _Run:
         self.params = params
         self.config: TrialConfig | None = None
         self.predicted: MemoryReport | None = None
-        self.predicted_stored: MemoryReport | None = None  # the dry run's own tensors
         self.paper_csr: MemoryReport | None = None  # sparse weights as CSR (the paper's)
         self.measured: MemoryReport | None = None
         self.started_at = datetime.now(UTC)
@@ -221,7 +219,6 @@ class _Run:
         try:
             self.config = self.space.trial_config(self.params)
             self.predicted = predict(self.config)
-            self.predicted_stored = stored(self.config)
             self.paper_csr = accounted(self.config, "csr")
             share = trial_share(self.space.resources, self.config)  # what Ray was asked for
             hold_to_share(share, resolve_device(self.config.device))  # its OOM is its own
@@ -257,9 +254,7 @@ class _Run:
         """The prediction, the measured step and, on a GPU, the peaks the trial has reached."""
         device = self.trainer.device if self.trainer is not None else torch.device("cpu")
         peaks = {f"memory.{part}": mb for part, mb in peak_memory_mb(device).items()}
-        memory = memory_metrics(
-            self.predicted, self.measured, self.predicted_stored, self.paper_csr
-        )
+        memory = memory_metrics(self.predicted, self.measured, self.paper_csr)
         return {**memory, **peaks}
 
     def _memory_reached(self) -> str:

@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from ..memory.measure import measure
     from ..memory.predict import heap_object_bytes, predict
     from ..memory.stepping import at_peak
-    from ..memory.stored import stored, stored_totals
+    from ..memory.stored import stored_totals
     from ..memory.synthetic import synthetic_task
     from ..preflight import cuda_present
     from ..validation import positive_int
@@ -66,8 +66,7 @@ def run(args: argparse.Namespace) -> int:
     if args.measure:
         reports["measured"] = at_peak(measure, config, lengths)
         allocations = at_peak(measure_allocations, config, lengths)
-    held = stored(config, lengths)
-    totals = stored_totals(held, reports.get("measured"))
+    totals = stored_totals(reports["predicted"], reports.get("measured"))
     objects = heap_object_bytes(config, lengths)
     if args.json:
         result = {
@@ -100,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
         else DENSE_NOTE
     )
     if args.measure:
-        print(peak_note(config, held, reports["measured"], task, objects))
+        print(peak_note(config, reports["predicted"], reports["measured"], task, objects))
         print(allocator_note(allocations, totals["predicted_stored_total_mb"] - objects / MB))
     return 0
 

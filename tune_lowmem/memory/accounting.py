@@ -1,54 +1,53 @@
 """How the paper counts model and optimizer memory, shared by the prediction and the measurement.
 
-A dense parameter takes numel x element size. A sparse weight takes its nonzero values plus CSR
-index storage (`techniques.packed.sparse_storage_bytes`: column indices in uint16 for rows of
-up to 65,536 columns, else int32, and int32 row pointers); its gradient and each optimizer-state
-buffer share the weight's pattern and take the nonzero values only (8-bit state: a byte per
-nonzero and a scale per block of the nonzeros). Everything is counted in
-the dtype it is stored in: half for the pure fp16 and bf16 modes (norm layers fp32), fp32 for
-fp32 and the amp modes.
+Every tensor is counted as stored: numel x element size, in the dtype it is held in (half for the
+pure fp16 and bf16 modes, norm layers fp32; fp32 for fp32 and the amp modes). A weight that a
+technique holds compressed (a packed sparse layer) counts the bytes the technique names for it
+(`Technique.weight_bytes`: its values and index, as held or in a named layout such as the paper's
+CSR); its gradient and optimizer state are shaped like its values, so they count as stored too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import torch
 from torch import nn
 
-from ..techniques.blockwise import SCALES, blocks
-from ..techniques.packed import dense_shape, sparse_storage_bytes
+from ..plugins import techniques
 
 
-def value_bytes(tensor: torch.Tensor, nonzeros: int | None) -> int:
-    """A buffer shaped like a parameter: all its elements, or the `nonzeros` of a sparse one."""
-    return (tensor.numel() if nonzeros is None else nonzeros) * tensor.element_size()
+def tensor_bytes(tensor: torch.Tensor) -> int:
+    return tensor.numel() * tensor.element_size()
 
 
-def model_bytes(model: nn.Module, nonzeros: Mapping[str, int], layout: str = "csr") -> int:
-    """The parameters; `nonzeros` maps each sparse weight's name to its nonzero count, stored in
-    `layout` (`sparse_storage_bytes`)."""
-    total = 0
-    for name, param in model.named_parameters():
-        if name in nonzeros:
-            size = param.element_size()
-            shape = dense_shape(model, name)
-            total += sparse_storage_bytes(nonzeros[name], shape, size, layout)
-        else:
-            total += value_bytes(param, None)
-    return total
+def compressed_weights(model: nn.Module, layout: str | None = None) -> dict[str, int]:
+    """The weights the techniques hold compressed, by parameter name, with their bytes as held
+    (None) or counted in `layout`."""
+    weights: dict[str, int] = {}
+    for technique in techniques():
+        weights.update(technique.weight_bytes(model, layout))
+    return weights
 
 
-def gradient_bytes(model: nn.Module, nonzeros: Mapping[str, int]) -> int:
-    """The gradient buffer: one value buffer per parameter."""
-    return sum(value_bytes(p, nonzeros.get(name)) for name, p in model.named_parameters())
+def model_bytes(model: nn.Module, layout: str | None = None) -> int:
+    """The parameters: a compressed weight as its technique counts it (`compressed_weights`),
+    any other as stored."""
+    compressed = compressed_weights(model, layout)
+    return sum(
+        compressed[name] if name in compressed else tensor_bytes(param)
+        for name, param in model.named_parameters()
+    )
 
 
-def held_gradient_bytes(model: nn.Module, nonzeros: Mapping[str, int]) -> int:
+def gradient_bytes(model: nn.Module) -> int:
+    """The gradient buffer: one gradient shaped like each parameter."""
+    return sum(map(tensor_bytes, model.parameters()))
+
+
+def held_gradient_bytes(model: nn.Module) -> int:
     """The gradient buffer as a step leaves it: none where a fused step applied and dropped
-    every gradient in the backward pass (`techniques.fused_step`)."""
+    every gradient in the backward pass."""
     held = any(p.grad is not None for p in model.parameters())
-    return gradient_bytes(model, nonzeros) if held else 0
+    return gradient_bytes(model) if held else 0
 
 
 def state_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
@@ -64,23 +63,12 @@ def state_copies(optimizer: torch.optim.Optimizer) -> int:
     raise NotImplementedError(f"the profiler does not know the state of {type(optimizer).__name__}")
 
 
-def state_bytes(
-    model: nn.Module, optimizer: torch.optim.Optimizer, nonzeros: Mapping[str, int]
-) -> int:
-    """The optimizer state a real optimizer holds now: buffers shaped like their parameter count
-    as value buffers (nonzeros only for a sparse weight), the per-block scales of 8-bit state
-    (`techniques.blockwise`) as the blocks of its nonzeros, anything else (Adam's step) as
-    stored."""
-    total = 0
-    for name, param in model.named_parameters():
-        count = nonzeros.get(name)
-        for key, tensor in optimizer.state.get(param, {}).items():
-            if not torch.is_tensor(tensor):
-                continue
-            if tensor.shape == param.shape:
-                total += value_bytes(tensor, count)
-            elif count is not None and key.endswith(SCALES):
-                total += blocks(count) * tensor.element_size()
-            else:
-                total += value_bytes(tensor, None)
-    return total
+def state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
+    """The optimizer state a real optimizer holds now for `model`'s parameters, as stored (8-bit
+    state's codes and per-block scales included)."""
+    return sum(
+        tensor_bytes(tensor)
+        for param in model.parameters()
+        for tensor in optimizer.state.get(param, {}).values()
+        if torch.is_tensor(tensor)
+    )

@@ -23,9 +23,9 @@ From the replay, for the measured step alone (a `record_function` range marks it
   `convolution_backward`'s contiguous copy of the incoming gradient); the paper's accounting
   leaves this workspace out.
 Model and optimizer parts are the storage bytes of the real trainer's tensors after the step
-(parameters, buffers and what the techniques keep, such as masks; gradients and optimizer
-state), as stored: a masked sparse weight is dense. On CUDA the caching allocator's own
-`max_memory_allocated` and `memory_stats` peak over the step are reported beside the replay.
+(parameters, buffers and what the techniques keep; gradients and optimizer state), as stored:
+a packed sparse weight is its values, its indices are buffers. On CUDA the caching allocator's
+own `max_memory_allocated` and `memory_stats` peak over the step are reported beside the replay.
 
 What it leaves out: the CPU heap's C++ objects (tensors', storages', the autograd graph's),
 which come from `malloc` directly rather than torch's allocator; the CUDA context and the

@@ -1,7 +1,7 @@
 """The CUDA caching allocator's view of a training step, from the shapes the profiler knows.
 
-The paper's accounting (`predict`) counts tensor storage, sparse weights as stored sparsely. A
-CUDA step holds more: dense masked weights, the masks, 512-byte rounding of every block, the
+The prediction (`predict`) counts tensor storage, compressed weights as held (a packed sparse
+layer's values and index buffers). A CUDA step holds more: 512-byte rounding of every block, the
 optimizer's multi-tensor temporaries, the BLAS workspaces, and the CUDA context outside the
 allocator. What is modelled and what is bounded:
 
@@ -10,9 +10,9 @@ modelled (exact for the held tensors, by PyTorch's CUDA caching allocator's docu
 - `segment_size`: a request the cache cannot serve takes a new segment from the card: requests of
   up to 1 MiB a 2 MiB segment (the small pool), requests under 10 MiB a 20 MiB one, larger ones
   their size rounded up to 2 MiB (`reserved_lower_bound` packs the held tensors into segments);
-- the held tensors as the device stores them: parameters, buffers, dense gradients and the
-  optimizer's state (one copy per `accounting.state_copies`), each block rounded, and the masks of
-  sparse weights (one bool per weight);
+- the held tensors as the device stores them: parameters, buffers (a packed layer's indices
+  among them), gradients and the optimizer's state (one copy per `accounting.state_copies`), each
+  block rounded;
 - the optimizer step's multi-tensor temporaries: `foreach` SGD with weight decay and Adam(W)
   make one gradient-sized copy (a new list from `_foreach_add` / `_foreach_sqrt`), which lives
   while the activations are already freed, so the step's peak is the larger of the two;
@@ -170,7 +170,7 @@ def foreach_temporary_copies(optimizer: torch.optim.Optimizer) -> int:
 class CudaPrediction:
     """A step's peak on a CUDA device, in bytes, by part (see the module docstring)."""
 
-    held_bytes: int  # parameters, buffers, gradients, optimizer state, masks: blocks rounded
+    held_bytes: int  # parameters, buffers, gradients, optimizer state: blocks rounded
     activation_bytes: int  # the dry run's activation peak
     temporary_bytes: int  # the optimizer step's multi-tensor temporaries (after the activations)
     workspace_bytes: int  # the BLAS workspaces (cuBLAS's, cuBLASLt's)
@@ -194,7 +194,6 @@ def cuda_prediction(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
     activation_bytes: int,
-    mask_numels: Iterable[int],
     capability: tuple[int, int],
 ) -> CudaPrediction:
     """The allocator's view of a step of `model` (its parameters and buffers as the device holds
@@ -206,7 +205,6 @@ def cuda_prediction(
         *(p.numel() * p.element_size() for p in model.parameters()),
         *(b.numel() * b.element_size() for b in model.buffers()),
         *gradients * (1 + copies),
-        *mask_numels,
     ]
     held_bytes = sum(allocated_size(size) for size in held)
     temporary_bytes = foreach_temporary_copies(optimizer) * sum(map(allocated_size, gradients))
@@ -225,17 +223,10 @@ def cuda_prediction(
 
 def predict_cuda(config: TrialConfig, capability: tuple[int, int] = (9, 0)) -> CudaPrediction:
     """`cuda_prediction` of a config, from the profiler's cached dry run (no GPU needed)."""
-    from ..plugins import techniques
-    from ..techniques.rewiring import rewires
-    from .predict import dry_run, shape_key
+    from .predict import dry_run, occasional_work, shape_key
     from .synthetic import synthetic_task
 
     run = dry_run(shape_key(config))
-    task = synthetic_task(config, torch.device("cpu"))
-    sparse: dict[str, int] = {}
-    for technique in techniques():  # weights stored sparsely: a bool mask each on the device
-        sparse.update(technique.accounted_nonzeros(config, task, run.model))
-    masks = [run.model.get_parameter(name).numel() for name in sparse]
-    optimizer = task.build_optimizer(run.model)
-    activation = run.activation(rewires(config))[0]
-    return cuda_prediction(run.model, optimizer, activation, masks, capability)
+    optimizer = synthetic_task(config, torch.device("cpu")).build_optimizer(run.model)
+    activation = run.activation(occasional_work(config))[0]
+    return cuda_prediction(run.model, optimizer, activation, capability)

@@ -13,7 +13,7 @@ the gradients and optimizer state the step allocated so far (the tracker knows w
 those are). Sampling at operator boundaries leaves a kernel's internal workspace out, as the
 paper's accounting does; on a GPU `peak_bytes` includes it. Model and optimizer parts count the
 trainer's real parameters, gradients and optimizer state with the paper's rules (`accounting`;
-sparse weights from the real masks). The minibatch exists before the step and is not counted in
+compressed weights as held). The minibatch exists before the step and is not counted in
 the activation part, as in the prediction.
 """
 
@@ -70,13 +70,10 @@ def measure(
         else:
             peak = _storage_bytes(existing) + max(tracker.samples) - before
     model, optimizer = trainer.model, trainer.optimizer
-    nonzeros: dict[str, int] = {}
-    for technique in trainer.techniques:
-        nonzeros.update(technique.stored_nonzeros())
     return MemoryReport(
-        model_bytes=accounting.model_bytes(model, nonzeros, trainer.config.sparsity.storage),
-        optimizer_bytes=accounting.held_gradient_bytes(model, nonzeros)
-        + accounting.state_bytes(model, optimizer, nonzeros),
+        model_bytes=accounting.model_bytes(model),
+        optimizer_bytes=accounting.held_gradient_bytes(model)
+        + accounting.state_bytes(model, optimizer),
         activation_bytes=activation,
         flops_per_step=tracker.flops,
         source="measured",
@@ -145,7 +142,7 @@ def _no_collection():
 
 def _held(trainer: Trainer) -> list[torch.Tensor]:
     """The tensors a trainer keeps between steps: parameters, gradients, buffers, optimizer state
-    and what the techniques keep (sparsity masks)."""
+    and what the techniques keep (`Technique.held_tensors`)."""
     model = trainer.model
     held = [*model.parameters(), *model.buffers()]
     held += [p.grad for p in model.parameters() if p.grad is not None]

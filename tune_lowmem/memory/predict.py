@@ -13,28 +13,26 @@ hold at once beyond the parameters, buffers, optimizer state and the gradients t
 the autograd graph's saved tensors, the gradients w.r.t. activations, the recomputed segments of
 a checkpointed model, the autocast copies of the weights in the amp modes, a later microbatch's
 parameter gradient before it is added to the accumulated one, gradients that a fused step
-(`techniques.fused_step`) applies and drops, the optimizer step's temporaries (torch's
-multi-tensor kernels where torch would choose them for the real weights, e.g. on CUDA: a
-gradient-sized copy; the fp32 copies of bf16 weights and gradients that stochastic and Kahan
-rounding step in; a packed sparse layer's dense weight and weight gradient while it computes,
-`techniques.packed`). The input minibatch is the data pipeline's and is not counted (a copy the
-model makes, such as the cast to half, is). Model and optimizer parts follow `accounting`, the
-state as the stepped optimizer holds it (Kahan's compensation buffers, low-precision Adam
-state (`techniques.adam_state`) included).
+applies and drops, the optimizer step's temporaries (torch's multi-tensor kernels where torch
+would choose them for the real weights, e.g. on CUDA: a gradient-sized copy; the fp32 copies of
+bf16 weights and gradients that stochastic and Kahan rounding step in; a packed sparse layer's
+dense weight and weight gradient while it computes). The input minibatch is the data pipeline's
+and is not counted (a copy the model makes, such as the cast to half, is). Model and optimizer
+parts follow `accounting`, the state as the stepped optimizer holds it (Kahan's compensation
+buffers and low-precision Adam state included).
 
-A sparse model also rewires after some updates (`techniques.sparsity`), beside the weights,
-gradients and optimizer state; the rewiring's temporaries (each layer's positions, the slots its
-weights move between, the values and state of its new count while the old ones live; the step's
-gradients of the sparse layers until it drops them) are sized by the nonzeros. Which weights it
-prunes depends on their values, so it cannot run on fake tensors: a real trainer of the same
-shape key, on the CPU (the bytes are any device's), its optimizer state made by an update on
-zero gradients, makes zero gradients where the fake step leaves gradients and rewires once under
-a `StorageTracker` (`rewiring_peak`): the weights, state and gradients are the step's held part,
-and what the rewiring frees of them (each layer's old values and state, and its gradient,
-dropped) counts negative from then on. A trial that rewires at all
-(`techniques.rewiring.rewires`) has the larger of the step's and the rewiring's activation part;
-the rewiring runs only when such a trial asks (`DryRun.rewiring`), once per dry run. How many
-weights fall under the threshold moves only the temporaries of the pruned count.
+A technique may also work between steps, after some updates (`Technique.occasional_work`: a
+sparse model's rewiring), beside the weights, gradients and optimizer state; its temporaries (a
+rewiring's: each layer's positions, the slots its weights move between, the values and state of
+its new count while the old ones live, the step's gradients of the sparse layers until it drops
+them) depend on values (which weights it prunes), so that work cannot run on fake tensors: a
+real trainer of the same shape key, on the CPU (the bytes are any device's), its optimizer state
+made by an update on zero gradients, makes zero gradients where the fake step leaves gradients
+and runs the work once under a `StorageTracker` (`occasional_peak`): the weights, state and
+gradients are the step's held part, and what the work frees of them counts negative from then
+on. A trial that has such work (`occasional_work`) has the larger of the step's and the work's
+activation part; the work runs only when such a trial asks (`DryRun.occasional`), once per dry
+run.
 
 On the CPU the measurement reads glibc's heap, which holds more than tensor storage: each
 tensor's and storage's C++ objects and the autograd graph's nodes. The dry run counts them as
@@ -64,8 +62,6 @@ from ..config import TrialConfig
 from ..finite import finite_flag
 from ..plugins import techniques
 from ..tasks.base import batch_tensors, map_tensors
-from ..techniques.rewiring import rewires
-from ..techniques.sparsity import Sparsity
 from ..torch_private import FakeTensorMode, default_foreach
 from ..train import Trainer
 from . import accounting
@@ -86,76 +82,62 @@ HEAP_BYTES_PER_STORAGE: int = json.loads(Path(__file__).with_name("calibration.j
 class DryRun:
     """What the fake step leaves: the fake model (with its fake gradients, unless a fused step
     consumed them), its stepped optimizer with the techniques attached, the step's activation
-    peak (tensor storage), and the FLOPs of a whole step; a sparse model's rewiring peak."""
+    peak (tensor storage), and the FLOPs of a whole step; the techniques' occasional work."""
 
     model: nn.Module
     optimizer: torch.optim.Optimizer
     activation_bytes: int
     object_bytes: int  # what the CPU heap holds beyond them at its peak (HEAP_BYTES_PER_STORAGE)
     flops_per_step: int
-    # a sparse model's rewiring, run only when a trial that rewires asks (`rewiring`)
-    measure_rewiring: Callable[[], tuple[int, int]] | None = None
+    measure_occasional: Callable[[], tuple[int, int]]  # run only when a trial that has it asks
 
     @functools.cached_property
-    def rewiring(self) -> tuple[int, int]:
-        """A rewiring's temporaries and heap objects at their peak (`rewiring_peak`), measured
-        once, when first asked: a trial that never rewires never pays for it."""
-        return self.measure_rewiring() if self.measure_rewiring is not None else (0, 0)
+    def occasional(self) -> tuple[int, int]:
+        """The occasional work's temporaries and heap objects at their peak (`occasional_peak`),
+        measured once, when first asked: a trial that has none never pays for it."""
+        return self.measure_occasional()
 
-    def activation(self, rewiring: bool) -> tuple[int, int]:
+    def activation(self, occasional: bool) -> tuple[int, int]:
         """The activation part's tensor storage and heap objects: the step's, or when the trial
-        rewires (`rewiring`), a rewiring's if its peak is higher."""
+        has occasional work (`occasional`), that work's if its peak is higher."""
         step = (self.activation_bytes, self.object_bytes)
-        return max(step, self.rewiring, key=sum) if rewiring else step
+        return max(step, self.occasional, key=sum) if occasional else step
 
 
 def predict(config: TrialConfig, lengths: tuple[int, int] | None = None) -> MemoryReport:
-    """The config's training memory and FLOPs per step, without allocating any activation.
-    `lengths`: the translation task's synthetic (source, target) sentence lengths."""
+    """The config's training memory and FLOPs per step, without allocating any activation:
+    every tensor as the step holds it. `lengths`: the translation task's synthetic (source,
+    target) sentence lengths."""
     lengths = None if lengths is None else tuple(lengths)
-    key = shape_key(config, lengths)
-    run = dry_run(key, lengths)
-    nonzeros = planned_nonzeros(config, run.model, lengths)
-    return parts(run, nonzeros, config.sparsity.storage, rewiring=rewires(config))
+    return parts(dry_run(shape_key(config, lengths), lengths), occasional=occasional_work(config))
 
 
-def parts(
-    run: DryRun,
-    nonzeros: dict[str, int],
-    layout: str = "csr",
-    extra_model_bytes: int = 0,
-    rewiring: bool = False,
-) -> MemoryReport:
-    """A dry run's memory by part, with the weights in `nonzeros` counted sparse in `layout`
-    (`predict`: the planned nonzeros, in the config's `sparsity.storage`); `rewiring`: the trial
-    rewires (`DryRun.activation`). On the CPU the activation part has the heap's objects with it,
-    as the CPU measurement sees them."""
+def parts(run: DryRun, layout: str | None = None, occasional: bool = False) -> MemoryReport:
+    """A dry run's memory by part, compressed weights as held or counted in `layout`
+    (`accounting.model_bytes`); `occasional`: the trial has occasional work
+    (`DryRun.activation`). On the CPU the activation part has the heap's objects with it, as the
+    CPU measurement sees them."""
     return MemoryReport(
-        model_bytes=accounting.model_bytes(run.model, nonzeros, layout) + extra_model_bytes,
-        optimizer_bytes=accounting.held_gradient_bytes(run.model, nonzeros)
-        + accounting.state_bytes(run.model, run.optimizer, nonzeros),
-        activation_bytes=sum(run.activation(rewiring)),
+        model_bytes=accounting.model_bytes(run.model, layout),
+        optimizer_bytes=accounting.held_gradient_bytes(run.model)
+        + accounting.state_bytes(run.model, run.optimizer),
+        activation_bytes=sum(run.activation(occasional)),
         flops_per_step=run.flops_per_step,
         source="predicted",
     )
+
+
+def occasional_work(config: TrialConfig) -> bool:
+    """Whether a trial of `config` works between steps (`Technique.occasional_work`), so that its
+    peak may be that work's."""
+    return any(technique.occasional_work(config) for technique in techniques())
 
 
 def heap_object_bytes(config: TrialConfig, lengths: tuple[int, int] | None = None) -> int:
     """What `predict`'s activation part counts beyond tensor storage: on the CPU, the heap's
     tensor and autograd objects at the peak (`HEAP_BYTES_PER_STORAGE`); elsewhere none."""
     lengths = None if lengths is None else tuple(lengths)
-    return dry_run(shape_key(config, lengths), lengths).activation(rewires(config))[1]
-
-
-def planned_nonzeros(
-    config: TrialConfig, model: nn.Module, lengths: tuple[int, int] | None = None
-) -> dict[str, int]:
-    """The nonzeros of each weight the techniques store sparsely (the paper's accounting)."""
-    task = synthetic_task(config, torch.device("cpu"), lengths)
-    nonzeros: dict[str, int] = {}
-    for technique in techniques():
-        nonzeros.update(technique.accounted_nonzeros(config, task, model))
-    return nonzeros
+    return dry_run(shape_key(config, lengths), lengths).activation(occasional_work(config))[1]
 
 
 def shape_key(config: TrialConfig, lengths: tuple[int, int] | None = None) -> TrialConfig:
@@ -213,19 +195,17 @@ def dry_run(key: TrialConfig, lengths: tuple[int, int] | None = None) -> DryRun:
             update(model, optimizer, precision)
     heap = HEAP_BYTES_PER_STORAGE if device.type == "cpu" else 0  # the trial's device's
     step = _peak(tracker, _held(model, optimizer), heap)
-    rewiring = None
-    if key.sparsity.enabled:
-        with_grad = {name for name, param in model.named_parameters() if param.grad is not None}
-        rewiring = functools.partial(rewiring_peak, key, lengths, with_grad, heap)
-    return DryRun(model, optimizer, *step, sum(flops[s] for s in shapes), rewiring)
+    with_grad = {name for name, param in model.named_parameters() if param.grad is not None}
+    occasional = functools.partial(occasional_peak, key, lengths, with_grad, heap)
+    return DryRun(model, optimizer, *step, sum(flops[s] for s in shapes), occasional)
 
 
-def rewiring_peak(
+def occasional_peak(
     key: TrialConfig, lengths: tuple[int, int] | None, with_grad: set[str], heap_bytes: int
 ) -> tuple[int, int]:
-    """A sparse model's rewiring, real, on the CPU (see the module docstring): the most bytes of
-    tensor storage it holds at once beyond the step's weights, buffers, optimizer state and
-    gradients (zeros on the parameters named in `with_grad`), and its heap objects then at
+    """The techniques' occasional work, real, on the CPU (see the module docstring): the most
+    bytes of tensor storage it holds at once beyond the step's weights, buffers, optimizer state
+    and gradients (zeros on the parameters named in `with_grad`), and its heap objects then at
     `heap_bytes` a storage."""
     cpu = TrialConfig.from_dict({**key.to_flat(), "device": "cpu"})
     with _global_rng_kept():
@@ -235,7 +215,8 @@ def rewiring_peak(
     for name, param in model.named_parameters():  # the step's gradients, held as the step holds
         param.grad = torch.zeros_like(param) if name in with_grad else None
     with StorageTracker(_held(model, optimizer)) as tracker:
-        trainer.technique(Sparsity).engine.rewire()
+        for technique in trainer.techniques:
+            technique.run_occasional_work()
     return _peak(tracker, _held(model, optimizer), heap_bytes)
 
 
@@ -268,8 +249,8 @@ def update(model: nn.Module, optimizer: torch.optim.Optimizer, precision) -> Non
     """What `Trainer.train_step` does after the backward passes, for the tensors it allocates:
     the gradients' finiteness flag, the loss scale's unscale, and the optimizer's step as the
     precision takes it (the multi-tensor kernels' gradient-sized temporaries, the fp32 copies of
-    bf16 weights and gradients that stochastic and Kahan rounding step in). A sparse model's
-    rewiring (`after_step`, every so many updates) is `rewiring_peak`'s."""
+    bf16 weights and gradients that stochastic and Kahan rounding step in). A technique's work
+    after some updates (`after_step`) is `occasional_peak`'s."""
     finite_flag([p.grad for p in model.parameters() if p.grad is not None])
     precision.unscale_(model.parameters(), True)
     precision.step(optimizer, model.parameters())

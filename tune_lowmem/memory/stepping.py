@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..config import TrialConfig
-from ..techniques.rewiring import peak_steps
+from ..plugins import techniques
 from ..train import Trainer, resolve_device
 from .synthetic import synthetic_task
 
@@ -58,9 +58,17 @@ def take(trainer: Trainer, batch: Any, update: int | None) -> None:
         raise RuntimeError(f"the measured step of update {update} skipped its update")
 
 
+def peak_steps(config: TrialConfig) -> list[int | None]:
+    """The updates whose step may be a run's peak, for a measurement to take: those the
+    techniques name (`Technique.peak_updates`: a sparse run's first update and first rewiring),
+    else the step after the warm-up (None)."""
+    updates = {update for technique in techniques() for update in technique.peak_updates(config)}
+    return sorted(updates) or [None]
+
+
 def at_peak(measurement: Callable[..., Any], config: TrialConfig, lengths=None) -> Any:
     """`measurement(config, lengths, update)` (`measure` or `measure_allocations`) at each step
-    that may be the run's peak (`techniques.rewiring.peak_steps`), the larger total kept: what
-    the prediction, a run's peak, is compared with."""
+    that may be the run's peak (`peak_steps`), the larger total kept: what the prediction, a
+    run's peak, is compared with."""
     steps = (measurement(config, lengths, update) for update in peak_steps(config))
     return max(steps, key=lambda step: step.total_bytes)

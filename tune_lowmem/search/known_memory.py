@@ -488,7 +488,6 @@ def profiler_memory(space: SearchSpace, objective: str) -> MemoryOf:
     known: dict[str, float | None] = {}
 
     def memory(params: Mapping[str, Any]) -> float | None:
-        from ..memory.stored import stored
         from ..trainable import memory_metrics
         from .screening import screen
 
@@ -498,8 +497,7 @@ def profiler_memory(space: SearchSpace, objective: str) -> MemoryOf:
         screening = screen(space, params)
         value = None
         if screening.feasible:
-            held = stored(screening.config) if objective in STORED_METRICS else None
-            predicted = memory_metrics(screening.predicted, None, held).get(objective)
+            predicted = memory_metrics(screening.predicted, None).get(objective)
             value = None if predicted is None else float(predicted)
         if key is not None:
             known[key] = value
@@ -511,14 +509,13 @@ def profiler_memory(space: SearchSpace, objective: str) -> MemoryOf:
 def memory_key(space: SearchSpace, params: Mapping[str, Any]) -> str | None:
     """What a point's predicted memory depends on: the profiler's shape key (its dry run's
     cache key: the model, the schedule's shape fields, each technique's `shape_settings`, which
-    also decide the sparse weights' nonzeros and layout) and whether the trial rewires. Points
-    that differ only in a learning rate or a rewiring knob that keeps rewiring share one.
-    None: the config is not valid (the screening says why)."""
-    from ..memory.predict import shape_key
-    from ..techniques.rewiring import rewires
+    also decide the sparse weights' nonzeros and layout) and whether the trial works between
+    steps (a rewiring). Points that differ only in a learning rate or a rewiring knob that keeps
+    rewiring share one. None: the config is not valid (the screening says why)."""
+    from ..memory.predict import occasional_work, shape_key
 
     try:
         config = space.trial_config(params)
-        return json.dumps([shape_key(config).to_flat(), rewires(config)], default=str)
+        return json.dumps([shape_key(config).to_flat(), occasional_work(config)], default=str)
     except ConfigError:
         return None

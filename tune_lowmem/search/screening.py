@@ -16,7 +16,7 @@ from .. import store
 from ..config import ConfigError, TrialConfig
 from ..memory import MemoryReport
 from ..memory.predict import predict
-from ..memory.stored import accounted, stored
+from ..memory.stored import accounted
 from ..space import SearchSpace
 from ..trainable import failure_reason, memory_metrics, out_of_memory, store_record
 
@@ -68,9 +68,8 @@ def write_screened(
     """Store a point that was never trained (infeasible, or not a valid config)."""
     now = datetime.now(UTC)
     known = screening.predicted is not None
-    held = stored(screening.config) if known else None
     csr = accounted(screening.config, "csr") if known else None
-    memory = memory_metrics(screening.predicted, None, held, csr)
+    memory = memory_metrics(screening.predicted, None, csr)
     config = (
         screening.config.to_flat() if screening.config is not None else {**space.base, **params}
     )

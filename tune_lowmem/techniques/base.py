@@ -9,9 +9,9 @@ task module and no Ray; it asks the task (`tune_lowmem.tasks.base.Task`) for wha
 know about the model.
 
 Class methods answer for a config without building anything (validation, the profiler's cache
-key, the paper's storage accounting); an instance is bound to one trial and sees its events in
-the training loop's order: `apply` (the fp32 model on the CPU, in registry order) -> `attach`
-(the optimizer) -> per update `begin_step` (before the first backward) -> `before_step`
+key, what a run's peak holds beside its steps); an instance is bound to one trial and sees its
+events in the training loop's order: `apply` (the fp32 model on the CPU, in registry order) ->
+`attach` (the optimizer) -> per update `begin_step` (before the first backward) -> `before_step`
 (gradients final) and `after_step`.
 """
 
@@ -85,13 +85,28 @@ class Technique:
         """What a trial that leaves it off reports in its place (so every trial has the column)."""
         return {}
 
+    # ---- its memory, as the profiler (`tune_lowmem.memory`) asks for it -----------------------
+
     @classmethod
-    def accounted_nonzeros(
-        cls, config: TrialConfig, task: Task, model: nn.Module
-    ) -> dict[str, int]:
-        """Its contribution to the paper's storage accounting: weights it stores sparsely, by
-        parameter name, with their nonzero counts (none by default)."""
+    def weight_bytes(cls, model: nn.Module, layout: str | None = None) -> dict[str, int]:
+        """Weights of `model` it holds compressed, by parameter name, each with the bytes it
+        takes (values and index): as the model holds them (None), or counted in a named sparse
+        `layout` (csr: the paper's accounting). The profiler counts these in place of the
+        weights' tensors (none by default)."""
         return {}
+
+    @classmethod
+    def occasional_work(cls, config: TrialConfig) -> bool:
+        """Whether a trial runs, after some updates, work of its own whose temporaries may
+        exceed a step's (a sparse model's rewiring): its peak is then the larger of the two
+        (none by default)."""
+        return False
+
+    @classmethod
+    def peak_updates(cls, config: TrialConfig) -> list[int]:
+        """The 0-based updates whose step may be a run's peak, for a measurement to take
+        (none by default: the step after the warm-up stands for every step)."""
+        return []
 
     # ---- one trial ---------------------------------------------------------------------------
 
@@ -117,9 +132,8 @@ class Technique:
         """Tensors it keeps between steps (e.g. masks): the measurement counts them as held."""
         return []
 
-    def stored_nonzeros(self) -> dict[str, int]:
-        """`accounted_nonzeros` from this trial's real state (the measurement's accounting)."""
-        return {}
+    def run_occasional_work(self) -> None:
+        """Its `occasional_work` once, now (the profiler measures the peak it reaches)."""
 
     def state_dict(self) -> dict[str, Any]:
         return {}

@@ -284,6 +284,24 @@ def dense_shape(model: nn.Module, name: str) -> tuple[int, ...]:
     return tuple(model.get_parameter(name).shape)
 
 
+def weight_bytes(model: nn.Module, layout: str | None = None) -> dict[str, int]:
+    """Each packed weight of `model` by parameter name, with its bytes: its values and index
+    buffers as held (None), or counted in `layout` (`sparse_storage_bytes`; csr: the paper's)."""
+    counted = {}
+    for name, module in model.named_modules():
+        if isinstance(module, PackedLayer):
+            values = module.weight
+            if layout is None:
+                index = sum(t.numel() * t.element_size() for t in module.index().values())
+                held = values.numel() * values.element_size() + index
+            else:
+                held = sparse_storage_bytes(
+                    values.numel(), module.dense_shape, values.element_size(), layout
+                )
+            counted[f"{name}.weight" if name else "weight"] = held
+    return counted
+
+
 def dense_state_dict(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """A model state_dict with every packed weight densified and its index buffers dropped (what
     tools that know no packed layers read, e.g. a fairseq export)."""

@@ -151,15 +151,6 @@ def planned_first_rewiring(config: TrialConfig) -> int | None:
     return first_rewiring(config.sparsity, planned_run(config))
 
 
-def peak_steps(config: TrialConfig) -> list[int | None]:
-    """The updates whose step may be a run's peak, for a measurement to take: the step after
-    the warm-up (None) for a run that never rewires; else its first update, a plain step (the
-    step after the warm-up may itself rewire, and a rewiring drops the sparse layers'
-    gradients), and its first rewiring update."""
-    first = planned_first_rewiring(config)
-    return [None] if first is None else [0, first]
-
-
 def rewires(config: TrialConfig) -> bool:
     """Whether a trial rewires at all (its peak memory may then be a rewiring's)."""
     return planned_first_rewiring(config) is not None

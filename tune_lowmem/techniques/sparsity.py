@@ -38,11 +38,17 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from . import blockwise, rewiring_checks, sparsity_config
+from . import blockwise, packed, rewiring_checks, sparsity_config
 from .adam_state import QUANTIZED
 from .base import EVERY, Technique
 from .packed import dense_shape, layer_of, pack_layer
-from .rewiring import RunLength, rewires_after, rewiring_period
+from .rewiring import (
+    RunLength,
+    planned_first_rewiring,
+    rewires,
+    rewires_after,
+    rewiring_period,
+)
 from .sparsity_config import SparsityConfig
 
 # Sohoni et al. A.3.1: Np = 20,000 of WRN-28-2's 1,451,520 sparse weights. The transformer uses
@@ -401,12 +407,23 @@ class Sparsity(Technique):
         return {"sparsity_rewirings": 0.0}  # every trial says how often it rewired
 
     @classmethod
-    def accounted_nonzeros(cls, config, task, model: nn.Module) -> dict[str, int]:
-        if not config.sparsity.enabled:
-            return {}
-        names = task.sparse_parameter_names(model)
-        shapes = {name: dense_shape(model, name) for name in names}
-        return planned_nonzeros(config.sparsity.density, shapes)
+    def weight_bytes(cls, model: nn.Module, layout: str | None = None) -> dict[str, int]:
+        """Its packed layers: values and index (`packed.weight_bytes`)."""
+        return packed.weight_bytes(model, layout)
+
+    @classmethod
+    def occasional_work(cls, config) -> bool:
+        """A rewiring: it builds the new positions and moves values and state beside the step's
+        tensors."""
+        return rewires(config)
+
+    @classmethod
+    def peak_updates(cls, config) -> list[int]:
+        """For a run that rewires: its first update, a plain step (the step after the warm-up
+        may itself rewire, and a rewiring drops the sparse layers' gradients), and its first
+        rewiring update."""
+        first = planned_first_rewiring(config)
+        return [] if first is None else [0, first]
 
     def apply(self, model: nn.Module) -> nn.Module:
         self.engine = DynamicSparsity(
@@ -427,8 +444,8 @@ class Sparsity(Technique):
     def metrics(self) -> dict[str, float]:
         return self.engine.metrics()
 
-    def stored_nonzeros(self) -> dict[str, int]:
-        return {stats.name: stats.nonzeros for stats in self.engine.layer_stats()}
+    def run_occasional_work(self) -> None:
+        self.engine.rewire()
 
     def state_dict(self) -> dict[str, Any]:
         return self.engine.state_dict()
