@@ -343,7 +343,7 @@ def hv_stopping(sweep: str | None = None) -> HypervolumeStopping:
     return HypervolumeStopping(settings, OBJECTIVES, sweep)
 
 
-def finish(scheduler: HypervolumeStopping, order: str = "abc") -> None:
+def finish(scheduler: MultiObjectiveASHA, order: str = "abc") -> None:
     for trial in order:
         first, final, memory = FINISHED[trial]
         assert scheduler.decide(trial, result(1, first, memory)) == GO
@@ -351,7 +351,7 @@ def finish(scheduler: HypervolumeStopping, order: str = "abc") -> None:
 
 
 def decisions_at_rung_1(
-    scheduler: HypervolumeStopping, trials: list[tuple[str, float | None, float]]
+    scheduler: MultiObjectiveASHA, trials: list[tuple[str, float | None, float]]
 ) -> dict[str, str]:
     """Each trial's decision when it reports (accuracy, memory) at epoch 1, in order."""
     return {

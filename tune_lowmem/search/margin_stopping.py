@@ -2,29 +2,29 @@
 of no more memory, leads by more than learning curves have ever closed.
 
 Why: a stopped trial saves only the epochs it had left, and a stop that loses a front point
-costs far more (the sampler does not ask a point twice), so a stop must be near certain. Rules
-that compare a trial with finished ones (`HypervolumeStopping`) stop little before the front is
-known, late in a sweep; rank quotas (`MultiObjectiveASHA`) stop the slow learners of the cheap
-end. Here the memory objective is known before training and never moves, so two trials at the
-same rung differ in memory exactly and in accuracy by what one epoch count shows. A trial is
-stopped when another trial recorded at the rung weakly dominates it by a margin in every
-objective: the spread of the n finished trials' moves from this rung to their end (the largest
-less the smallest: the most one finished trial gained on another; zero for a memory objective,
-which does not move), times (n + 1) / (n - 1), the unbiased estimate of a uniform spread's
-width from n draws (the spread of a few draws understates it). A trial that far behind ends
-dominated by the one ahead unless it gains more on it than curves are estimated to. With fewer
-than two finished trials recorded at the rung there is no spread yet, and the trial goes on. A
-stop may still cut a front point short (a curve that climbs late); the known-memory sampler asks
-such a point again once nothing untried is left, and the rerun is not stopped
-(`MultiObjectiveASHA.decide`).
+costs far more (the sampler asks a point cut short again only once nothing untried is left), so
+a stop must be near certain. Rules that compare a trial with finished ones
+(`HypervolumeStopping`) stop little before the front is known, late in a sweep; rank quotas
+(`MultiObjectiveASHA`) stop the slow learners of the cheap end. Here the memory objective is
+known before training and never moves, so two trials at the same rung differ in memory exactly
+and in accuracy by what one epoch count shows. A trial is stopped when another trial recorded at
+the rung weakly dominates it by a margin in every objective: the spread of the n finished
+trials' moves from this rung to their end (the largest less the smallest: the most one finished
+trial gained on another; zero for a memory objective, which does not move), times
+(n + 1) / (n - 1), the unbiased estimate of a uniform spread's width from n draws (the spread of a few draws
+understates it). A trial that far behind ends dominated by the one ahead unless it gains more on
+it than curves are estimated to. With fewer than two finished trials recorded at the rung there
+is no spread yet, and the trial goes on. A stop may still cut a front point short (a curve that
+climbs late); the known-memory sampler asks such a point again once nothing untried is left, and
+the rerun is not stopped (`MultiObjectiveASHA.decide`).
 
 The rungs matter: on the recorded WRN-16-2 curves (4 epochs) the moves from epoch 1 spread wider
 than most gaps, so a rung there stops nothing; its rungs are at epochs 2 and 3 there
 (``grace_epochs: 2, reduction_factor: 1.5``, chosen on 20 sampler seeds; docs/samplers.md has it
 on others and on a second table).
 
-Rungs, the record in the sweep folder, Tune's save and restore, and the finished trials' final
-values are `HypervolumeStopping`'s.
+Rungs, the finished trials' final values and their moves (`moved`), the record in the sweep
+folder, and Tune's save and restore are `MultiObjectiveASHA`'s.
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .hv_stopping import HypervolumeStopping
+from .scheduler import MultiObjectiveASHA
 
 
-class MarginStopping(HypervolumeStopping):
+class MarginStopping(MultiObjectiveASHA):
     """Stops a trial at a rung when another trial there leads it by more than the finished
     trials' curves ever moved apart (see the module)."""
 
