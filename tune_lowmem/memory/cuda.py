@@ -199,11 +199,11 @@ def cuda_prediction(
     """The allocator's view of a step of `model` (its parameters and buffers as the device holds
     them; real or fake tensors) with `optimizer` and the dry run's activation peak."""
     params = [p for p in model.parameters() if p.requires_grad]
-    gradients = [p.numel() * p.element_size() for p in params]
+    gradients = [accounting.tensor_bytes(p) for p in params]
     copies = accounting.state_copies(optimizer)
     held = [
-        *(p.numel() * p.element_size() for p in model.parameters()),
-        *(b.numel() * b.element_size() for b in model.buffers()),
+        *map(accounting.tensor_bytes, model.parameters()),
+        *map(accounting.tensor_bytes, model.buffers()),
         *gradients * (1 + copies),
     ]
     held_bytes = sum(allocated_size(size) for size in held)
