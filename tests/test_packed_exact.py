@@ -42,7 +42,8 @@ WRN_CASES = [
 # and in their scalar tail differently (fused multiply-add or not), so where a weight sits in its
 # tensor (packed or dense) may change the last bit of an update: equal within rounding. At the
 # full learning rate a few updates of a batch-8 WRN amplify one ulp chaotically (10% in some
-# gradients after 4 fp16 updates), so these run at a hundredth of it: the rounding stays an ulp.
+# gradients after 4 fp16 updates), so these run at a hundredth of it: the rounding stays a few ulps at each tensor's scale
+# (`packed_reference.ULPS_AT_SCALE`).
 SMALL_STEPS = {"schedule.lr_multiplier": 0.01}
 REASSOCIATED = [
     ("fp16 loss scaling", {"precision": "fp16", **SMALL_STEPS}),
@@ -156,7 +157,7 @@ def test_dct_fp16_packed_equals_masked_dense_within_rounding(monkeypatch):
 # mobilenet_v3_small's convolutions with a bias (squeeze-excitation) and depthwise groups: its
 # gradients are torch.nn.grad's and a bias sum where autograd computes all three in one kernel
 # call, which may sum in another order: weights, masks and optimizer state equal within rounding
-# (measured: 1.4e-7 of a tensor's norm). The last step's gradients of the squeeze-excitation
+# (measured: at most 1.5 ulps at a tensor's scale). The last step's gradients of the squeeze-excitation
 # biases are sums of near-cancelling terms (0.2 relative apart, at 1e-7 of their weights' scale),
 # so gradients are left out here.
 TV_CASES = [
