@@ -246,6 +246,19 @@ def wait_for(condition, what: str, driver: subprocess.Popen, every: float = 0.05
     return found
 
 
+def hold_unstored(root: Path, sweep: str, find, driver: subprocess.Popen) -> dict:
+    """Stop (SIGSTOP) the trial processes that `find` gives once none of their trials is stored
+    after the stop: a trial stored in the moment between the look and the stop is let go on
+    (SIGCONT) and the look repeated. A trial stores its row before it reports its last epoch,
+    so a stopped trial that is not stored cannot be stored until it is let go."""
+    while True:
+        held = wait_for(find, "trials to hold", driver)
+        signal_all(held, signal.SIGSTOP)
+        if not set(held.values()) & set(store.trial_ids(root, sweep)):
+            return held
+        signal_all(held, signal.SIGCONT)
+
+
 def past_first_epoch(root: Path, sweep: str) -> set[str]:
     """Trials not in the store whose second epoch checkpoint is saved, named in Tune's newest
     snapshot of its trials (what a resume restores; Tune takes one at its own period). A worker
@@ -296,8 +309,7 @@ def test_a_killed_driver_resumes_from_the_storage_root(cluster, tmp_path):
             }
             return training if done else {}
 
-        held = wait_for(stored_and_training, "a stored trial and one training", driver)
-        signal_all(held, signal.SIGSTOP)
+        held = hold_unstored(root, sweep, stored_and_training, driver)
         interrupted = set(held.values())
     finally:
         driver.send_signal(signal.SIGKILL)
@@ -305,7 +317,8 @@ def test_a_killed_driver_resumes_from_the_storage_root(cluster, tmp_path):
     time.sleep(3)  # the cluster kills the dead driver's trial actors
     signal_all(held, signal.SIGKILL)  # any it has not killed yet
     before = stored(root, sweep)
-    assert len(before) < 4 and not interrupted & set(before.index)
+    assert len(before) < 4, f"the driver was to be killed mid-sweep: {len(before)} of 4 stored"
+    assert not interrupted & set(before.index), f"held {interrupted}, stored {set(before.index)}"
 
     output = run_sweep(cluster, "resume", sweep, root)
 

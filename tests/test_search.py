@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -371,26 +372,38 @@ def test_a_sweep_killed_before_tunes_first_snapshot_resumes(local_ray, tmp_path,
     assert [t.state for t in study(root, "early").trials] == [TrialState.COMPLETE] * 2
 
 
-def trial_workers() -> list[int]:
-    """Pids of this test process's Tune trial workers (``ray::ImplicitFunc``), from /proc."""
-    parents, found = {}, []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text, command = stat.read_text(), (stat.parent / "cmdline").read_bytes()
-        except OSError:
-            continue
-        parents[int(stat.parent.name)] = int(text[text.rindex(")") + 2 :].split()[1])
-        if command.startswith(b"ray::ImplicitFunc"):
-            found.append(int(stat.parent.name))
+def reporting_processes(root: Path, sweep: str) -> dict[str, int]:
+    """Each trial's process as the trial itself last reported it: the ``pid`` that Tune adds to
+    every result, from the trial's ``result.json``."""
+    processes = {}
+    for path in sweep_folder(root, sweep).glob("*/result.json"):
+        lines = path.read_text().splitlines()
+        if lines and lines[-1].endswith("}"):  # a line being written is read at the next look
+            processes[path.parent.name] = json.loads(lines[-1])["pid"]
+    return processes
 
-    def ours(pid: int) -> bool:
-        while pid > 1:
-            pid = parents.get(pid, 0)
-            if pid == os.getpid():
-                return True
-        return False
 
-    return [pid for pid in found if ours(pid)]
+def kill_a_trial_in_flight(root: Path, sweep: str, seconds: float = 180) -> str | None:
+    """SIGKILL the process of a trial that has reported an epoch and is not stored, and say
+    which trial it was. The process is stopped first and killed only if its trial is still not
+    stored then, so the trial cannot finish between the look and the kill (a trial stores its row
+    before it reports its last epoch, and a reused worker starts its next trial only after)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for trial_id, pid in reporting_processes(root, sweep).items():
+            if trial_id in store.trial_ids(root, sweep):
+                continue
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except ProcessLookupError:  # its worker gone: the trial is no longer in flight
+                continue
+            if trial_id in store.trial_ids(root, sweep):  # stored in the moment before the stop
+                os.kill(pid, signal.SIGCONT)
+                continue
+            os.kill(pid, signal.SIGKILL)
+            return trial_id
+        time.sleep(0.02)
+    return None
 
 
 def test_a_trial_whose_worker_dies_is_stored_failed_and_the_sweep_goes_on(local_ray, tmp_path):
@@ -403,33 +416,20 @@ def test_a_trial_whose_worker_dies_is_stored_failed_and_the_sweep_goes_on(local_
         num_samples=2,
         max_concurrent=1,
         max_failures=0,
-        base={**TINY_BASE, "schedule": {"epochs": 6, "batch_size": 20}},
+        base={**TINY_BASE, "schedule": {"epochs": 10, "batch_size": 20}},
         params={"schedule.lr_multiplier": {"type": "loguniform", "low": 0.5, "high": 2.0}},
     )
     root = tmp_path / "store"
-    killed: list[int] = []
-
-    def kill_the_running_trial_once_an_epoch_is_reported() -> None:
-        """One trial runs at a time, so the one worker is the running trial's, whichever it is
-        (a reused worker may already run the second trial when the first's epoch is seen)."""
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline and not killed:
-            reported = any(
-                r.stat().st_size > 0 for r in sweep_folder(root, "died").glob("*/result.json")
-            )
-            workers = trial_workers()
-            if reported and workers:
-                os.kill(workers[0], signal.SIGKILL)
-                killed.append(workers[0])
-                return
-            time.sleep(0.05)
-
-    killer = threading.Thread(target=kill_the_running_trial_once_an_epoch_is_reported)
+    killed: list[str | None] = []
+    killer = threading.Thread(target=lambda: killed.append(kill_a_trial_in_flight(root, "died")))
     killer.start()
     outcome = launch(SearchSpace.load(path), store_root=root)
     killer.join()
     rows = outcome.trials.set_index("trial_id")
-    assert len(killed) == 1 and sorted(rows["status"]) == ["completed", "failed"]
+    assert killed[0] is not None, f"no trial was caught in flight: {rows['status'].to_dict()}"
+    assert len(rows) == 2 and rows["status"].to_dict() == {
+        trial_id: "failed" if trial_id == killed[0] else "completed" for trial_id in rows.index
+    }, f"killed {killed[0]} in flight"
     (reason,) = rows.loc[rows["status"] == "failed", "failure_reason"]
     assert reason.startswith("worker failed 1 times: ")
     assert sorted(t.state.name for t in study(root, "died").trials) == ["COMPLETE", "FAIL"]
