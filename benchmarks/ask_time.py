@@ -5,7 +5,8 @@ candidates it weighs (a profiler dry run per new shape key, seconds each on a CP
 `--points` asks of the space's own sampler (`sampler: known-memory` forced; the space's options only if it names it) in
 a plain Optuna study, one at a time, each point told a stand-in accuracy at once (no training),
 and prints the median seconds (wall clock and CPU) of the first ask and of the later ones, over `--repeats` sweeps
-(each with the profiler's caches emptied first). `--summary` writes them as JSON.
+(each with the profiler's caches emptied first). `--summary` writes them as JSON, with the
+machine's state (`machine.Watch`: a loaded machine's figures are refused unless `--allow-load`).
 
     PYTHONPATH=$PWD OMP_NUM_THREADS=1 nice python benchmarks/ask_time.py \\
         --summary benchmarks/results/ask_time.json
@@ -21,6 +22,8 @@ import time
 from pathlib import Path
 
 import optuna
+import torch
+from machine import Watch, add_arguments, describe
 
 from tune_lowmem.memory import predict
 from tune_lowmem.search.samplers import build_sampler
@@ -60,7 +63,9 @@ def main() -> None:
     parser.add_argument("--points", type=int, default=12)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--summary", help="write the medians here as JSON")
+    add_arguments(parser)
     args = parser.parse_args()
+    watch = Watch.start(torch.get_num_threads(), args.allow_load or not args.summary)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     loaded = SearchSpace.load(args.space)
     options = loaded.sampler_options if loaded.sampler == "known-memory" else {}
@@ -76,6 +81,8 @@ def main() -> None:
         for column, clock in enumerate(("wall", "cpu"))
     }
     print(f"{space.name}: median ask seconds (wall, CPU) {medians}")
+    machine = watch.stop()
+    print(describe(machine))
     if args.summary:
         summary = {
             "space": Path(args.space).name,
@@ -84,6 +91,7 @@ def main() -> None:
             "sampler_options": space.sampler_options,
             **medians,
             "asks_wall_cpu_s": [[[round(t, 2) for t in ask] for ask in s] for s in sweeps],
+            "machine": machine,
         }
         Path(args.summary).write_text(json.dumps(summary, indent=1) + "\n")
 

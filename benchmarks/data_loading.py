@@ -3,7 +3,8 @@
 The pipeline (cifar10.train_batches: shuffle, pad-crop-flip augmentation, normalisation) works
 on whole batches of uint8 tensors already on the trial's device, so on CUDA it runs there too:
 no host-to-device copy per step, hence no pinned memory or prefetch thread to need. Rounds
-alternate the two; figures are medians.
+alternate the two; figures are medians. It writes no result file; the machine's state
+(`machine.Watch`) is printed with the figures.
 
     .venv/bin/python benchmarks/data_loading.py [--depth 16 --width 2 --batch 100 --rounds 5]
 """
@@ -15,6 +16,7 @@ import statistics
 import time
 
 import torch
+from machine import Watch, describe
 
 from tune_lowmem.config import TrialConfig
 from tune_lowmem.data import cifar10
@@ -32,6 +34,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3, help="training steps per round")
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
+    watch = Watch.start(torch.get_num_threads(), allow_load=True)
     config = TrialConfig.from_dict(
         {
             "model.depth": args.depth,
@@ -67,6 +70,7 @@ def main() -> None:
     print(f"pipeline {load:10.0f} images/s")
     print(f"training {train:10.0f} images/s")
     print(f"pipeline / training: {load / train:.1f}x (above 1: the step is never starved)")
+    print(describe(watch.stop()))
 
 
 if __name__ == "__main__":

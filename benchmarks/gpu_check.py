@@ -9,7 +9,8 @@ docs/gpu-check.md). It prints the versions first, then runs each part in a proce
 timed, printing each row as it is measured; a part that fails records its traceback as its
 outcome and the next part runs. No part starts once `--budget` seconds have passed, and a part
 still running `--grace` seconds after that is stopped. Everything printed goes to
-`gpu_check.log`, and the versions, every row and every outcome to `gpu_check.json`, under $OUT
+`gpu_check.log`, and the versions, the machine's state (`machine.Watch`, never refused: the
+lease is too short to lose), every row and every outcome to `gpu_check.json`, under $OUT
 (or `--out`). Parts:
 
 - workspaces: the BLAS workspaces the allocator's view counts, against what torch allocates;
@@ -626,6 +627,9 @@ def check(args: argparse.Namespace) -> int:
     out = Path(args.out or os.environ.get("OUT") or tempfile.mkdtemp(prefix="gpu_check-"))
     out.mkdir(parents=True, exist_ok=True)
     log = Log(out / "gpu_check.log")
+    from machine import Watch, describe
+
+    watch = Watch.start(torch.get_num_threads(), allow_load=True)
     started = time.monotonic()
     found = versions()
     log.say("gpu_check: " + ", ".join(f"{k} {v}" for k, v in found.items()))
@@ -647,6 +651,8 @@ def check(args: argparse.Namespace) -> int:
             )
             report["parts"].append(entry)
     report["seconds"] = round(time.monotonic() - started, 1)
+    report["machine"] = watch.stop()
+    log.say(describe(report["machine"]))
     (out / "gpu_check.json").write_text(json.dumps(report, indent=1, default=str))
     log.say(f"\nsummary ({report['seconds']:.0f} s; {out / 'gpu_check.json'}):")
     summary = [

@@ -8,6 +8,7 @@ else in the file changes. Run it after a benchmark writes its results:
     .venv/bin/python benchmarks/render_docs.py --check   # exit 1 if a region is out of date
 
 It imports nothing of tune_lowmem: the figures are the result files', as the scripts wrote them.
+A timing's table says on what machine, at what load, it was measured (`machine.describe`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import describe
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -142,6 +146,8 @@ def step_time(result: dict) -> str:
     lines = [
         result["setup"],
         "",
+        describe(result["machine"]),
+        "",
         *table(
             ["variant", "s/step", "ratio to no technique"],
             [[v, f"{s:.3f}", f"{ratios[v]:.3f}"] for v, s in seconds.items()],
@@ -220,6 +226,8 @@ def sweep_scale(result: dict) -> str:
             f"- the store: at most {result['store_files_max']} files in `trials/` and `epochs/` "
             f"together at any sample; at the end {files}."
         ),
+        "",
+        describe(result["machine"]),
     ]
     return "\n".join(lines) + "\n"
 
@@ -304,7 +312,8 @@ def ask_time(result: dict) -> str:
         f"{result[f'{which}_ask_wall_s']:.1f} / {result[f'{which}_ask_cpu_s']:.1f}"
         for which in ("first", "later")
     ]
-    return "\n".join(table(header, [[result["space"], result["points"], *cells]])) + "\n"
+    rows = table(header, [[result["space"], result["points"], *cells]])
+    return "\n".join([*rows, "", describe(result["machine"])]) + "\n"
 
 
 def fidelity(result: dict) -> str:

@@ -7,10 +7,11 @@ Sparse layers are trained packed (`techniques.packed`); beside each packed spars
 the masked dense training it replaces (`tests/packed_reference.py`), and the median over rounds
 of packed / masked is reported. Then one sparse layer's matrix product, dense against torch's
 CSR kernel (`torch.sparse.mm`), says at which density a sparse kernel wins on this CPU.
-Results go to benchmarks/results/step_time.json.
+Results go to benchmarks/results/step_time.json, with the machine's state (`machine.Watch`; a
+loaded machine's results are refused unless `--allow-load`).
 
     .venv/bin/python benchmarks/step_time.py [--depth 16 --width 2 --batch 100 --steps 1 --rounds 11]
-        [--only sparse]
+        [--only sparse] [--allow-load]
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from machine import Watch, add_arguments, describe
 
 from tune_lowmem.config import TrialConfig
 from tune_lowmem.models.wideresnet import WideResNet
@@ -124,7 +126,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1, help="steps per variant per round")
     parser.add_argument("--rounds", type=int, default=11)
     parser.add_argument("--only", nargs="*", help="variants whose names hold one of these words")
+    add_arguments(parser)
     args = parser.parse_args()
+    watch = Watch.start(torch.get_num_threads(), args.allow_load)
     base = {
         "model.depth": args.depth,
         "model.width": args.width,
@@ -185,6 +189,8 @@ def main() -> None:
             f"  {density:5.0%} nonzeros: dense {kernel['dense'] * 1e3:7.2f} ms, "
             f"csr {kernel['csr'] * 1e3:7.2f} ms, csr / dense {kernel['csr'] / kernel['dense']:.2f}"
         )
+    machine = watch.stop()
+    print(describe(machine))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(
         json.dumps(
@@ -196,6 +202,7 @@ def main() -> None:
                 "ratio_to_no_technique": ratios,
                 "packed_over_masked_dense": {f"{d:.0%}": r for d, r in packed_ratios.items()},
                 "layer_kernel_seconds": {f"{d:.0%}": k for d, k in kernels.items()},
+                "machine": machine,
             },
             indent=1,
         )

@@ -4,6 +4,7 @@ training the same configs in a plain Python loop (screen, then Trainer.run, as t
 A grid of tiny trials (WRN-10-1 on 200 images, 1 epoch: a few seconds each), one trial at a time
 so the two run the same work; rounds alternate loop and sweep, figures are medians. Ray's start
 is timed on its own (launch reuses a running Ray), so the per-trial figure is Tune's, not Ray's.
+It writes no result file; the machine's state (`machine.Watch`) is printed with the figures.
 
     .venv/bin/python benchmarks/sweep_overhead.py [--rounds 2]
 """
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import ray
 import yaml
+from machine import Watch, describe
 
 from tune_lowmem.search import launch
 from tune_lowmem.search.screening import screen
@@ -66,6 +68,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
+    watch = Watch.start(SPACE["max_concurrent"], allow_load=True)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "overhead.yaml"
         path.write_text(yaml.safe_dump(SPACE))
@@ -99,6 +102,7 @@ def main() -> None:
         f"overhead per trial: {(sweep_s - loop_s) / n:.2f} s; sweep / loop: {sweep_s / loop_s:.2f}x; "
         f"Ray start (once per sweep, not included): {ray_start:.1f} s"
     )
+    print(describe(watch.stop()))
 
 
 if __name__ == "__main__":

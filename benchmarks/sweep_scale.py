@@ -17,7 +17,9 @@ the driver's resident memory and how many files the sweep's store folders hold. 
 
 Prints the figures and writes them to benchmarks/results/sweep_scale.json (``--out``). A sweep
 stopped before its end (the machine's time ran out) is measured from its store with
-``--analyse STORE --samples FILE``, the samples taken beside it by an outside loop.
+``--analyse STORE --samples FILE``, the samples taken beside it by an outside loop. A new sweep
+records the machine's state with its figures (`machine.Watch`: a loaded machine's are refused
+unless `--allow-load`); an analysed one says that its state was not recorded.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import time
 from pathlib import Path
 
 import yaml
+from machine import Watch, add_arguments, describe, unrecorded
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the tiny task is `tests.tiny_task`, as a user's own module
@@ -145,7 +148,9 @@ def main() -> None:
         "beside the stopped sweep",
     )
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/sweep_scale.json")
+    add_arguments(parser)
     args = parser.parse_args()
+    watch = None if args.analyse else Watch.start(args.concurrent, args.allow_load)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "scale.yaml"
         path.write_text(yaml.safe_dump(space_dict(args.trials, args.concurrent)))
@@ -164,6 +169,10 @@ def main() -> None:
             for t in ("trials", "epochs")
         }
     result = figures(rows, loop_before + loop_after, measured, args)
+    result["machine"] = (
+        unrecorded("a stopped sweep analysed from its store") if watch is None else watch.stop()
+    )
+    print(describe(result["machine"]))
     for key, value in result.items():
         if key not in ("samples",):
             print(f"{key}: {value}")

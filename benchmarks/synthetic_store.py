@@ -9,7 +9,8 @@ Each trial is one `store.write_trial` call (one file per trial, as a sweep write
 WRN config from the quickstart's space (precision, microbatch, checkpointing, density, learning
 rate) with made-up accuracies and memory (no training, no profiler: the point is the store's
 size), 90% completed, 6% failed, 4% infeasible. The sweep's space is saved where a launched
-sweep keeps it (``ray/<sweep>/space.yaml``), as `tune-lowmem status` expects.
+sweep keeps it (``ray/<sweep>/space.yaml``), as `tune-lowmem status` expects. The machine's state
+(`machine.Watch`) is printed with the write time.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import yaml
+from machine import Watch, describe
 
 from tune_lowmem.config import TrialConfig
 from tune_lowmem.store import TrialRecord, write_trial
@@ -87,12 +89,14 @@ def main() -> None:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "space.yaml").write_text(yaml.safe_dump(SPACE, sort_keys=False))
     rng = np.random.default_rng(0)
+    watch = Watch.start(1, allow_load=True)  # the writers wait on I/O; the GIL holds them to a core
     records = [record(i, rng) for i in range(args.trials)]
     start = time.perf_counter()
     with ThreadPoolExecutor(args.threads) as pool:
         list(pool.map(lambda r: write_trial(root, r), records))
     seconds = time.perf_counter() - start
     print(f"{args.trials} trials written to {root} in {seconds:.1f} s")
+    print(describe(watch.stop()))
 
 
 if __name__ == "__main__":
