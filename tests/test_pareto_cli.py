@@ -151,8 +151,23 @@ def test_table_and_csv_show_the_same_front(store, capsys):
     code, text, _ = pareto(capsys, "--store", root, "--sweep", "wrn-tpe")
     assert code == 0
     table, runs = text.split("\nTo train a row:\n")
+    table, memory_columns = table.split("\nThe memory columns:\n")
     *lines, legend = table.strip().splitlines()
     assert len(lines) == 1 + len(FRONT) and legend.startswith("memory: accounted = ")
+    assert memory_columns.splitlines() == [
+        (
+            "  memory.predicted_total_mb: predicted peak training memory (MB); from the config's "
+            "shapes, before training; accounted"
+        ),
+        (
+            "  memory.predicted_stored_total_mb: predicted peak training memory as the step stores "
+            "it (MB); from the config's shapes, before training; stored"
+        ),
+        (
+            "  memory.measured_total_mb: measured peak training memory (MB); on a real training "
+            "step; accounted"
+        ),
+    ]
     assert "0.82 ± 0.02" in lines[-1] and "  fp32  " in lines[-1]
     assert "test accuracy (not used to choose)" in lines[0] and "0.81 ± 0.02" in lines[-1]
     # each row's command line trains exactly that configuration
@@ -354,7 +369,7 @@ def test_sparse_rows_show_stored_beside_accounted_with_labels(store, capsys):
     root, _, memory = store
     assert memory["D"]["predicted_stored_total_mb"] > memory["D"]["predicted_total_mb"]
     _, text, _ = pareto(capsys, "--store", root, "--sweep", "wrn-tpe")
-    header, *rows = text.split("\nTo train a row:\n")[0].strip().splitlines()[:-1]
+    header, *rows = text.split("\nThe memory columns:\n")[0].strip().splitlines()[:-1]
     cells = {name: cells_of(header, row) for name, row in zip(FRONT, rows, strict=True)}
     assert "memory.predicted_total_mb (min, accounted)" in header
     assert "memory.predicted_stored_total_mb (stored)" in header
@@ -378,7 +393,45 @@ def test_sparse_rows_show_stored_beside_accounted_with_labels(store, capsys):
     # without D the front is dense: the stored column would repeat the accounted one, said once
     _, text, _ = pareto(capsys, "--store", root, "--sweep", "wrn-tpe", "--min-accuracy", 0.785)
     assert "memory.predicted_stored_total_mb" not in text
-    assert "No configuration here is sparse where it is known, so stored = accounted" in text
+    assert "Stored = accounted for every configuration here where it is known." in text
+
+
+def test_the_best_under_a_budget_says_what_each_memory_figure_is(tmp_path, capsys):
+    """A sparse configuration trained packed holds what it accounts: the answer names each memory
+    figure in words, says where it comes from, and says stored = accounted without calling the
+    configuration dense."""
+    config = tiny_wrn_config(**{"sparsity.density": 0.1, "precision": "fp16"})
+    memory = predicted_memory(config)
+    assert memory["predicted_stored_total_mb"] == memory["predicted_total_mb"]
+    write_trial(
+        tmp_path,
+        TrialRecord(
+            sweep="packed",
+            trial_id="t1",
+            status="completed",
+            config=config.to_flat(),
+            metrics={"val_accuracy": 0.5, "test_accuracy": 0.49},
+            memory={**memory, "measured_total_mb": 1.25},
+        ),
+    )
+    _, out, _ = pareto(capsys, "--store", tmp_path, "--max-memory-mb", 1e6)
+    comment = [line for line in out.splitlines() if line.startswith("#")]
+    predicted = f"{memory['predicted_total_mb']:.4g}"
+    assert comment[1] == "#   fp16, 10% nonzeros"
+    assert comment[3:7] == [
+        "#   validation accuracy: 0.5 (1 seed; metric.val_accuracy)",
+        (
+            f"#   predicted peak training memory (MB): {predicted} (1 seed; from the config's "
+            "shapes, before training; accounted; memory.predicted_total_mb)"
+        ),
+        (
+            "#   measured peak training memory (MB): 1.25 (on a real training step; accounted; "
+            "memory.measured_total_mb)"
+        ),
+        "#   test accuracy (not used to choose): 0.49",
+    ]
+    assert comment[7].endswith("Stored = accounted for every configuration here where it is known.")
+    assert "sparse where" not in out
 
 
 def test_a_store_without_stored_figures_still_answers(store, capsys, tmp_path):

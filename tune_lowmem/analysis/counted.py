@@ -48,6 +48,51 @@ def counted(column: str) -> str | None:
     return ACCOUNTED if accounted else STORED
 
 
+# What each memory column is, for a reader: (name, how it was obtained)
+_PARTS = {
+    "total": "peak training memory",
+    "stored_total": "peak training memory as the step stores it",
+    "model": "model memory",
+    "optimizer": "optimizer memory",
+    "activation": "activation memory",
+}
+_SOURCES = {
+    "predicted": "from the config's shapes, before training",
+    "measured": "on a real training step",
+}
+_OTHERS = {
+    PAPER_CSR_METRIC: (
+        "predicted peak training memory as the paper counts it",
+        "sparse weights as CSR whatever their layout",
+    ),
+    "memory.cuda_max_allocated_mb": ("peak GPU memory of live tensors", "the CUDA allocator's"),
+    "memory.cuda_max_reserved_mb": ("peak GPU memory reserved", "the CUDA allocator's"),
+}
+
+
+def words(column: str) -> str:
+    """A memory column as a reader names it, e.g. ``memory.predicted_total_mb`` -> "predicted
+    peak training memory (MB)": axes and headings say what the figure is, not where it is kept."""
+    name, _ = _said(column)
+    return f"{name} (MB)"
+
+
+def how(column: str) -> str:
+    """How a memory figure was obtained and how it counts a sparse weight, in plain words:
+    "from the config's shapes, before training; accounted"."""
+    _, obtained = _said(column)
+    return f"{obtained}; {counted(column)}" if counted(column) else obtained
+
+
+def _said(column: str) -> tuple[str, str]:
+    if column in _OTHERS:
+        return _OTHERS[column]
+    source, _, part = column.removeprefix("memory.").removesuffix("_mb").partition("_")
+    if source in _SOURCES and part in _PARTS:
+        return f"{source} {_PARTS[part]}", _SOURCES[source]
+    return column.removeprefix("memory.").removesuffix("_mb").replace("_", " "), "as reported"
+
+
 def labelled(column: str, *words: str) -> str:
     """A header: the column, then ``words`` and how it counts, in parentheses when any."""
     said = [*words, *([counted(column)] if counted(column) else [])]
@@ -90,7 +135,7 @@ def note(frame: pd.DataFrame, columns: Iterable[str], shown: bool, suffix: str =
     if shown:
         said = "stored is shown beside accounted; they are equal for dense configurations"
     elif missing < len(frame):
-        said = "no configuration here is sparse where it is known, so stored = accounted"
+        said = "stored = accounted for every configuration here where it is known"
     else:
         said = "stored figures are not in this store"
     if missing:

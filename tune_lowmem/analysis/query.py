@@ -183,7 +183,17 @@ def render(
             for _, row in rows.iterrows()
         ]
         legend = counted.note(rows, [*goals, *beside], sparse, ".mean")
-        return aligned(table) + legend + "\nTo train a row:\n" + "\n".join(runs) + "\n"
+        memory = [c for c in [*goals, *kept] if c.startswith("memory.")]
+        said = "".join(f"  {col}: {_named(col)}; {counted.how(col)}\n" for col in memory)
+        return (
+            aligned(table)
+            + legend
+            + "\nThe memory columns:\n"
+            + said
+            + "To train a row:\n"
+            + "\n".join(runs)
+            + "\n"
+        )
     records = [_record(row, done, goals, beside) for _, row in rows.iterrows()]
     if form == "json":
         return json.dumps(records[0] if single else records, indent=2) + "\n"
@@ -245,6 +255,18 @@ def _short(col: str) -> str:
         if col.startswith(chosen.TEST)
         else counted.labelled(col)
     )
+
+
+def _named(col: str) -> str:
+    """A chosen row's figure named in plain words: "predicted peak training memory (MB)",
+    "validation accuracy"."""
+    return counted.words(col) if col.startswith("memory.") else metric_name(col)
+
+
+def _obtained(col: str) -> str:
+    """Where a figure comes from, the column it is kept in last: "from the config's shapes,
+    before training; accounted; memory.predicted_total_mb"."""
+    return f"{counted.how(col)}; {col}" if col.startswith("memory.") else col
 
 
 def aligned(table: pd.DataFrame) -> str:
@@ -309,11 +331,16 @@ def _yaml(
         f"#   {best['configuration']}{other}",
         f"#   point {_ids(best['points'])}, trials {', '.join(best['trial_ids'])}",
         *(
-            f"#   {counted.labelled(col)}: {_interval(best, col)} "
-            f"({_seeds(int(best[f'{col}.count']))})"
+            f"#   {_named(col)}: {_interval(best, col)} "
+            f"({_seeds(int(best[f'{col}.count']))}; {_obtained(col)})"
             for col in goals
         ),
-        *(f"#   {_short(col)}: {_interval(best, col)}" for col in kept),
+        *(
+            f"#   {_named(col)}: {_interval(best, col)} ({_obtained(col)})"
+            if col.startswith("memory.")
+            else f"#   {_short(col)}: {_interval(best, col)}"
+            for col in kept
+        ),
         f"#   {counted.note(best.to_frame().T, [*goals, *beside], sparse, '.mean')}",
         "# Check it: tune-lowmem profile THIS.yaml; train it: tune-lowmem train THIS.yaml",
     ]
