@@ -370,13 +370,14 @@ def test_a_lost_worker_node_has_its_trial_retried_elsewhere(cluster, tmp_path):
     space = space_yaml(tmp_path, sweep, points=3, epochs=4, resume_checkpoint_s=0)  # every epoch
     driver = launch_in_background(cluster, space, root, tmp_path / "launch.log")
     try:
-        # A trial on node_b is past its first epoch's checkpoint: the machine goes away.
-        def past_first_epoch_on_b() -> set[str]:
-            return set(trial_processes(cluster.nodes["node_b"], sweep).values()) & past_first_epoch(
-                root, sweep
-            )
+        # A trial on node_b is past its first epoch's checkpoint, held there unstored (so it
+        # cannot finish in the moment before): the machine goes away.
+        def past_first_epoch_on_b() -> dict[tuple[int, int], str]:
+            known = past_first_epoch(root, sweep)
+            on_b = trial_processes(cluster.nodes["node_b"], sweep)
+            return {proc: trial for proc, trial in on_b.items() if trial in known}
 
-        on_b = wait_for(past_first_epoch_on_b, "a trial on node_b past its first epoch", driver)
+        on_b = set(hold_unstored(root, sweep, past_first_epoch_on_b, driver).values())
         cluster.nodes["node_b"].lose()
         cluster.wait_until_dead("node_b")
         assert driver.wait(SWEEP_SECONDS) == 0, (tmp_path / "launch.log").read_text()[-3000:]
@@ -386,6 +387,7 @@ def test_a_lost_worker_node_has_its_trial_retried_elsewhere(cluster, tmp_path):
 
     rows = stored(root, sweep)
     assert len(rows) == 3 and set(rows["status"]) == {"completed"}  # every trial, once
+    assert len(on_b) == 1, f"held on node_b: {on_b}"
     (lost,) = on_b
     head = cluster.nodes["head"].node_id
     assert rows.loc[lost, "node_id"] == head  # finished where the cluster still had a node
