@@ -17,19 +17,24 @@ benchmarks/README.md renders. A run can be split over processes: `--only SEED ..
 of the protocol's seeds and prints their rows (stderr); `--rows LOG ...` judges the rows those
 runs printed, every protocol seed's both sides.
 
-Seed count: in the pilot (benchmarks/fidelity_pilot.log, seeds 0-8 on an earlier trainer, no
-part of any verdict) the final-epoch differences had SD 1.40 points and mean -0.57 points. 20
-seeds would give the test a power of 0.99 at a true difference of 0 and 0.89 at 0.5 points (SD
-1.5, simulated), but the project's side of one seed alone took 183 s of wall time here (2 cores
-shared by several users, load 3 to 6), so the run that had to end within 80 minutes holds 10
-seeds: power 0.80 at a true difference of 0 and 0.61 at 0.5 points with SD 1.5 (0.86 and 0.66
-with the pilot's 1.40). The error the test controls is the claim of equivalence (at most 5% when
-the true difference is at the margin); its weak spot is the other one: a true difference near
-0.5 points fails to show equivalence about 4 times in 10.
+Seed count (protocol 2, fixed and committed before its run). Protocol 1 (seeds 100-109, its
+count sized on the pilot's SD of 1.40 points, benchmarks/fidelity_runs.log) ended "not shown
+equivalent" with differences of mean -1.16 and SD 2.19 points; at that spread 10 seeds have a
+power of only 0.31 (`power`), so its verdict says little either way. Protocol 2 takes the
+smallest seed count with power `POWER` (0.8) at a true difference of 0 when the differences'
+SD is protocol 1's observed `OBSERVED_SD`, at the same margin and alpha (`seeds_needed`):
+
+    power(10, 2.19) = 0.31    power(19, 2.19) = 0.78    power(20, 2.19) = 0.81  -> 20 seeds
+
+and draws them fresh (110-129: the pilot used 0-8, protocol 1 100-109). Its verdict is whatever
+it finds. The error the test controls is the claim of equivalence (at most 5% when the true
+difference is at the margin); at a true difference of 0 it still fails to show equivalence about
+2 times in 10, and more often the further the truth is from 0.
 
 `--lockstep` takes the random draws out: the plain loop starts from the project's initial
 weights and trains on the project's minibatches, and both must agree exactly (the sharper guard
-for changes that keep the trainer's random draws).
+for changes that keep the trainer's random draws); tests/test_fidelity_lockstep.py runs it on a
+tiny recipe in CI.
 
     OMP_NUM_THREADS=1 PYTHONPATH=$PWD nice -n 10 .venv/bin/python benchmarks/fidelity.py --jobs 2
 """
@@ -38,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import dataclasses
 import json
 import math
 import multiprocessing
@@ -49,16 +55,32 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from scipy import stats
 from torch import nn
 
-# ---- the protocol, fixed and committed before the run that judges it --------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    """What both sides train: WRN-depth-width, epochs, train / validation images, batch."""
+
+    depth: int = 16
+    width: int = 2
+    epochs: int = 4
+    train: int = 2000
+    val: int = 1000
+    batch: int = 100
+
+
+# ---- the protocol (2), fixed and committed before the run that judges it -----------------------
 MARGIN = 1.5  # accuracy points: the largest mean difference that still counts as equivalent
 ALPHA = 0.05  # each one-sided test's level (so a 90% two-sided interval)
-SEEDS = tuple(range(100, 110))  # fresh: the pilot used 0-8
-EPOCHS, TRAIN, VAL, BATCH = 4, 2000, 1000, 100  # the recipe: epochs, train / validation images
+OBSERVED_SD = 2.19  # protocol 1's SD of the differences (10 seeds), in points
+POWER = 0.8  # wanted at a true difference of 0 and OBSERVED_SD
+SEEDS = tuple(range(110, 130))  # 20 = seeds_needed(OBSERVED_SD, ...), fresh
+RECIPE = Recipe()
 # -------------------------------------------------------------------------------------------------
 
 SIDES = ("project", "independent")
@@ -159,7 +181,7 @@ def independent_run(
     list of minibatches per epoch) replace its own initialisation and data draws (--lockstep)."""
     torch.manual_seed(10_000 + seed)
     gen = torch.Generator().manual_seed(20_000 + seed)
-    model = model or WRN()
+    model = model or WRN(RECIPE.depth, RECIPE.width)
     opt = torch.optim.SGD(
         model.parameters(), lr=LR, momentum=MOMENTUM, nesterov=True, weight_decay=WEIGHT_DECAY
     )
@@ -185,7 +207,7 @@ def independent_run(
 # ---- the project, and the comparison ----------------------------------------------------------
 
 
-def project_config(seed: int):
+def project_config(seed: int, recipe: Recipe = RECIPE):
     from tune_lowmem.config import TrialConfig
 
     return TrialConfig.from_dict(
@@ -193,9 +215,9 @@ def project_config(seed: int):
             "task": "wrn-cifar10",
             "seed": seed,
             "device": "cpu",
-            "model": {"depth": 16, "width": 2},
-            "schedule": {"epochs": EPOCHS, "batch_size": BATCH},
-            "data": {"train_subset": TRAIN, "val_size": VAL, "test_subset": 100},
+            "model": {"depth": recipe.depth, "width": recipe.width},
+            "schedule": {"epochs": recipe.epochs, "batch_size": recipe.batch},
+            "data": {"train_subset": recipe.train, "val_size": recipe.val, "test_subset": 100},
         }
     )
 
@@ -218,8 +240,8 @@ def run_one(kind: str, seed: int, threads: int) -> tuple[list[tuple[float, float
         from tune_lowmem.data.cifar10 import Cifar10
 
         data = Cifar10.from_config(project_config(seed).data, seed)  # the arrays only
-        rows = independent_run(data, seed, EPOCHS, BATCH)
-        params = sum(p.numel() for p in WRN().parameters())
+        rows = independent_run(data, seed, RECIPE.epochs, RECIPE.batch)
+        params = sum(p.numel() for p in WRN(RECIPE.depth, RECIPE.width).parameters())
     print(f"{kind} seed {seed}: {rows}", file=sys.stderr, flush=True)
     return rows, params
 
@@ -230,6 +252,29 @@ def interval(diffs: list[float], level: float = 0.95) -> tuple[float, float, flo
     quantile = stats.t.ppf((1 + level) / 2, len(diffs) - 1)
     half = quantile * statistics.stdev(diffs) / math.sqrt(len(diffs))
     return mean, mean - half, mean + half
+
+
+def power(
+    n: int, sd: float, margin: float = MARGIN, alpha: float = ALPHA, true_difference: float = 0.0
+) -> float:
+    """The chance that `n` seeds show equivalence (the 1 - 2 alpha t-interval of the mean inside
+    (-margin, +margin)) when the differences are normal with mean `true_difference` and SD `sd`:
+    200,000 simulated studies (the mean and the sample SD drawn from their exact distributions),
+    a fixed random seed."""
+    rng = np.random.default_rng(0)
+    studies = 200_000
+    means = rng.normal(true_difference, sd / math.sqrt(n), studies)
+    sds = sd * np.sqrt(rng.chisquare(n - 1, studies) / (n - 1))
+    half = stats.t.ppf(1 - alpha, n - 1) * sds / math.sqrt(n)
+    return float(np.mean((means - half > -margin) & (means + half < margin)))
+
+
+def seeds_needed(sd: float, margin: float = MARGIN, alpha: float = ALPHA, wanted=POWER) -> int:
+    """The fewest seeds whose `power` at a true difference of 0 reaches `wanted`."""
+    n = 2
+    while power(n, sd, margin, alpha) < wanted:
+        n += 1
+    return n
 
 
 def tost(diffs: list[float], margin: float, alpha: float) -> dict:
@@ -267,33 +312,46 @@ def independent_state(model: nn.Module) -> dict[str, torch.Tensor]:
     return state
 
 
-def lockstep(threads: int) -> int:
-    """The plain loop started from the project's initial weights and fed the project's
-    minibatches (same order, same augmentation draws): everything but the random draws is
-    compared, so both sides must agree exactly, epoch by epoch (exit status 0; 1 otherwise)."""
+def lockstep(trainer, recipe: Recipe = RECIPE) -> dict:
+    """The plain loop started from the project `trainer`'s initial weights and fed its
+    minibatches (same order, same augmentation draws), both trained through `recipe`: everything
+    but the random draws is compared, so both sides must agree exactly. Their (train loss,
+    validation accuracy) per epoch, whether those agree (accuracy exactly; the loss to 1e-6, as
+    the project divides an fp32 sum by the batch in float64 and the loop takes the fp32 mean),
+    and the names of the weights and batch-norm statistics that are not bit-identical."""
+    model = WRN(recipe.depth, recipe.width)
+    model.load_state_dict(independent_state(trainer.model))  # strict: each has its counterpart
+    batches = [list(trainer.task.train_batches(epoch)) for epoch in range(recipe.epochs)]
+    ours = [(m["train_loss"], m["val_accuracy"]) for m in trainer.run()]
+    theirs = independent_run(
+        trainer.task.data, trainer.config.seed, recipe.epochs, recipe.batch, model, batches
+    )
+    final = independent_state(trainer.model)
+    return {
+        "project": ours,
+        "independent": theirs,
+        "same_metrics": len(ours) == len(theirs)
+        and all(
+            a[1] == b[1] and abs(a[0] - b[0]) <= 1e-6 * abs(b[0]) for a, b in zip(ours, theirs)
+        ),
+        "different_state": [
+            k for k, v in model.state_dict().items() if not torch.equal(final[k], v)
+        ],
+    }
+
+
+def lockstep_main(threads: int) -> int:
+    """`lockstep` on the protocol's recipe and first seed (exit status 0 when identical)."""
     from tune_lowmem.train import Trainer
 
-    seed = SEEDS[0]
     torch.set_num_threads(threads)
-    trainer = Trainer(project_config(seed))
-    model = WRN()
-    model.load_state_dict(independent_state(trainer.model))  # strict: each has its counterpart
-    batches = [list(trainer.task.train_batches(epoch)) for epoch in range(EPOCHS)]
-    ours = [(m["train_loss"], m["val_accuracy"]) for m in trainer.run()]
-    theirs = independent_run(trainer.task.data, seed, EPOCHS, BATCH, model, batches)
-    print(f"lockstep, seed {seed}: (train loss, val accuracy) per epoch")
-    print(f"project     {ours}\nindependent {theirs}")
-    # the weights are bit-identical; the reported loss is not: the project divides an fp32 sum
-    # by the batch in float64, the loop takes the fp32 mean (a difference in the 8th digit)
-    same = all(a[1] == b[1] and abs(a[0] - b[0]) <= 1e-6 * abs(b[0]) for a, b in zip(ours, theirs))
-    final = independent_state(trainer.model)
-    same_weights = all(torch.equal(final[k], v) for k, v in model.state_dict().items())
-    print(f"identical (accuracy exactly, loss to 1e-6): {'yes' if same else 'NO'}")
-    print(
-        f"final weights and batch-norm statistics bit-identical: {'yes' if same_weights else 'NO'}"
-    )
-    same &= same_weights
-    return 0 if same else 1
+    found = lockstep(Trainer(project_config(SEEDS[0])))
+    print(f"lockstep, seed {SEEDS[0]}: (train loss, val accuracy) per epoch")
+    print(f"project     {found['project']}\nindependent {found['independent']}")
+    print(f"identical (accuracy exactly, loss to 1e-6): {'yes' if found['same_metrics'] else 'NO'}")
+    different = ", ".join(found["different_state"]) or "none"
+    print(f"final weights and batch-norm statistics not bit-identical: {different}")
+    return 0 if found["same_metrics"] and not found["different_state"] else 1
 
 
 def judge(ours: dict, theirs: dict) -> dict:
@@ -314,7 +372,7 @@ def judge(ours: dict, theirs: dict) -> dict:
         "alpha": ALPHA,
         "test": "two one-sided t-tests (the 90% t-interval inside the margins)",
         "seeds": list(SEEDS),
-        "recipe": {"epochs": EPOCHS, "train": TRAIN, "val": VAL, "batch": BATCH},
+        "recipe": dataclasses.asdict(RECIPE),
     }
     return {"protocol": protocol, "seeds": seeds, **test}
 
@@ -374,7 +432,7 @@ def main() -> int:
     parser.add_argument("--rows", nargs="+", metavar="LOG", help="judge the rows runs printed")
     args = parser.parse_args()
     if args.lockstep:
-        return lockstep(args.threads)
+        return lockstep_main(args.threads)
     if args.only and not set(args.only) <= set(SEEDS):
         parser.error(f"--only: the protocol's seeds are {SEEDS[0]}..{SEEDS[-1]}")
     started = time.perf_counter()

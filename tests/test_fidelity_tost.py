@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import random
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def fidelity():
     spec = importlib.util.spec_from_file_location("fidelity", ROOT / "benchmarks/fidelity.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
@@ -95,8 +97,32 @@ def test_rows_of_a_run_split_over_processes_are_joined_and_checked(tmp_path):
     second.write_text("\n".join(lines[3:]) + "\n")  # overlapping, agreeing
     done = module.read_rows([str(first), str(second)])
     assert len(done) == 2 * len(module.SEEDS) and ("project", 5) not in done
-    with pytest.raises(SystemExit, match="no rows for independent 102, project 103"):
+    seeds = module.SEEDS
+    with pytest.raises(SystemExit, match=f"no rows for independent {seeds[2]}, project {seeds[3]}"):
         module.read_rows([str(first)])
     second.write_text(second.read_text().replace("(2.0, 0.3)", "(2.0, 0.4)", 1))
     with pytest.raises(SystemExit, match="differs"):
         module.read_rows([str(first), str(second)])
+
+
+@pytest.mark.parametrize("n", [20, 30, 40])
+def test_power_agrees_with_the_noncentral_t_approximation(n):
+    # at a true difference of 0 each one-sided test fails with P(T' < t_crit), T' noncentral
+    # with parameter margin / standard error; the two fail together rarely, so the power is
+    # about 1 - 2 P(T' < t_crit) where the power is high (the approximation ignores that both
+    # share one sample SD, which matters at low power)
+    sd, module = 2.19, fidelity()
+    ncp, critical = 1.5 / (sd / math.sqrt(n)), stats.t.ppf(0.95, n - 1)
+    approximate = 1 - 2 * stats.nct.cdf(critical, n - 1, ncp)
+    assert module.power(n, sd, 1.5, 0.05) == pytest.approx(max(approximate, 0), abs=0.03)
+
+
+def test_the_protocols_seed_count_has_the_power_it_claims():
+    module = fidelity()
+    assert module.power(10, module.OBSERVED_SD) == pytest.approx(0.31, abs=0.01)  # protocol 1
+    assert len(module.SEEDS) == module.seeds_needed(module.OBSERVED_SD) == 20
+    assert module.power(20, module.OBSERVED_SD) >= module.POWER > module.power(19, 2.19)
+    at_margin = module.power(20, module.OBSERVED_SD, true_difference=module.MARGIN)
+    assert at_margin == pytest.approx(module.ALPHA, abs=0.002)  # simulation error 0.0005
+    used = {*range(9), *range(100, 110)}  # the pilot's seeds and protocol 1's
+    assert used.isdisjoint(module.SEEDS)
