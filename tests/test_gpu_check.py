@@ -79,6 +79,7 @@ def test_the_dry_run_runs_every_part_but_the_cuda_comparisons(tmp_path):
     memory = parts["memory"]["rows"]
     assert {row[0].split()[0] for row in memory} == {"wrn", "dct"}
     assert all(row[6] == gpu_check.NO_CUDA and row[1] > 0 and row[2] > 0 for row in memory)
+    assert all(row[9] > 0 and row[11] == "ok" for row in memory)  # model and optimizer held
     packed = {row[0]: row for row in parts["packing"]["rows"]}
     assert set(packed) == set(gpu_check.SIZES["quick"].packing_widths)
     assert all(row[1] == "completed" and row[7] == "" for row in packed.values())
