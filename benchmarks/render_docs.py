@@ -1,8 +1,9 @@
 """The docs' result tables, generated from the result files the benchmarks write.
 
 A region of a Markdown file between ``<!-- results:NAME -->`` and ``<!-- /results -->`` is
-replaced by the table `RENDERERS[NAME]` makes from ``benchmarks/results/NAME.json``; nothing
-else in the file changes. Run it after a benchmark writes its results:
+replaced by the table `RENDERERS[NAME]` makes from ``benchmarks/results/NAME.json``, or with
+``<!-- results:NAME:KEY -->`` from that file's entry KEY (a benchmark keeps one result file, its
+runs as entries); nothing else in the file changes. Run it after a benchmark writes its results:
 
     .venv/bin/python benchmarks/render_docs.py           # rewrite the regions
     .venv/bin/python benchmarks/render_docs.py --check   # exit 1 if a region is out of date
@@ -31,7 +32,9 @@ DOCS = [
     ROOT / "benchmarks" / "README.md",
     *sorted((ROOT / "docs").glob("*.md")),
 ]
-REGION = re.compile(r"(<!-- results:([\w-]+) -->\n)(.*?)(<!-- /results -->)", re.DOTALL)
+REGION = re.compile(
+    r"(<!-- results:([\w-]+)(?::([\w-]+))? -->\n)(.*?)(<!-- /results -->)", re.DOTALL
+)
 
 
 def percent(value: float) -> str:
@@ -371,20 +374,9 @@ RENDERERS: dict[str, Callable[[dict], str]] = {
     "memory_ladder_rewiring": memory_ladder,
     "step_time": step_time,
     "sweep_scale": sweep_scale,
-    "sweep_scale_300": sweep_scale,
     "cluster_sweep": cluster_sweep,
-    "search_replay_wrn16": search_replay,
-    "search_replay_wrn16_stopping": search_replay,
+    "search_replay": search_replay,
     "fidelity": fidelity,
-    "search_replay_wrn16_stopping_late": search_replay,
-    "search_replay_wrn16_stopping_100": search_replay,
-    "search_replay_resnet18_stopping": search_replay,
-    "search_replay_wrn16_stopping_fresh": search_replay,
-    "search_replay_resnet18_stopping_fresh": search_replay,
-    "search_replay_wrn16_margin": search_replay,
-    "search_replay_wrn16_margin_fresh": search_replay,
-    "search_replay_resnet18": search_replay,
-    "search_replay_resnet18_margin": search_replay,
 }
 
 
@@ -392,9 +384,13 @@ def render(text: str) -> str:
     """`text` with every results region regenerated from its result file."""
 
     def region(match: re.Match) -> str:
-        name = match.group(2)
+        name, key = match.group(2), match.group(3)
         result = json.loads((RESULTS / f"{name}.json").read_text())
-        return match.group(1) + RENDERERS[name](result) + match.group(4)
+        return (
+            match.group(1)
+            + RENDERERS[name](result if key is None else result[key])
+            + match.group(5)
+        )
 
     return REGION.sub(region, text)
 

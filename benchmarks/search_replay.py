@@ -174,7 +174,11 @@ def main() -> None:
     )
     parser.add_argument("--baseline", default="gp", help="the sampler others are paired with")
     parser.add_argument("--results", type=Path, help="JSON lines, reused (default: per grid)")
-    parser.add_argument("--summary", type=Path, help="JSON of every row printed (docs read it)")
+    parser.add_argument(
+        "--summary",
+        metavar="KEY",
+        help="write every row printed as entry KEY of results/search_replay.json (docs read it)",
+    )
     parser.add_argument(
         "--cached-only",
         action="store_true",
@@ -253,12 +257,15 @@ def main() -> None:
             print(f"{name:58s}{cells}  {len(rows[i]):5d}  {seconds}{paired}", flush=True)
             summary.append({"method": name, "settings": setting, "sweeps": rows[i]})
     if args.summary:
-        args.summary.write_text(
-            json.dumps(
-                {"grid": args.grid, "table": described, "targets": args.targets, "rows": summary},
-                indent=1,
-            )
-        )
+        path = RESULTS / "search_replay.json"  # the benchmark's one result file
+        entries = json.loads(path.read_text()) if path.exists() else {}
+        entries[args.summary] = {
+            "grid": args.grid,
+            "table": described,
+            "targets": args.targets,
+            "rows": summary,
+        }
+        path.write_text(json.dumps(entries, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@ the driver's resident memory and how many files the sweep's store folders hold. 
     nice -n 10 .venv/bin/python benchmarks/sweep_scale.py --trials 2000
     .venv/bin/python benchmarks/sweep_scale.py --trials 300 --profile /tmp/driver.pstats
 
-Prints the figures and writes them to benchmarks/results/sweep_scale.json (``--out``). A sweep
+Prints the figures and writes them to benchmarks/results/sweep_scale.json (``--out``), the
+benchmark's one result file, as its entry ``--key`` (default ``trials_<trials>``). A sweep
 stopped before its end (the machine's time ran out) is measured from its store with
 ``--analyse STORE --samples FILE``, the samples taken beside it by an outside loop. A new sweep
 records the machine's state with its figures (`machine.Watch`: a loaded machine's are refused
@@ -148,6 +149,7 @@ def main() -> None:
         "beside the stopped sweep",
     )
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/sweep_scale.json")
+    parser.add_argument("--key", help="the entry of --out written (default: trials_<trials>)")
     add_arguments(parser)
     args = parser.parse_args()
     watch = None if args.analyse else Watch.start(args.concurrent, args.allow_load)
@@ -176,8 +178,10 @@ def main() -> None:
     for key, value in result.items():
         if key not in ("samples",):
             print(f"{key}: {value}")
+    entries = json.loads(args.out.read_text()) if args.out.exists() else {}
+    entries[args.key or f"trials_{args.trials}"] = result
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    args.out.write_text(json.dumps(entries, indent=1) + "\n")
     print(f"wrote {args.out}")
     if args.profile and not args.analyse:
         stats = pstats.Stats(str(args.profile)).sort_stats("cumulative")

@@ -59,12 +59,33 @@ def doubled(value):
     return value
 
 
-@pytest.mark.parametrize("name", sorted(render_docs().RENDERERS))
-def test_every_renderer_shows_its_files_figures_on_a_page(name):
+def regions() -> list[tuple[str, str]]:
+    """(result file, entry or "") of every generated table on the pages."""
+    found = {m[1:3] for page in PAGES for m in render_docs().REGION.findall(page.read_text())}
+    return sorted(found)
+
+
+@pytest.mark.parametrize("name, key", regions())
+def test_every_table_shows_its_results_figures(name, key):
     docs = render_docs()
     result = json.loads((docs.RESULTS / f"{name}.json").read_text())
+    result = result[key] if key else result
     assert docs.RENDERERS[name](doubled(result)) != docs.RENDERERS[name](result)
-    assert any(f"<!-- results:{name} -->" in page.read_text() for page in PAGES)
+
+
+# the ladder's files, one per run, are re-run by their owner and merged then (issue 44)
+NOT_YET_MERGED = {"memory_ladder_paper", "memory_ladder_more", "memory_ladder_rewiring"}
+
+
+def test_one_result_file_per_benchmark_and_every_run_in_it_on_a_page():
+    shown = regions()
+    for path in sorted(render_docs().RESULTS.glob("*.json")):
+        name = path.stem
+        assert name in NOT_YET_MERGED or (path.parents[1] / f"{name}.py").exists(), name
+        keys = {key for shown_name, key in shown if shown_name == name}
+        assert keys, f"{name}.json is on no page"
+        if keys != {""}:  # a file of entries: each is on a page
+            assert keys == set(json.loads(path.read_text())), name
 
 
 @pytest.mark.parametrize("page", FRONT, ids=lambda p: str(p.relative_to(ROOT)))

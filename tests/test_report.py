@@ -9,6 +9,7 @@ import json
 import os
 import re
 import runpy
+import shlex
 import shutil
 import subprocess
 import sys
@@ -18,11 +19,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 from PIL import Image
 
 from tests.conftest import tiny_wrn_config
 from tests.test_pareto_cli import predicted_memory
 from tune_lowmem.analysis import baselines
+from tune_lowmem.analysis.points import trial_config
 from tune_lowmem.cli import main
 from tune_lowmem.config import TrialConfig
 from tune_lowmem.memory import MB, baseline_config
@@ -136,6 +139,119 @@ def test_html_references_every_png_and_the_tables(report):
     assert "<th>searched: sparsity.density</th><td>0.1, 0.3, 1<" in page
     assert "made on the validation metric metric.val_accuracy (maximized)" in page
     assert "None of the configurations the paper publishes figures for" in page
+
+
+def table_rows(page: str, heading: str) -> list[dict[str, str]]:
+    """The rows of the first table after ``heading``, each by column name, as the page shows
+    them (line-break hints dropped)."""
+    section = page.split(heading, 1)[1].split("</table>", 1)[0].replace("<wbr>", "")
+    head = [html.unescape(h) for h in re.findall(r"<th>([^<]*)</th>", section)]
+    rows = re.findall(r"<tr>(.*?)</tr>", section.split("<tbody>", 1)[1])
+    return [
+        dict(zip(head, map(html.unescape, re.findall(r"<td[^>]*>([^<]*)</td>", row)), strict=True))
+        for row in rows
+    ]
+
+
+def store_front(root: Path) -> list[str]:
+    """The store's validation front worked out from its trials, by memory: seed groups."""
+    done = read_trials(root).query("status == 'completed'")
+    means = done.groupby("seed_group")[["metric.val_accuracy", "memory.predicted_total_mb"]].mean()
+    front = means[non_dominated_mask(means.to_numpy(), ["maximize", "minimize"])]
+    return list(front.sort_values("memory.predicted_total_mb").index)
+
+
+def test_the_page_leads_with_the_front_and_ends_with_the_setup_collapsed(report):
+    """The answer first (the front's figure, the front against the baseline, the best within
+    budgets), then the figures, Table 3, the paper, the rule; the setup last, in <details>."""
+    _, out = report
+    page = (out / "index.html").read_text()
+    order = [
+        '<svg id="front"',
+        "<h2>The Pareto front against the baseline</h2>",
+        "<h2>The best configuration within a budget</h2>",
+        "<h2>Figures</h2>",
+        "<h2>Memory and accuracy of the Pareto-optimal configurations",
+        "<h2>Against the paper</h2>",
+        "<h2>How configurations were chosen</h2>",
+        '<details class="setup">',
+        "<th>trials by status</th>",
+        "</details>",
+    ]
+    places = [page.index(part) for part in order]
+    assert places == sorted(places)
+    table = pd.read_csv(out / "table3.csv")
+    front = table_rows(page, "The Pareto front against the baseline")
+    assert [row["configuration"] for row in front] == list(table["configuration"])
+    assert [row["reduction (x)"] for row in front] == [f"{r:.1f}×" for r in table["reduction (x)"]]
+    assert [row["validation change (pp)"] for row in front] == [
+        f"{c:+.2f}" for c in table["validation change (pp)"]
+    ]
+    assert [row["predicted peak training memory (MB)"] for row in front] == [
+        f"{m:.4g}" for m in table["memory (MB, accounted)"]
+    ]
+
+
+def test_the_front_s_points_show_the_command_that_trains_them(report):
+    """Each point of the front in the figure carries its configuration and a `tune-lowmem train`
+    line that trains exactly that configuration; the axes are named in words."""
+    root, out = report
+    page = (out / "index.html").read_text()
+    figure = page[page.index('<svg id="front"') : page.index("</svg>")]
+    points = re.findall(
+        r'<circle class="point"[^>]*data-label="([^"]*)" data-command="([^"]*)"', figure
+    )
+    done = read_trials(root).query("status == 'completed'")
+    expected = [TrialConfig.from_dict(trial_config(done, group)) for group in store_front(root)]
+    trained = []
+    for label, command in points:
+        words = shlex.split(html.unescape(command))
+        assert words[:2] == ["tune-lowmem", "train"]
+        flat = {k: yaml.safe_load(v) for k, v in (w.split("=", 1) for w in words[3::2])}
+        trained.append(TrialConfig.from_dict(flat))
+    assert trained == expected
+    labels = [html.unescape(label) for label, _ in points]
+    assert labels[-1].startswith("fp16: ") and labels[-1].endswith("(3 seeds)")
+    axes = re.findall(r"<text[^>]*>([^<]*)</text>", figure)
+    assert "predicted peak training memory (MB), log scale" in axes  # it spans a decade
+    assert "validation accuracy (%)" in axes
+    assert "memory.predicted_total_mb" not in figure
+
+
+def test_each_budget_s_row_is_what_pareto_answers_for_it(report, capsys):
+    root, out = report
+    rows = table_rows((out / "index.html").read_text(), "The best configuration within a budget")
+    assert len(rows) >= 2 and len({row["configuration"] for row in rows}) == len(rows)
+    for row in rows:
+        argv = ["pareto", "--store", str(root), "--max-memory-mb", row["within (MB)"]]
+        assert main([*argv, "--format", "json"]) == 0
+        best = json.loads(capsys.readouterr().out)
+        assert best["configuration"] == row["configuration"]
+        memory = best["objectives"]["memory.predicted_total_mb"]["mean"]
+        assert row["predicted peak training memory (MB)"] == f"{memory:.4g}"
+
+
+def test_the_first_line_counts_what_the_store_holds(report, tmp_path):
+    """Configurations, trials and seeds per configuration as the store holds them; a sweep of
+    one seed per configuration says so (not "seeds 0")."""
+    root, out = report
+    trials = read_trials(root)
+    done = trials.query("status == 'completed'")
+    sizes = done.groupby("seed_group").size()
+    lead = re.search(r'<p class="lead">([^<]*)</p>', (out / "index.html").read_text())[1]
+    assert html.unescape(lead).startswith(
+        f"{sizes.size} configurations from {len(done)} completed trials ({len(trials)} in all) "
+        f"of sweeps joint-random, joint-tpe; seeds per configuration: {sizes.max()} (seeds 0, 1)."
+    )
+    one, shown = tmp_path / "store", tmp_path / "out"
+    write_sweep(one, "quick", JOINT, seeds=1)
+    assert main(["report", "--store", str(one), "--out", str(shown)]) == 0
+    page = (shown / "index.html").read_text()
+    assert (
+        "7 configurations from 7 completed trials (9 in all) of sweep quick; seeds per "
+        "configuration: 1 (seed 0)." in page
+    )
+    assert "<th>seeds per configuration</th><td>1 (seed 0)</td>" in page
 
 
 def test_table3_rows_are_the_store_s_validation_front_against_the_baseline(report):
@@ -289,7 +405,7 @@ def test_a_reproduction_store_puts_the_paper_beside_its_own_figures(tmp_path):
                 ),
             )
     assert main(["report", "--store", str(root), "--out", str(out)]) == 0
-    page = (out / "index.html").read_text()
+    page = (out / "index.html").read_text().replace("<wbr>", "")  # break hints in long cells
     assert "arXiv 1904.10631" in page
     cells = re.findall(r"<td[^>]*>([^<]*)</td>", page.split("Against the paper")[1])
     row = cells.index("WRN-28-2 fp16 + residual-2* + microbatch 10 + 30% nonzeros")
@@ -356,8 +472,10 @@ CHROMIUM = next(
     ),
     None,
 )
-# Injected into a copy of the page: records script errors and console errors, and once the page
-# has loaded, which of its images the browser could not decode.
+# Injected into a copy of the page: records script errors and console errors; once the page has
+# loaded, which of its images the browser could not decode, what sticks out of the window (the
+# page's width beyond it, and each table, image or figure that ends past its right edge), where
+# the answer ends up, and what the panel shows once a point of the front is hovered.
 PROBE = """<script>
 window.__errors = [];
 window.addEventListener("error", (e) => window.__errors.push(String(e.message || e.type)), true);
@@ -366,47 +484,82 @@ console.error = (...args) => { window.__errors.push(args.join(" ")); logged(...a
 window.addEventListener("load", () => {
   const images = [...document.images];
   const broken = images.filter((i) => !(i.complete && i.naturalWidth > 0)).map((i) => i.src);
-  document.body.dataset.images = images.length;
-  document.body.dataset.broken = JSON.stringify(broken);
-  document.body.dataset.errors = JSON.stringify(window.__errors);
+  const width = document.documentElement.clientWidth;
+  const wide = [...document.querySelectorAll("table, img, svg, pre, div")]
+    .filter((e) => e.getBoundingClientRect().right > width)
+    .map((e) => e.tagName + " " + Math.round(e.getBoundingClientRect().right));
+  const figure = document.getElementById("front").getBoundingClientRect();
+  const table = document.querySelector("h2 + table").getBoundingClientRect();
+  const point = document.querySelector("#front .point");
+  point.dispatchEvent(new MouseEvent("mouseenter"));
+  Object.assign(document.body.dataset, {
+    images: images.length,
+    broken: JSON.stringify(broken),
+    errors: JSON.stringify(window.__errors),
+    overflow: document.documentElement.scrollWidth - width,
+    wide: JSON.stringify(wide),
+    answer: JSON.stringify([figure.top, figure.bottom, table.top]),
+    picked: document.getElementById("picked").textContent,
+    hovered: point.dataset.label + point.dataset.command,
+  });
 });
 </script>"""
+WINDOW = (1280, 900)  # a laptop's browser window: the first screen
 
 
 def chromium(*arguments: str) -> subprocess.CompletedProcess:
-    command = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"]
-    command += ["--enable-logging=stderr", "--v=0", "--virtual-time-budget=10000", *arguments]
+    command = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu"]
+    command += ["--enable-logging=stderr", "--v=0", "--virtual-time-budget=10000"]
+    command += ["--window-size={},{}".format(*WINDOW), *arguments]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     return done
 
 
+def probed(page: Path) -> tuple[dict, subprocess.CompletedProcess]:
+    """What PROBE recorded of ``page`` opened in a 1280-pixel window (its vertical scroll bar
+    taking its width, as in a desktop browser), and Chromium's run."""
+    probe = page.with_name("probe.html")
+    probe.write_text(page.read_text().replace("</head>", PROBE + "</head>", 1))
+    shown = chromium("--dump-dom", probe.as_uri())
+    body = re.search(r"<body([^>]*)>", shown.stdout).group(1)
+    return {k: html.unescape(v) for k, v in re.findall(r'data-(\w+)="([^"]*)"', body)}, shown
+
+
 @pytest.mark.skipif(CHROMIUM is None, reason="no Chromium here (Debian: apt-get install chromium)")
-def test_the_page_in_a_real_browser_shows_every_image_without_a_console_error(report, tmp_path):
-    """index.html opened in headless Chromium: every image loads and decodes, no script or
-    console error (a missing or broken image is one, "Failed to load resource"); a screenshot
-    is saved (also to $TUNE_LOWMEM_REPORT_SCREENSHOT when set: docs/images/report.png)."""
+def test_the_page_in_a_real_browser_fits_the_window_and_answers_first(report, tmp_path):
+    """index.html opened in headless Chromium, 1280 pixels wide: every image loads and decodes,
+    no script or console error (a missing or broken image is one, "Failed to load resource"),
+    nothing wider than the window, the front's figure and the table of the front on the first
+    screen, and hovering a point of the front shows its configuration and train command. A
+    screenshot of the first screen is saved (also to $TUNE_LOWMEM_REPORT_SCREENSHOT when set:
+    docs/images/report.png)."""
     _, out = report
     page = tmp_path / "page"
     shutil.copytree(out, page)
-    probe = page / "probe.html"
-    probe.write_text((page / "index.html").read_text().replace("</head>", PROBE + "</head>", 1))
-    shown = chromium("--dump-dom", probe.as_uri())
-    body = re.search(r"<body([^>]*)>", shown.stdout).group(1)
-    data = {k: html.unescape(v) for k, v in re.findall(r'data-(\w+)="([^"]*)"', body)}
+    data, shown = probed(page / "index.html")
     assert int(data["images"]) == len(FIGURES), data
     assert json.loads(data["broken"]) == [] and json.loads(data["errors"]) == [], data
     console = [line for line in shown.stderr.splitlines() if "CONSOLE" in line]
     assert not [line for line in console if "ERROR" in line or "Failed" in line], console
+    assert int(data["overflow"]) <= 0 and json.loads(data["wide"]) == [], data
+    top, bottom, table = json.loads(data["answer"])
+    assert top < 200 and bottom < table < WINDOW[1], data  # the answer on the first screen
+    assert data["picked"] == data["hovered"] and "tune-lowmem train --set" in data["picked"]
 
-    (page / f"{FIGURES[0]}.png").write_bytes(b"not a png")  # the check sees a broken image
-    broken = chromium("--dump-dom", probe.as_uri()).stdout
-    assert f"{FIGURES[0]}.png" in html.unescape(re.search(r"<body([^>]*)>", broken).group(1))
+    # the checks see a broken image and a table wider than the window
+    (page / f"{FIGURES[0]}.png").write_bytes(b"not a png")
+    index = page / "index.html"
+    wide = '<table><tr><td style="min-width: 1400px">wide</td></tr></table>'
+    index.write_text(index.read_text().replace("<h1>", wide + "<h1>", 1))
+    broken, _ = probed(index)
+    assert f"{FIGURES[0]}.png" in broken["broken"]
+    assert int(broken["overflow"]) > 0 and "TABLE" in broken["wide"]
 
     screenshot = tmp_path / "report.png"
-    chromium(f"--screenshot={screenshot}", "--window-size=1200,1800", (out / "index.html").as_uri())
+    chromium("--hide-scrollbars", f"--screenshot={screenshot}", (out / "index.html").as_uri())
     with Image.open(screenshot) as image:
-        assert image.size == (1200, 1800)
+        assert image.size == WINDOW
         low, high = image.convert("L").getextrema()
         assert high - low > 100  # the page drew something
     if os.environ.get("TUNE_LOWMEM_REPORT_SCREENSHOT"):

@@ -66,7 +66,7 @@ def draw(points: Points, out: Path) -> Drawn:
         zorder=3,
     )
     memory_axis(ax, frame[x])
-    ax.set_xlabel(f"training memory (MB): {counted.labelled(points.memory)}")
+    ax.set_xlabel(f"{counted.words(points.memory)}, {counted.counted(points.memory)}")
     ax.set_ylabel(points.score_label)
     ax.set_title(f"{points.score_name} against training memory")
     ax.grid(True, which="both", alpha=0.3)

@@ -145,8 +145,8 @@ def value_axis(ax, values: Sequence[float], log: bool, percent: bool = False) ->
     if log and wants_log(values):
         ax.set_xscale("log")
         ax.xaxis.set_minor_locator(NullLocator())
-    ax.xaxis.set_major_locator(FixedLocator(_thin(values)))
-    ax.set_xticklabels([f"{v:.3g}%" if percent else f"{v:.4g}" for v in _thin(values)])
+    ax.xaxis.set_major_locator(FixedLocator(thin(values)))
+    ax.set_xticklabels([f"{v:.3g}%" if percent else f"{v:.4g}" for v in thin(values)])
 
 
 def memory_axis(ax, values: Sequence[float]) -> None:
@@ -158,8 +158,9 @@ def memory_axis(ax, values: Sequence[float]) -> None:
         ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
 
 
-def _thin(values: list[float], most: int = 12) -> list[float]:
-    """At most ``most`` tick values, the first and last kept, so labels never overlap."""
+def thin(values: list, most: int = 12) -> list:
+    """At most ``most`` of ``values``, evenly spaced, the first and last kept: tick labels that
+    never overlap, a few budgets out of many."""
     if len(values) <= most:
         return values
     picks = np.unique(np.linspace(0, len(values) - 1, most).round().astype(int))

@@ -1,12 +1,15 @@
-"""The whole report of a store: every figure as PNG, Table 3 as Markdown and CSV, one static
-``index.html`` that a reviewer reads without the code: the training setup it summarises, the
-rule every choice was made by, the paper's published figures beside the store's (for
-reproduction sweeps), Table 3 and the figures (or why a figure is missing when the store lacks
-the variation it needs). `tune-lowmem report` and the scripts in ``analysis/`` both land here."""
+"""The whole report of a store: every figure as PNG, Table 3 as Markdown and CSV, one static,
+self-contained ``index.html`` that a reviewer reads without the code. The answer comes first
+(`answer`: the front as a figure whose points show how to train them, the front against the
+baseline, the best within a few budgets); then the figures (or why one is missing when the store
+lacks the variation it needs), Table 3, the paper's published figures beside the store's (for
+reproduction sweeps), the rule every choice was made by, and the training setup, collapsed.
+`tune-lowmem report` and the scripts in ``analysis/`` both land here."""
 
 from __future__ import annotations
 
 import html
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -16,6 +19,7 @@ from . import (
     accuracy_density,
     accuracy_memory,
     accuracy_microbatch,
+    answer,
     counted,
     hypervolume,
     memory_parts,
@@ -29,16 +33,27 @@ from .points import Points
 FIGURES = (memory_parts, accuracy_density, accuracy_microbatch, accuracy_memory, hypervolume)
 KINDS = tuple(module.NAME for module in FIGURES) + (table3.NAME,)
 INDEX = "index.html"
+_NOTHING_SCORED = "no completed configuration has both a score and a memory"
 _STYLE = """
-body { font-family: system-ui, sans-serif; max-width: 72rem; margin: 2rem auto; padding: 0 1rem;
+body { font-family: system-ui, sans-serif; max-width: 72rem; margin: 1rem auto; padding: 0 1rem;
        color: #222; line-height: 1.45; }
-table { border-collapse: collapse; margin: 1rem 0; font-size: 0.92rem; }
+h1 { font-size: 1.6rem; margin: 0.5rem 0; }
+.lead { margin: 0 0 0.5rem; color: #444; }
+table { border-collapse: collapse; margin: 1rem 0; font-size: 0.92rem; max-width: 100%; }
 th, td { border: 1px solid #ccc; padding: 0.3rem 0.6rem; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 th { background: #f3f3f3; }
 figure { margin: 2rem 0; }
 img { max-width: 100%; border: 1px solid #eee; }
 figcaption, .note { color: #555; font-size: 0.92rem; }
+figure.answer { margin: 0.5rem 0; }
+#front { display: block; width: 100%; max-width: 900px; height: auto; }
+#front .point { cursor: pointer; }
+#front .point:hover, #front .point:focus { stroke-width: 3; outline: none; }
+.picked { background: #f4f8fc; border-left: 4px solid #1f77b4; padding: 0.4rem 1rem;
+          margin: 0.5rem 0; font-size: 0.92rem; }
+.picked code { white-space: pre-wrap; overflow-wrap: anywhere; font-size: 0.85rem; }
+details.setup > summary { cursor: pointer; font-size: 1.3rem; font-weight: bold; margin: 2rem 0 1rem; }
 .skipped { background: #fff8e1; border-left: 4px solid #f0b400; padding: 0.5rem 1rem; }
 """
 
@@ -62,38 +77,25 @@ def write_report(points: Points, out: str | Path, only: str | None = None) -> li
 
 
 def page(points: Points, drawn: list[Drawn], table: pd.DataFrame | None) -> str:
-    """The static page: setup, selection rule, the paper beside the store, Table 3, figures."""
+    """The static page, the answer first: the front as an interactive figure, the front against
+    the baseline and the best under a few budgets; then the figures, Table 3, the paper beside
+    the store, the selection rule, and the training setup, collapsed."""
     parts = [
         "<!doctype html>",
         '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
         "<title>tune-lowmem report</title>",
         f"<style>{_STYLE}</style></head><body>",
         "<h1>tune-lowmem report</h1>",
-        "<h2>Training setup</h2>",
-        _pairs_html(training_setup.rows(points)),
-        "<h2>How configurations were chosen</h2>",
-        (
-            f"<p>{_e(points.rule)} Memory: <code>{_e(points.memory)}</code> (predicted by the "
-            f"profiler from shapes, before training; {_e(counted.counted(points.memory))}). "
-            f"Every memory figure is labelled: {_e(counted.LEGEND.removeprefix('memory: '))}.</p>"
-        ),
-        "<h2>Against the paper</h2>",
-        _paper_html(points),
-        f"<h2>{_e(table3.TITLE)}</h2>",
+        f'<p class="lead">{_e(summary(points))}</p>',
     ]
     if table is None:
-        parts.append(
-            '<p class="skipped">skipped: no completed configuration has both a score and a '
-            "memory</p>"
-        )
+        parts.append(f'<p class="skipped">skipped: {_e(_NOTHING_SCORED)}</p>')
     else:
-        parts.append(_table_html(table.drop(columns="seed_group"), table3.format_cell))
-        parts.append(
-            f'<p class="note">{_e(table3.note(points, table))} Also as <a href="{table3.NAME}.md">'
-            f'Markdown</a> and <a href="{table3.NAME}.csv">CSV</a>.</p>'
-        )
+        parts += _answer_html(points, table)
+    parts.append("<h2>Figures</h2>")
     for figure in drawn:
-        parts.append(f"<h2>{_e(figure.title)}</h2>")
+        parts.append(f"<h3>{_e(figure.title)}</h3>")
         if figure.path is None:
             parts.append(f'<p class="skipped">{_e(figure.note or "skipped")}</p>')
         else:
@@ -101,8 +103,93 @@ def page(points: Points, drawn: list[Drawn], table: pd.DataFrame | None) -> str:
                 f'<figure><img src="{_e(figure.path.name)}" alt="{_e(figure.title)}">'
                 f"<figcaption>{_e(figure.caption)}</figcaption></figure>"
             )
-    parts.append("</body></html>")
+    parts.append(f"<h2>{_e(table3.TITLE)}</h2>")
+    if table is None:
+        parts.append(f'<p class="skipped">skipped: {_e(_NOTHING_SCORED)}</p>')
+    else:
+        parts.append(_table_html(table.drop(columns="seed_group"), table3.format_cell))
+        parts.append(
+            f'<p class="note">{_e(table3.note(points, table))} Also as <a href="{table3.NAME}.md">'
+            f'Markdown</a> and <a href="{table3.NAME}.csv">CSV</a>.</p>'
+        )
+    parts += [
+        "<h2>Against the paper</h2>",
+        _paper_html(points),
+        "<h2>How configurations were chosen</h2>",
+        (
+            f"<p>{_e(points.rule)} Memory: {_e(counted.words(points.memory))}, "
+            f"{_e(counted.how(points.memory))} ({_e(points.memory)}). "
+            f"Every memory figure is labelled: {_e(counted.LEGEND.removeprefix('memory: '))}.</p>"
+        ),
+        (
+            '<details class="setup"><summary>Training setup: fixed and searched fields, seeds, '
+            "sampler, trials by status</summary>"
+        ),
+        _pairs_html(training_setup.rows(points)),
+        "</details>",
+        "</body></html>",
+    ]
     return "\n".join(parts) + "\n"
+
+
+def summary(points: Points) -> str:
+    """The page's first line: what the report is of, counted from the store."""
+    trials = points.trials
+    sweeps = sorted(trials["sweep"].unique())
+    done = int((trials["status"] == "completed").sum())
+    seeds = training_setup.seeds_per_configuration(
+        points.groups["n"], trials["config.seed"].dropna().astype(int)
+    )
+    return (
+        f"{_count(len(points.groups), 'configuration')} from {_count(done, 'completed trial')} "
+        f"({len(trials)} in all) of sweep{'s' * (len(sweeps) > 1)} {', '.join(sweeps)}; seeds "
+        f"per configuration: {seeds}. Every choice is made on {points.score_name} "
+        f"({points.direction}d), on validation data; memory is the "
+        f"{counted.words(points.memory)}."
+    )
+
+
+def _answer_html(points: Points, table: pd.DataFrame) -> list[str]:
+    """The first screen: the front as an interactive figure, the front against the baseline
+    and the best configuration within a few budgets."""
+    front, cell = answer.compared(points, table)
+    parts = [
+        (
+            f'<figure class="answer">{answer.svg(points, table)}<figcaption>Each point is one '
+            f"configuration (mean over seeds); blue points are the Pareto front on validation data "
+            f"(no other configuration is both smaller and better), joined by the best score reachable "
+            f"within each memory; the dashed red line marks the baseline's memory and, when it was "
+            f"trained, a red ring its score: {_e(table['configuration'].iloc[0])}.</figcaption>"
+            "</figure>"
+        ),
+        answer.panel(),
+        "<h2>The Pareto front against the baseline</h2>",
+        _table_html(front, cell),
+        (
+            "<p class=\"note\">Reduction = the baseline's memory / the configuration's; change "
+            f"= its {_e(points.score_name)} - the baseline's. Memory: "
+            f"{_e(counted.how(points.memory))} ({_e(points.memory)}). Table 3 below adds intervals, the test "
+            "score and the trials.</p>"
+        ),
+    ]
+    within = answer.budgets(points, table)
+    if not within.empty:
+        rows, cell = answer.compared(points, within, lead=("within (MB)",))
+        parts += ["<h2>The best configuration within a budget</h2>", _table_html(rows, cell)]
+        if points.direction == "maximize":  # pareto's budget answer maximises the score
+            sweep = points.trials["sweep"].unique()
+            ask = f"tune-lowmem pareto --store {points.root}" + (
+                f" --sweep {sweep[0]}" if len(sweep) == 1 else ""
+            )
+            parts.append(
+                f'<p class="note">Each row is what <code>{_e(ask)} --max-memory-mb BUDGET</code> '
+                "prints, as a TrialConfig that <code>tune-lowmem train</code> takes.</p>"
+            )
+    return parts
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'s' * (n != 1)}"
 
 
 def _pairs_html(pairs: list[tuple[str, str]]) -> str:
@@ -141,12 +228,19 @@ def _table_html(shown: pd.DataFrame, format_cell) -> str:
     rows = []
     for _, row in shown.iterrows():
         cells = "".join(
-            f"<td{'' if isinstance(row[col], str) else ' class=num'}>"
-            f"{_e(format_cell(col, row[col], row))}</td>"
+            f"<td class=num>{_e(format_cell(col, row[col], row))}</td>"
+            if not isinstance(row[col], str)
+            else f"<td>{_breakable(format_cell(col, row[col], row))}</td>"
             for col in shown.columns
         )
         rows.append(f"<tr>{cells}</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def _breakable(text: str) -> str:
+    """Escaped, with a line-break opportunity after each dot, underscore, equals sign and slash:
+    long field names (``schedule.lr_multiplier=0.5``) wrap there, so tables fit the window."""
+    return re.sub(r"(?<=[._=/])(?=\w)", "<wbr>", _e(text))
 
 
 def _e(text: str) -> str:

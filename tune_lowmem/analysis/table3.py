@@ -95,9 +95,9 @@ def _row(
             continue
         scale, split = metric_scale(metric), metric_name(metric).split()[0]
         mean = group[f"{metric}.mean"]
-        row[_label(metric)] = mean * scale
+        row[score_label(metric)] = mean * scale
         row[f"{split} 95% CI (±)"] = group[f"{metric}.ci95"] * scale
-        row[f"{split} change{' (pp)' if scale == 100 else ''}"] = (
+        row[change_label(metric)] = (
             math.nan if base is None else (mean - base[f"{metric}.mean"]) * scale
         )
     row["seeds"] = int(group["n"])
@@ -106,8 +106,15 @@ def _row(
     return row
 
 
-def _label(metric: str) -> str:
+def score_label(metric: str) -> str:
+    """A score's header: ``validation accuracy (%)``; BLEU as it is."""
     return f"{metric_name(metric)} (%)" if metric_scale(metric) == 100 else metric_name(metric)
+
+
+def change_label(metric: str) -> str:
+    """A score's change against the baseline: ``validation change (pp)``."""
+    unit = " (pp)" if metric_scale(metric) == 100 else ""
+    return f"{metric_name(metric).split()[0]} change{unit}"
 
 
 def _predicted_baseline(points: Points, scored: pd.DataFrame) -> dict:

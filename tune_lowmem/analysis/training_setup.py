@@ -28,7 +28,7 @@ def rows(points: Points) -> list[tuple[str, str]]:
         ),
         ("sampler", ", ".join(sorted(map(str, samplers))) or "not recorded in the store"),
         ("objectives", ", ".join(f"{c} ({way})" for c, way in points.objectives.items())),
-        ("seeds", ", ".join(map(str, sorted(seeds.unique())))),
+        ("seeds per configuration", seeds_per_configuration(points.groups["n"], seeds)),
         (
             "completed configurations",
             f"{len(points.groups)}; "
@@ -49,6 +49,15 @@ def rows(points: Points) -> list[tuple[str, str]]:
         + [(f"fixed: {k}", v) for k, v in fixed]
         + [(f"searched: {k}", v) for k, v in searched]
     )
+
+
+def seeds_per_configuration(counts: pd.Series, seeds: pd.Series) -> str:
+    """``1 (seed 0)`` or ``1 to 3 (seeds 0, 1, 2)``: how many seeds each completed configuration
+    has, then which seed values the trials used (a bare "0" reads as no seed at all)."""
+    low, high = int(counts.min()), int(counts.max())
+    many = f"{low}" if low == high else f"{low} to {high}"
+    values = sorted(seeds.unique())
+    return f"{many} (seed{'s' * (len(values) > 1)} {', '.join(map(str, values))})"
 
 
 def _values(values: pd.Series) -> str:
