@@ -7,7 +7,8 @@ import torch
 from torch import nn
 
 from tests.conftest import tiny_wrn_config
-from tune_lowmem.memory import MB
+from tests.test_packed_exact import tiny_dct
+from tune_lowmem.memory import MB, accounting, stepping
 from tune_lowmem.memory.allocations import measure_allocations
 from tune_lowmem.memory.cuda import (
     BLAS_THREADS,
@@ -110,6 +111,8 @@ def test_optimizer_temporaries_follow_torch_optim_s_foreach_step():
 def test_a_known_model_s_parts(blas_defaults):
     model = nn.Sequential(nn.Linear(1000, 1000), nn.BatchNorm1d(1000))  # 1,001,000 + 2,000 params
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
+    model(torch.randn(4, 1000)).sum().backward()
+    optimizer.step()  # the held tensors a step leaves: gradients and momentum exist
     view = cuda_prediction(model, optimizer, 5 * MiB, (9, 0))
     weight, bias, norm = allocated_size(4_000_000), 4096, 4096  # 4,000 B -> 4,096 B
     parameters = weight + bias + 2 * norm
@@ -134,3 +137,25 @@ def test_a_config_s_view_holds_packed_sparse_layers_and_adds_the_workspace():
     # each storage rounded up to the allocator's blocks; far less than the dense model's
     assert paper.model_bytes + paper.optimizer_bytes <= view.held_bytes < dense.held_bytes / 2
     assert view.allocated_bytes > paper.total_bytes
+
+
+@pytest.mark.parametrize(
+    "flat",
+    [{"precision": "fp16"}, {"adam_state": "int8"}, {"fused_step": "exact"}],
+    ids=["fp16 weights, fp32 moments", "8-bit moments", "fused Adam step"],
+)
+def test_the_view_holds_what_a_real_adam_step_leaves(flat):
+    """The held part against a real trainer after a real step (on the CPU): fp16 weights keep
+    fp32 moments, 8-bit moments are bytes with their scales, a fused step keeps no gradients.
+    Every storage it holds, rounded to the allocator's blocks."""
+    config = tiny_dct(
+        **{"model.embed_dim": 64, "model.ffn_dim": 128, "sparsity.density": 1.0, **flat}
+    )
+    trainer, batches = stepping.synthetic_trainer(config, None)
+    stepping.warm_up(trainer, batches)
+    trainer.train_step(next(batches))
+    model = trainer.model
+    held = [*model.parameters(), *model.buffers(), *accounting.state_tensors(trainer.optimizer)]
+    held += [p.grad for p in model.parameters() if p.grad is not None]
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in held}
+    assert predict_cuda(config).held_bytes == sum(map(allocated_size, storages.values()))

@@ -52,8 +52,8 @@ def allocator_peak(step, x: torch.Tensor, w: torch.Tensor) -> int:
     gc.collect()
     with profile(profile_memory=True) as profiler, record_function(STEP):
         step(x, w)
-    events, _, start, end = _trace(profiler, DEVICE_TYPES["cpu"])
-    return _replay(events, start, end, held={x.grad.untyped_storage().data_ptr()})["activation"]
+    events, _, ranges = _trace(profiler, DEVICE_TYPES["cpu"])
+    return _replay(events, *ranges[STEP], held={x.grad.untyped_storage().data_ptr()})["activation"]
 
 
 def tracked_peak(step, x: torch.Tensor, w: torch.Tensor) -> int:

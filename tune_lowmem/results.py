@@ -11,10 +11,21 @@ PARTS = ("model", "optimizer", "activation", "total")  # the profiler's parts of
 # A CUDA trial's peaks as its caching allocator saw them: live tensors, and what it reserved.
 CUDA_PEAK_COLUMNS = ("cuda_max_allocated_mb", "cuda_max_reserved_mb")
 
-# The profiler's prediction (known before training) and the measured step (known once it
-# starts), named as the store's columns: `memory.predicted_total_mb` is the memory objective.
-PREDICTED_METRICS = (*(f"memory.predicted_{part}_mb" for part in PARTS), "memory.flops_per_step")
-MEASURED_METRICS = tuple(f"memory.measured_{part}_mb" for part in PARTS)
+# The run's peak: the most bytes live at once over everything a trial does (each training step
+# with its input, the techniques' occasional work such as a rewiring, evaluation), predicted
+# before training and measured by torch's allocator (empty in rows of stores written before it)
+PREDICTED_RUN_PEAK = "memory.predicted_run_peak_mb"
+FLOPS_METRIC = "memory.flops_per_step"  # forward, backward and recomputation of one minibatch
+MEASURED_RUN_PEAK = "memory.measured_run_peak_mb"
+# The profiler's prediction (known before training) and the measurement (known once it starts),
+# named as the store's columns: the parts of a training step as the paper counts them, and the
+# run's peak. `memory.predicted_total_mb` is the memory objective of stores' older sweeps.
+PREDICTED_METRICS = (
+    *(f"memory.predicted_{part}_mb" for part in PARTS),
+    PREDICTED_RUN_PEAK,
+    FLOPS_METRIC,
+)
+MEASURED_METRICS = (*(f"memory.measured_{part}_mb" for part in PARTS), MEASURED_RUN_PEAK)
 # Both totals as the masked step holds them (the ones above count sparse weights as CSR)
 STORED_METRICS = tuple(f"memory.{kind}_stored_total_mb" for kind in ("predicted", "measured"))
 # The paper's accounting of the prediction, sparse weights as CSR whatever `sparsity.storage` is:

@@ -12,6 +12,7 @@ import math
 import random
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -138,17 +139,13 @@ class Trainer:
         """Train from where the trainer stands to the end of the schedule; one callback per epoch."""
         while not self.task.finished(self.epoch, self.updates):
             started = time.perf_counter()
-            self.model.train()
-            losses = []
-            for batch in self.task.train_batches(self.epoch):
-                losses.append(self.train_step(batch)["loss"])
-                if self.task.finished(
-                    self.epoch, self.updates
-                ):  # an update budget ran out mid-epoch
-                    break
+            losses = self.train_epoch()
             self.epoch += 1
             train_seconds = time.perf_counter() - started
             final = self.task.finished(self.epoch, self.updates)
+            # the last step's gradients are not needed again (each step sets its own): not held
+            # through the evaluation, whose peak then has the weights and optimizer state only
+            self.optimizer.zero_grad(set_to_none=True)
             self.model.eval()
             with self.step_runner.forward_context():
                 metrics = self.task.evaluate(self.model, final=final)
@@ -168,21 +165,41 @@ class Trainer:
                 on_epoch(metrics, self)
         return self.history
 
+    def train_epoch(self) -> list[float]:
+        """The epoch's updates and their losses. Its minibatches are this function's own, so
+        none is held once it returns (an evaluation after it holds no training input)."""
+        self.model.train()
+        losses = []
+        for batch in self.task.train_batches(self.epoch):
+            losses.append(self.train_step(batch)["loss"])
+            if self.task.finished(self.epoch, self.updates):  # an update budget ran out mid-epoch
+                break
+        return losses
+
     # ---- checkpoints --------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """A snapshot of everything needed to resume exactly: weights, optimizer, scaler, masks, RNG."""
-        return copy.deepcopy(
-            {
-                "model": self.model.state_dict(),
-                "optimizer": self.optimizer.state_dict(),
-                **{technique.NAME: technique.state_dict() for technique in self.techniques},
-                "epoch": self.epoch,
-                "updates": self.updates,
-                "history": self.history,
-                "rng": torch.get_rng_state(),
-            }
-        )
+        """A snapshot of everything needed to resume exactly: weights, optimizer, scaler, masks,
+        RNG; a copy, which training on does not change (`save` writes one without the copy)."""
+        return copy.deepcopy(self._live_state())
+
+    def save(self, path: str | Path, **extra: Any) -> None:
+        """Write `state_dict`, with `extra` beside it under its own keys, to `path` without a
+        copy of the state on the device: `torch.save` moves one storage at a time to the host,
+        so a checkpoint adds no second copy of the weights and optimizer state to the run's peak.
+        """
+        torch.save({"trainer": self._live_state(), **extra}, path)
+
+    def _live_state(self) -> dict[str, Any]:
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            **{technique.NAME: technique.state_dict() for technique in self.techniques},
+            "epoch": self.epoch,
+            "updates": self.updates,
+            "history": self.history,
+            "rng": torch.get_rng_state(),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])

@@ -46,6 +46,7 @@ import torch
 from . import store
 from .config import TrialConfig
 from .memory import MemoryReport
+from .memory.allocations import measured_run_peak
 from .memory.measure import measure
 from .memory.predict import predict
 from .memory.share import hold_to_share, peak_memory_mb, trial_share
@@ -224,8 +225,10 @@ class _Run:
             hold_to_share(share, resolve_device(self.config.device))  # its OOM is its own
             self.trainer = Trainer(self.config)
             self._resume(tune.get_checkpoint())
-            if self.measured is None:
-                self.measured = measure(self.config)
+            if self.measured is None:  # the step as the tracker sees it; the run's peak, torch's
+                self.measured = dataclasses.replace(
+                    measure(self.config), run_peak_bytes=measured_run_peak(self.config)
+                )
             if self.trainer.device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(self.trainer.device)
             self.trainer.run(self._on_epoch)
@@ -245,7 +248,8 @@ class _Run:
         if checkpoint is None:
             return
         with checkpoint.as_directory() as folder:
-            state = torch.load(Path(folder, CHECKPOINT_FILE), weights_only=True)
+            # on the host: loading copies each tensor into the trainer's own, one at a time
+            state = torch.load(Path(folder, CHECKPOINT_FILE), map_location="cpu", weights_only=True)
         self.trainer.load_state_dict(state["trainer"])
         self.started_at = datetime.fromisoformat(state["started_at"])
         self.measured = MemoryReport(**state["measured"])
@@ -282,7 +286,7 @@ class _Run:
         with tempfile.TemporaryDirectory() as folder:
             checkpoint = None
             if due and not final:
-                torch.save(self._state(trainer), Path(folder, CHECKPOINT_FILE))
+                trainer.save(Path(folder, CHECKPOINT_FILE), **self._state())
                 checkpoint = tune.Checkpoint.from_directory(folder)
                 self.last_checkpoint = time.monotonic()
             try:
@@ -290,9 +294,9 @@ class _Run:
             except Exception as error:
                 raise _ReportFailed() from error
 
-    def _state(self, trainer: Trainer) -> dict[str, Any]:
+    def _state(self) -> dict[str, Any]:
+        """What a checkpoint keeps beside the trainer's state."""
         return {
-            "trainer": trainer.state_dict(),
             "started_at": self.started_at.isoformat(),
             "measured": dataclasses.asdict(self.measured),
         }

@@ -54,15 +54,6 @@ def state_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
     return [t for state in optimizer.state.values() for t in state.values() if torch.is_tensor(t)]
 
 
-def state_copies(optimizer: torch.optim.Optimizer) -> int:
-    """Buffers shaped like each parameter that the optimizer keeps: SGD with momentum 1, Adam 2."""
-    if isinstance(optimizer, torch.optim.SGD):
-        return int(any(group["momentum"] for group in optimizer.param_groups))
-    if isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW)):
-        return 2 + int(any(group["amsgrad"] for group in optimizer.param_groups))
-    raise NotImplementedError(f"the profiler does not know the state of {type(optimizer).__name__}")
-
-
 def state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
     """The optimizer state a real optimizer holds now for `model`'s parameters, as stored (8-bit
     state's codes and per-block scales included)."""

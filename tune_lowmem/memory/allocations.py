@@ -27,6 +27,13 @@ Model and optimizer parts are the storage bytes of the real trainer's tensors af
 a packed sparse weight is its values, its indices are buffers. On CUDA the caching allocator's
 own `max_memory_allocated` and `memory_stats` peak over the step are reported beside the replay.
 
+After the step, the trainer evaluates one batch as `Trainer.run` does (gradients dropped, eval
+mode, no_grad, `Task.evaluation_pass` on a synthetic batch of evaluation's shape), in a range of
+its own: `evaluation_peak_bytes` is the most bytes live during it, and `run_peak_bytes` the
+larger of the step's and the evaluation's peaks, everything live included (the weights, the
+state, the inputs, kernels' workspace): the run's peak to hold the prediction's against. The
+data set's copy is not in it (synthetic batches are made one at a time).
+
 What it leaves out: the CPU heap's C++ objects (tensors', storages', the autograd graph's),
 which come from `malloc` directly rather than torch's allocator; the CUDA context and the
 allocator's reserved-but-free blocks.
@@ -55,6 +62,7 @@ from . import stepping
 from .report import MB
 
 STEP = "tune_lowmem.measured_step"
+EVALUATION = "tune_lowmem.measured_evaluation"
 DEVICE_TYPES = {"cpu": 0, "cuda": 1}  # the trace's "Device Type" (c10::DeviceType)
 
 
@@ -73,11 +81,25 @@ class Allocations:
     events: int  # allocator reports replayed within the step
     cuda_max_allocated_bytes: int | None = None
     cuda_stats_peak_bytes: int | None = None
+    evaluation_peak_bytes: int | None = None  # None: the task has no evaluation pass
+    # the step's and the evaluation's peaks without kernels' internal temporaries
+    tensor_peak_bytes: int = 0
+    evaluation_tensor_peak_bytes: int | None = None
 
     @property
     def total_bytes(self) -> int:
         """The paper's sum of parts, as stored: comparable with a prediction's stored total."""
         return self.model_bytes + self.optimizer_bytes + self.activation_bytes
+
+    @property
+    def run_peak_bytes(self) -> int:
+        """The most bytes live at once in the step or the evaluation after it."""
+        return max(self.peak_bytes, self.evaluation_peak_bytes or 0)
+
+    @property
+    def run_tensor_peak_bytes(self) -> int:
+        """`run_peak_bytes` without kernels' internal temporaries (workspace)."""
+        return max(self.tensor_peak_bytes, self.evaluation_tensor_peak_bytes or 0)
 
     def to_dict(self) -> dict[str, float | int | str | None]:
         """Every figure in MB (10^6 bytes), named `allocator_<figure>_mb`."""
@@ -88,6 +110,8 @@ class Allocations:
                 name = f"allocator_{field.name.removesuffix('_bytes')}_mb"
                 values[name] = None if nbytes is None else nbytes / MB
         values["allocator_total_mb"] = self.total_bytes / MB
+        values["allocator_run_peak_mb"] = self.run_peak_bytes / MB
+        values["allocator_run_tensor_peak_mb"] = self.run_tensor_peak_bytes / MB
         return values
 
 
@@ -107,7 +131,7 @@ def measure_allocations(
         stepping.warm_up(trainer, batches)
         batch = stepping.ready(trainer, batches, update)
         cuda = _cuda_peak_reset(device)
-        with _measured_step():
+        with _measured(STEP):
             stepping.take(trainer, batch, update)
         cuda = _cuda_peak(device) if cuda else (None, None)
         model = _storages([*trainer.model.parameters(), *trainer.model.buffers()])
@@ -122,10 +146,21 @@ def measure_allocations(
             ]
         )
         batch_storages = _storages(batch_tensors(batch))
-    events, operators, start, end = _trace(profiler, DEVICE_TYPES[device.type])
+        del batch
+        evaluates = evaluate_once(trainer)
+    events, operators, ranges = _trace(profiler, DEVICE_TYPES[device.type])
+    (start, end), evaluation = ranges[STEP], ranges.get(EVALUATION)
     held = set(model) | set(optimizer)
+    temporaries = _temporaries(events, operators)
     with_workspace = _replay(events, start, end, held)
-    replay = _replay(events, start, end, held, _temporaries(events, operators))
+    replay = _replay(events, start, end, held, temporaries)
+    if evaluates:
+        evaluated = (
+            _replay(events, *evaluation, set())["peak"],
+            _replay(events, *evaluation, set(), temporaries)["peak"],
+        )
+    else:
+        evaluated = (None, None)
     return Allocations(
         device=device.type,
         model_bytes=sum(model.values()),
@@ -138,18 +173,44 @@ def measure_allocations(
         events=replay["events"],
         cuda_max_allocated_bytes=cuda[0],
         cuda_stats_peak_bytes=cuda[1],
+        evaluation_peak_bytes=evaluated[0],
+        tensor_peak_bytes=replay["peak"],
+        evaluation_tensor_peak_bytes=evaluated[1],
     )
 
 
+def measured_run_peak(config: TrialConfig, lengths: tuple[int, int] | None = None) -> int:
+    """The run's peak as torch's allocator sees it: the largest `Allocations.run_peak_bytes` at
+    the steps that may be the run's peak (`stepping.peak_steps`), each with an evaluation."""
+    updates = stepping.peak_steps(config)
+    return max(measure_allocations(config, lengths, u).run_peak_bytes for u in updates)
+
+
+def evaluate_once(trainer) -> bool:
+    """One evaluation batch as `Trainer.run` evaluates (gradients dropped, eval mode, no_grad),
+    in the `EVALUATION` range of the trace; False when the task has no evaluation pass."""
+    task, model = trainer.task, trainer.model
+    batch = task.synthetic_evaluation_batch(torch.Generator().manual_seed(0))
+    trainer.optimizer.zero_grad(set_to_none=True)
+    model.eval()
+    try:
+        with _measured(EVALUATION), torch.no_grad(), trainer.step_runner.forward_context():
+            result = task.evaluation_pass(model, batch)
+            evaluates, result = result is not None, None
+    finally:
+        model.train()
+    return evaluates
+
+
 @contextlib.contextmanager
-def _measured_step():
-    """The measured step's range in the trace, with Python's cyclic garbage collected before it
-    and not during it (a collection inside would free what earlier work left, and the step
-    would read as using less)."""
+def _measured(name: str):
+    """A measured range of the trace, with Python's cyclic garbage collected before it and not
+    during it (a collection inside would free what earlier work left, and the range would read
+    as using less)."""
     gc.collect()
     gc.disable()
     try:
-        with record_function(STEP):
+        with record_function(name):
             yield
     finally:
         gc.enable()
@@ -179,22 +240,26 @@ Event = tuple[float, int, int, int, int]  # time, index, thread, address, bytes 
 
 def _trace(
     profiler: profile, device_type: int
-) -> tuple[list[Event], dict[int, list[tuple[float, float]]], float, float]:
+) -> tuple[list[Event], dict[int, list[tuple[float, float]]], dict[str, tuple[float, float]]]:
     """From the profiler's exported trace: the allocator's reports on `device_type` in order,
-    each thread's outermost kernels (`_kernels`), and the measured step's time range."""
+    each thread's outermost kernels (`_kernels`), and the measured ranges' times by name."""
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "trace.json")
         profiler.export_chrome_trace(path)
         with open(path) as file:
             trace = json.load(file)["traceEvents"]
-    (step,) = [e for e in trace if e.get("name") == STEP and e.get("ph") == "X"]
+    ranges = {
+        e["name"]: (e["ts"], e["ts"] + e["dur"])
+        for e in trace
+        if e.get("name") in (STEP, EVALUATION) and e.get("ph") == "X"
+    }
     events = [
         (e["ts"], e["args"].get("Ev Idx", 0), e["tid"], e["args"]["Addr"], e["args"]["Bytes"])
         for e in trace
         if e.get("name") == "[memory]" and e["args"].get("Device Type") == device_type
     ]
     calls = [e for e in trace if e.get("ph") == "X" and e.get("name", "").startswith("aten::")]
-    return sorted(events), _kernels(calls), step["ts"], step["ts"] + step["dur"]
+    return sorted(events), _kernels(calls), ranges
 
 
 def _kernels(calls: list[dict]) -> dict[int, list[tuple[float, float]]]:

@@ -10,9 +10,11 @@ modelled (exact for the held tensors, by PyTorch's CUDA caching allocator's docu
 - `segment_size`: a request the cache cannot serve takes a new segment from the card: requests of
   up to 1 MiB a 2 MiB segment (the small pool), requests under 10 MiB a 20 MiB one, larger ones
   their size rounded up to 2 MiB (`reserved_lower_bound` packs the held tensors into segments);
-- the held tensors as the device stores them: parameters, buffers (a packed layer's indices
-  among them), gradients and the optimizer's state (one copy per `accounting.state_copies`), each
-  block rounded;
+- the held tensors as the device stores them, as the dry run's stepped trainer holds them:
+  parameters, buffers (a packed layer's indices among them), the gradients the step leaves (none
+  where a fused step applied and dropped them) and the optimizer's state as its step made it
+  (fp32 Adam moments of fp16 weights, 8-bit moments with their per-block scales), each block
+  rounded;
 - the optimizer step's multi-tensor temporaries: `foreach` SGD with weight decay and Adam(W)
   make one gradient-sized copy (a new list from `_foreach_add` / `_foreach_sqrt`), which lives
   while the activations are already freed, so the step's peak is the larger of the two;
@@ -196,15 +198,15 @@ def cuda_prediction(
     activation_bytes: int,
     capability: tuple[int, int],
 ) -> CudaPrediction:
-    """The allocator's view of a step of `model` (its parameters and buffers as the device holds
-    them; real or fake tensors) with `optimizer` and the dry run's activation peak."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    gradients = [accounting.tensor_bytes(p) for p in params]
-    copies = accounting.state_copies(optimizer)
+    """The allocator's view of a step of `model` (real or fake tensors) with the dry run's
+    activation peak: what `model` and `optimizer` hold after a step (parameters, buffers, the
+    gradients that exist, the optimizer's state tensors) as the device holds them."""
+    gradients = [accounting.tensor_bytes(p) for p in model.parameters() if p.requires_grad]
     held = [
         *map(accounting.tensor_bytes, model.parameters()),
         *map(accounting.tensor_bytes, model.buffers()),
-        *gradients * (1 + copies),
+        *(accounting.tensor_bytes(p.grad) for p in model.parameters() if p.grad is not None),
+        *map(accounting.tensor_bytes, accounting.state_tensors(optimizer)),
     ]
     held_bytes = sum(allocated_size(size) for size in held)
     temporary_bytes = foreach_temporary_copies(optimizer) * sum(map(allocated_size, gradients))
@@ -224,9 +226,7 @@ def cuda_prediction(
 def predict_cuda(config: TrialConfig, capability: tuple[int, int] = (9, 0)) -> CudaPrediction:
     """`cuda_prediction` of a config, from the profiler's cached dry run (no GPU needed)."""
     from .predict import dry_run, occasional_work, shape_key
-    from .synthetic import synthetic_task
 
     run = dry_run(shape_key(config))
-    optimizer = synthetic_task(config, torch.device("cpu")).build_optimizer(run.model)
     activation = run.activation(occasional_work(config))[0]
-    return cuda_prediction(run.model, optimizer, activation, capability)
+    return cuda_prediction(run.model, run.optimizer, activation, capability)

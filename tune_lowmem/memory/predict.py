@@ -90,6 +90,10 @@ class DryRun:
     object_bytes: int  # what the CPU heap holds beyond them at its peak (HEAP_BYTES_PER_STORAGE)
     flops_per_step: int
     measure_occasional: Callable[[], tuple[int, int]]  # run only when a trial that has it asks
+    input_bytes: int  # the step's minibatch on the device, held through the step
+    # an evaluation batch's input, its pass's peak beyond the weights and state (storage, heap
+    # objects); None when the task has no `evaluation_pass`
+    evaluation: tuple[int, int, int] | None
 
     @functools.cached_property
     def occasional(self) -> tuple[int, int]:
@@ -116,7 +120,8 @@ def parts(run: DryRun, layout: str | None = None, occasional: bool = False) -> M
     """A dry run's memory by part, compressed weights as held or counted in `layout`
     (`accounting.model_bytes`); `occasional`: the trial has occasional work
     (`DryRun.activation`). On the CPU the activation part has the heap's objects with it, as the
-    CPU measurement sees them."""
+    CPU measurement sees them. The run's peak (`run_peak`) holds the weights as they are held,
+    whatever `layout` counts."""
     return MemoryReport(
         model_bytes=accounting.model_bytes(run.model, layout),
         optimizer_bytes=accounting.held_gradient_bytes(run.model)
@@ -124,7 +129,30 @@ def parts(run: DryRun, layout: str | None = None, occasional: bool = False) -> M
         activation_bytes=sum(run.activation(occasional)),
         flops_per_step=run.flops_per_step,
         source="predicted",
+        run_peak_bytes=sum(run_peak(run, occasional)),
     )
+
+
+def run_peak(run: DryRun, occasional: bool) -> tuple[int, int]:
+    """The most bytes the run holds at once, as (tensor storage, the CPU heap's objects then):
+    its peak step (weights, gradients, optimizer state, the step's or its occasional work's
+    activations, and the minibatch it trains on) or an evaluation (the weights, buffers and
+    optimizer state, the evaluation batch and its pass's peak; `Trainer.run` drops the gradients
+    first). A checkpoint adds nothing (`Trainer.save` moves one storage at a time to the host)."""
+    held = accounting.model_bytes(run.model) + accounting.state_bytes(run.model, run.optimizer)
+    activation, objects = run.activation(occasional)
+    gradients = accounting.held_gradient_bytes(run.model)
+    training = (held + gradients + activation + run.input_bytes, objects)
+    if run.evaluation is None:
+        return training
+    batch, storage, eval_objects = run.evaluation
+    return max(training, (held + batch + storage, eval_objects), key=sum)
+
+
+def run_peak_objects(config: TrialConfig, lengths: tuple[int, int] | None = None) -> int:
+    """What `predict`'s run peak counts beyond tensor storage: the CPU heap's objects then."""
+    lengths = None if lengths is None else tuple(lengths)
+    return run_peak(dry_run(shape_key(config, lengths), lengths), occasional_work(config))[1]
 
 
 def occasional_work(config: TrialConfig) -> bool:
@@ -197,7 +225,40 @@ def dry_run(key: TrialConfig, lengths: tuple[int, int] | None = None) -> DryRun:
     step = _peak(tracker, _held(model, optimizer), heap)
     with_grad = {name for name, param in model.named_parameters() if param.grad is not None}
     occasional = functools.partial(occasional_peak, key, lengths, with_grad, heap)
-    return DryRun(model, optimizer, *step, sum(flops[s] for s in shapes), occasional)
+    evaluation = evaluation_peak(task, model, optimizer, precision, fake_mode, heap)
+    input_bytes = _storage_bytes(batch_tensors(batch))
+    flops_per_step = sum(flops[s] for s in shapes)
+    return DryRun(model, optimizer, *step, flops_per_step, occasional, input_bytes, evaluation)
+
+
+def evaluation_peak(
+    task, model: nn.Module, optimizer, precision, fake_mode: FakeTensorMode, heap_bytes: int
+) -> tuple[int, int, int] | None:
+    """One `Task.evaluation_pass` on a fake batch of evaluation's shape, in eval mode under
+    no_grad as `Trainer.run` evaluates: the batch's bytes, and the pass's peak beyond the
+    weights, buffers and optimizer state (storage, heap objects at `heap_bytes` a storage)."""
+    real = task.synthetic_evaluation_batch(torch.Generator().manual_seed(0))
+    held = _held(model, optimizer)
+    model.eval()
+    try:
+        with fake_mode:
+            batch = map_tensors(fake_mode.from_tensor, real)
+            existing = [*held, *batch_tensors(batch)]
+            with StorageTracker(existing) as tracker, torch.no_grad():
+                with precision.forward_context():
+                    result = task.evaluation_pass(model, batch)
+                evaluates, result = result is not None, None
+    finally:
+        model.train()
+    if not evaluates:
+        return None
+    return (_storage_bytes(batch_tensors(real)), *_peak(tracker, held, heap_bytes))
+
+
+def _storage_bytes(tensors: list[torch.Tensor]) -> int:
+    """The bytes of the distinct storages under `tensors`."""
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
+    return sum(storages.values())
 
 
 def occasional_peak(

@@ -33,6 +33,9 @@ class MemoryReport:
     # measured only: the most bytes PyTorch held at once during the step, everything included and
     # dense as stored (masked sparse weights take their full size), the allocator's own view
     peak_bytes: int | None = None
+    # the run's peak: the most bytes live at once over training steps, occasional work and
+    # evaluation, inputs included (predicted: `predict.run_peak`; measured: the allocator's)
+    run_peak_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if self.source not in SOURCES:
@@ -62,6 +65,8 @@ class MemoryReport:
         values.update(flops_per_step=self.flops_per_step, source=self.source)
         if self.peak_bytes is not None:
             values[f"{self.source}_peak_mb"] = self.peak_bytes / MB
+        if self.run_peak_bytes is not None:
+            values[f"{self.source}_run_peak_mb"] = self.run_peak_bytes / MB
         return values
 
 

@@ -4,7 +4,8 @@ Ray's fractional GPUs are a scheduling hint, not a limit: nothing stops a trial 
 whole card. So the share is sized and enforced by the same rule:
 
 - the share `gpu: auto` asks for holds the CUDA context (`CUDA_CONTEXT_MB`, outside the caching
-  allocator) plus the larger of the predicted memory and the allocator's view of the step
+  allocator) plus the larger of the predicted run's peak (steps, evaluation, inputs) and the
+  allocator's view of the step
   (`cuda.predict_cuda`), with `ALLOCATOR_MARGIN` on top (what neither models: cuDNN workspaces,
   fragmentation), rounded up to 1% of the card;
 - a trial given a share below one card limits its caching allocator to that share less the
@@ -55,7 +56,7 @@ def trial_share(resources: Request, config: TrialConfig) -> float:
     if resources.gpu != "auto":
         return float(resources.gpu)
     allocated_mb = predict_cuda(config).allocated_bytes / MB  # the largest workspace: any card
-    return resources.gpu_share(predict(config).total_mb, allocated_mb)
+    return resources.gpu_share(predict(config).run_peak_bytes / MB, allocated_mb)  # evaluation too
 
 
 def memory_fraction(share: float, device_memory_mb: float) -> float | None:

@@ -42,10 +42,10 @@ writes), `read` (tolerant reads, old stores), `compaction` (merging as a sweep g
 below are the store's interface; import them from here.
 """
 
+from ..results import CUDA_PEAK_COLUMNS
 from .compaction import COMPACT_CHUNK, COMPACT_MAX_PARTS, COMPACT_MIN_FILES, compact
 from .read import config_values, list_sweeps, read_epochs, read_trials, trial_config, trial_ids
 from .records import (
-    CUDA_PEAK_COLUMNS,
     EPOCHS,
     MEMORY_COLUMNS,
     MODELS,

@@ -17,7 +17,14 @@ import numpy as np
 import pyarrow as pa
 
 from ..config import ConfigError, older_store_values
-from ..results import CUDA_PEAK_COLUMNS
+from ..results import (
+    CUDA_PEAK_METRICS,
+    FLOPS_METRIC,
+    MEASURED_METRICS,
+    PAPER_CSR_METRIC,
+    PREDICTED_METRICS,
+    STORED_METRICS,
+)
 
 SCHEMA_VERSION = 1
 
@@ -25,22 +32,19 @@ SCHEMA_VERSION = 1
 STATUSES = ("completed", "failed", "infeasible", "stopped")  # stopped: by early stopping
 
 
-# A CUDA trial's peaks as its caching allocator saw them: live tensors, and what it reserved.
-
-
+# The memory columns, without their `memory.` prefix: every memory metric `results` names (the
+# predicted and measured parts and run peaks, the stored totals, the paper's CSR accounting, a
+# CUDA trial's allocator peaks) in MB, and the FLOPs of a step; a column newer than a store's
+# older rows reads empty there.
 MEMORY_COLUMNS: dict[str, pa.DataType] = {
-    **{
-        f"{kind}_{part}_mb": pa.float64()
-        for kind in ("predicted", "measured")
-        for part in ("model", "optimizer", "activation", "total")
-    },
-    # What the masked step holds (sparse weights dense, with masks), beside the accounted totals
-    # above (sparse weights as CSR); empty in rows of stores written before them
-    **{f"{kind}_stored_total_mb": pa.float64() for kind in ("predicted", "measured")},
-    # the prediction with sparse weights as CSR, the paper's accounting (empty in older stores)
-    "paper_csr_total_mb": pa.float64(),
-    "flops_per_step": pa.int64(),
-    **dict.fromkeys(CUDA_PEAK_COLUMNS, pa.float64()),
+    column.removeprefix("memory."): pa.int64() if column == FLOPS_METRIC else pa.float64()
+    for column in (
+        *PREDICTED_METRICS,
+        *MEASURED_METRICS,
+        *STORED_METRICS,
+        PAPER_CSR_METRIC,
+        *CUDA_PEAK_METRICS,
+    )
 }
 
 

@@ -176,6 +176,16 @@ class Task:
         """Validation (and, when `final`, test) metrics; the model is in eval mode."""
         raise NotImplementedError
 
+    def evaluation_pass(self, model: nn.Module, batch: Any) -> Any:
+        """What `evaluate` computes on one batch (the model in eval mode, under no_grad), which
+        the profiler runs on fake tensors for the run's peak; None when the task has none."""
+        return None
+
+    def synthetic_evaluation_batch(self, generator: torch.Generator) -> Any:
+        """A batch of evaluation's largest shape with random values, for the profiler: by
+        default a training minibatch (a task that evaluates at another batch says which)."""
+        return self.synthetic_batch(generator)
+
     # ---- what the techniques ask ------------------------------------------------------------
 
     def sparse_parameter_names(self, model: nn.Module) -> list[str]:

@@ -22,9 +22,18 @@ from ..data import cifar10
 from ..models.wideresnet import BasicBlock, WideResNet, WideResNetConfig
 from ..techniques import microbatch
 from ..techniques.base import EVERY
-from ..validation import fraction, nonnegative_float, positive_float, positive_int, require
+from ..validation import (
+    checked,
+    fraction,
+    is_int,
+    nonnegative_float,
+    positive_float,
+    positive_int,
+    require,
+)
 from .base import Metric, Task
 
+AUTO = "auto"
 CLASSIFICATION_METRICS = {
     "val_accuracy": Metric("maximize", 0.0, 1.0, "top-1 accuracy on the validation split"),
     "val_loss": Metric("minimize", 0.0, None, "cross entropy per image, validation split"),
@@ -46,12 +55,25 @@ class StepScheduleConfig:
     weight_decay: float = 5e-4
     gamma: float = 0.2
     milestones: tuple[float, ...] = (0.3, 0.6, 0.8)  # epochs 60, 120, 160 of 200
-    eval_batch_size: int = 500
+    # images per evaluation batch; None (`auto` in YAML): the training microbatch, whose
+    # evaluation holds less than its training step (`Cifar10Classification.eval_batch`)
+    eval_batch_size: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.eval_batch_size == AUTO:
+            object.__setattr__(self, "eval_batch_size", None)
 
     def validate(self, prefix: str) -> None:
         positive_int(self.epochs, f"{prefix}.epochs")
         positive_int(self.batch_size, f"{prefix}.batch_size")
-        positive_int(self.eval_batch_size, f"{prefix}.eval_batch_size")
+        checked(
+            self.eval_batch_size,
+            self.eval_batch_size is None
+            or is_int(self.eval_batch_size)
+            and self.eval_batch_size > 0,
+            f"{prefix}.eval_batch_size",
+            f"a positive integer or {AUTO} is required",
+        )
         positive_float(self.lr, f"{prefix}.lr")
         positive_float(self.lr_multiplier, f"{prefix}.lr_multiplier")
         fraction(self.momentum, f"{prefix}.momentum", open_low=False)
@@ -82,6 +104,7 @@ class Cifar10Classification(Task):
     """CIFAR-10 under the step schedule; subclasses say which model."""
 
     SCHEDULE_CONFIG = StepScheduleConfig
+    SHAPE_FIELDS = ("batch_size", "eval_batch_size")
     METRICS = CLASSIFICATION_METRICS
     MICROBATCH_MODES = ("true", "simulated")
     OPTIMIZER = torch.optim.SGD
@@ -161,18 +184,42 @@ class Cifar10Classification(Task):
     def normaliser(self, batch) -> float:
         return float(batch[1].shape[0])
 
+    def eval_batch(self) -> int:
+        """Images per evaluation batch: `schedule.eval_batch_size`, or when it is auto the
+        training microbatch. A forward pass under no_grad keeps at most a layer's input and output
+        where the training forward at the same batch saved every layer's for its backward, so
+        evaluation at that batch fits under the training step's peak."""
+        schedule = self.config.schedule
+        return schedule.eval_batch_size or self.config.microbatch.size or schedule.batch_size
+
+    def synthetic_evaluation_batch(self, generator: torch.Generator):
+        images = torch.randn(self.eval_batch(), *self.IMAGE_SHAPE, generator=generator)
+        labels = torch.randint(
+            0, self.config.model.num_classes, images.shape[:1], generator=generator
+        )
+        return images.to(self.device), labels.to(self.device)
+
+    def evaluation_pass(self, model: nn.Module, batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """The batch's summed cross entropy and count of correct top-1 predictions."""
+        images, labels = batch
+        logits = model(images).float()
+        loss = F.cross_entropy(logits, labels, reduction="sum")
+        return loss, (logits.argmax(1) == labels).sum()
+
     @torch.no_grad()
     def evaluate(self, model: nn.Module, final: bool) -> dict[str, float]:
+        """Per-image sums over the batches: the same metrics at any `eval_batch`, within float
+        reassociation (a convolution's kernel may sum another way at another batch)."""
         metrics = {}
         splits = {"val": self.data.val, "test": self.data.test}
         for name, split in splits.items():
             if split is None:
                 continue
             correct, loss, total = 0, 0.0, 0
-            for images, labels in cifar10.eval_batches(split, self.config.schedule.eval_batch_size):
-                logits = model(images).float()
-                loss += float(F.cross_entropy(logits, labels, reduction="sum"))
-                correct += int((logits.argmax(1) == labels).sum())
+            for images, labels in cifar10.eval_batches(split, self.eval_batch()):
+                batch_loss, batch_correct = self.evaluation_pass(model, (images, labels))
+                loss += float(batch_loss)
+                correct += int(batch_correct)
                 total += int(labels.shape[0])
             metrics[f"{name}_accuracy"] = correct / total
             metrics[f"{name}_loss"] = loss / total

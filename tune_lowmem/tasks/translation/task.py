@@ -283,10 +283,7 @@ class DynamicConvIwslt14(Task):
             loss, nll, tokens = 0.0, 0.0, 0
             for ids in iwslt14.batches_by_tokens(split, self.config.schedule.max_tokens, seed=0):
                 batch = iwslt14.collate(split, ids).to(self.device)
-                logits = model(batch.src_tokens, batch.prev_output_tokens)
-                batch_loss, batch_nll = iwslt14.label_smoothed_nll_loss(
-                    logits, batch.target, self.config.schedule.label_smoothing
-                )
+                batch_loss, batch_nll = self.evaluation_pass(model, batch)
                 loss, nll, tokens = (
                     loss + float(batch_loss),
                     nll + float(batch_nll),
@@ -299,6 +296,14 @@ class DynamicConvIwslt14(Task):
             if final:
                 metrics.update(self.bleu(model, split, name))
         return metrics
+
+    def evaluation_pass(self, model: nn.Module, batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """A token batch's summed label-smoothed loss and NLL, teacher forced (the validation
+        loss; BLEU's beam search at the end of training is not this pass)."""
+        logits = model(batch.src_tokens, batch.prev_output_tokens)
+        return iwslt14.label_smoothed_nll_loss(
+            logits, batch.target, self.config.schedule.label_smoothing
+        )
 
     def bleu(self, model: nn.Module, split: iwslt14.ParallelText, name: str) -> dict[str, float]:
         """`<name>_bleu`, tokenised BLEU as the paper reports it, and `<name>_sacrebleu`,
