@@ -27,7 +27,8 @@ import optuna
 from tune_lowmem.memory.predict import predict
 from tune_lowmem.pareto import hypervolume, hypervolume_history
 from tune_lowmem.search.samplers import build_sampler
-from tune_lowmem.space import CONSTRAINT, SearchSpace
+from tune_lowmem.search.searcher import CONSTRAINT
+from tune_lowmem.space import SearchSpace
 from tune_lowmem.train import Trainer
 
 RESULTS = Path(__file__).parent / "results"

@@ -9,14 +9,8 @@ import pytest
 
 from tune_lowmem.config import ConfigError
 from tune_lowmem.search import replay
-from tune_lowmem.search.known_memory import (
-    KnownMemorySampler,
-    expected_improvement,
-    front_points,
-    memory_key,
-    profiler_memory,
-)
-from tune_lowmem.search.samplers import build_sampler
+from tune_lowmem.search.known_memory import KnownMemorySampler, expected_improvement, front_points
+from tune_lowmem.search.samplers import build_sampler, memory_key, profiler_memory
 from tune_lowmem.search.scheduler import STOPPED_POINTS
 from tune_lowmem.space import SearchSpace
 
@@ -181,13 +175,15 @@ def test_it_finds_the_front_on_a_recorded_grid_faster_than_random():
     assert known < random
 
 
-def test_the_space_refuses_it_without_a_predicted_memory_objective():
-    with pytest.raises(ConfigError, match="objectives: sampler known-memory needs two objectives"):
-        build_sampler(
-            table_space(
-                objectives={"val_accuracy": "maximize", "memory.measured_total_mb": "minimize"}
-            )[0]
-        )
+def test_the_space_refuses_it_without_one_predicted_memory_and_one_other_objective():
+    """Its declared need (a known memory) refuses a space the profiler predicts no objective of;
+    the sampler itself refuses any but two objectives."""
+    measured = {"val_accuracy": "maximize", "memory.measured_total_mb": "minimize"}
+    with pytest.raises(ConfigError, match="^objectives: sampler known-memory needs an objective"):
+        build_sampler(table_space(objectives=measured)[0])
+    both = {"memory.predicted_total_mb": "minimize", "memory.predicted_activation_mb": "minimize"}
+    with pytest.raises(ConfigError, match="^objectives: sampler known-memory needs two objectives"):
+        build_sampler(table_space(objectives=both)[0])
     with pytest.raises(ConfigError, match="sampler_options.population_size: not an option"):
         build_sampler(table_space(sampler_options={"population_size": 4})[0])
 
@@ -276,11 +272,10 @@ def test_memory_predicted_once_per_shape_chooses_as_predicting_every_point():
             "num_samples": 6,
         }
     )
-    objective = "memory.predicted_total_mb"
-    cached = profiler_memory(space, objective)
+    cached = profiler_memory(space)  # of its objective memory.predicted_total_mb
 
     def uncached(params):  # a fresh cache for every point: a prediction per point
-        return profiler_memory(space, objective)(params)
+        return profiler_memory(space)(params)
 
     base = {"precision": "bf16", "checkpoint": "none", "sparsity.density": 0.5}
     points = [

@@ -14,12 +14,13 @@ from optuna.trial import TrialState
 from ray.tune.schedulers import TrialScheduler
 
 from tune_lowmem.config import ConfigError
+from tune_lowmem.scheduler_settings import SCHEDULERS, SchedulerSettings
 from tune_lowmem.search import place, replay
 from tune_lowmem.search.hv_stopping import HypervolumeStopping
 from tune_lowmem.search.margin_stopping import MarginStopping
 from tune_lowmem.search.scheduler import RECORD, STOPPED_POINTS, MultiObjectiveASHA, projected
 from tune_lowmem.search.stopping import RULES, build_scheduler
-from tune_lowmem.space import SCHEDULERS, SchedulerSettings, SearchSpace
+from tune_lowmem.space import SearchSpace
 
 OBJECTIVES = {"val_accuracy": "maximize", "memory.predicted_total_mb": "minimize"}
 STOP, GO = TrialScheduler.STOP, TrialScheduler.CONTINUE

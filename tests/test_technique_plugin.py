@@ -17,9 +17,11 @@ import yaml
 from tune_lowmem import store
 from tune_lowmem.config import ConfigError, TrialConfig
 from tune_lowmem.memory.predict import predict
-from tune_lowmem.plugins import techniques
+from tune_lowmem.plugins import TECHNIQUE_GROUP, techniques
 from tune_lowmem.search.exact import SAME_TRAINING, training_key
 from tune_lowmem.train import Trainer
+
+from .plugin_install import install
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = str(Path(sys.executable).with_name("tune-lowmem"))
@@ -28,24 +30,13 @@ TINY_TASK = "tests.tiny_task:TinyBlobs"
 DEEP = {"model.blocks": 8, "model.hidden": 64, "schedule.batch_size": 1024, "data.train": 2048}
 
 
-def install(folder: Path) -> Path:
-    """What `pip install` of a package declaring the technique leaves on the path: its dist-info
-    with the entry point (the module itself is tests/int8_activations.py, importable from ROOT)."""
-    info = folder / "int8_activations_plugin-0.1.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: int8-activations-plugin\nVersion: 0.1\n"
-    )
-    (info / "entry_points.txt").write_text(
-        "[tune_lowmem.techniques]\nint8_activations = tests.int8_activations:Int8Activations\n"
-    )
-    return folder
-
-
 @pytest.fixture
 def installed(tmp_path, monkeypatch):
-    monkeypatch.syspath_prepend(str(install(tmp_path / "site")))
-    return tmp_path / "site"
+    """A package that registers tests/int8_activations.py, installed on the path."""
+    entries = {"int8_activations": "tests.int8_activations:Int8Activations"}
+    site = install(tmp_path / "site", "int8-activations-plugin", TECHNIQUE_GROUP, entries)
+    monkeypatch.syspath_prepend(str(site))
+    return site
 
 
 def test_the_package_names_no_plugin_technique():

@@ -1,6 +1,5 @@
-"""The registry of plug-ins, tasks and techniques: a built-in table, then installed packages'
-entry points, as timm's registry maps model names to builders; and the table of samplers a
-search space names.
+"""The registry of plug-ins, tasks, techniques and samplers: a built-in table, then installed
+packages' entry points, as timm's registry maps model names to builders.
 
 A task is named in three ways, tried in this order: a built-in name (`BUILTIN_TASKS`); a name
 another installed package registers under the ``tune_lowmem.tasks`` entry-point group
@@ -15,8 +14,10 @@ model's forward, sparsity masks the fp32 weights, and precision casts the storag
 state format sets how the optimizer keeps its moments before the fused step, last too, takes
 over the optimizer's updates; plug-ins follow, by name.
 
-A space's sampler is named in `SAMPLERS` (Optuna's, and the project's own known-memory sampler);
-`search.samplers` builds it.
+A space's sampler is named the same way as a technique: a built-in name (`SAMPLERS`:
+Optuna's samplers and the project's own), then those installed packages register under the
+``tune_lowmem.samplers`` group, each an Optuna sampler class that declares what it needs
+(`search.samplers`, which builds it).
 
 What is installed is read from the import path each time the path changes, so a package placed
 on ``sys.path`` is seen without a restart. A plug-in's class is imported only when first asked
@@ -202,17 +203,41 @@ def _technique_settings(
 
 # ---- samplers --------------------------------------------------------------------------------
 
-SAMPLERS = {  # the sampler names of a search space, and the classes they build
+DEFAULT_SAMPLER = "nsga2"
+SAMPLERS = {  # the built-in sampler names of a search space, and the classes they build
     "nsga2": "optuna.samplers:NSGAIISampler",
     "tpe": "optuna.samplers:TPESampler",
     "gp": "optuna.samplers:GPSampler",
     "random": "optuna.samplers:RandomSampler",
-    "grid": "optuna.samplers:GridSampler",
+    "grid": "tune_lowmem.search.samplers:GridSampler",
     # the project's own: accuracy learned, memory asked of the profiler (search/known_memory.py)
     "known-memory": "tune_lowmem.search.known_memory:KnownMemorySampler",
 }
+SAMPLER_GROUP = "tune_lowmem.samplers"
 
 
-def sampler_class(name: str) -> type:
-    """The class a sampler name builds, imported when a space first needs it."""
-    return load(SAMPLERS[name], "sampler")
+def sampler_names() -> list[str]:
+    """Built-in sampler names, then those of installed packages' entry points."""
+    plugins = entry_points(SAMPLER_GROUP)
+    return [*SAMPLERS, *sorted(set(plugins) - set(SAMPLERS))]
+
+
+def get_sampler(name: object) -> type:
+    """The Optuna sampler class `name` builds, imported when a space first needs it;
+    `ConfigError` on the field ``sampler`` when no sampler has that name."""
+    target = isinstance(name, str) and (SAMPLERS.get(name) or entry_points(SAMPLER_GROUP).get(name))
+    if not target:
+        raise ConfigError(
+            "sampler", f"{name!r} is not allowed; allowed: {', '.join(sampler_names())}"
+        )
+    sampler = load(target, "sampler")
+    from optuna.samplers import BaseSampler  # every sampler class imports Optuna anyway
+
+    if not (isinstance(sampler, type) and issubclass(sampler, BaseSampler)):
+        raise ConfigError("sampler", f"{name!r} is {sampler!r}, not an Optuna sampler class")
+    return sampler
+
+
+def sampler_needs(sampler: type) -> tuple[str, ...]:
+    """What a sampler class declares it is built with (its `NEEDS`; none for Optuna's own)."""
+    return tuple(getattr(sampler, "NEEDS", ()))

@@ -8,11 +8,12 @@ mistake raises `ConfigError` naming the field, e.g.
 ``params.sparsity.density.low: 0 is not allowed; loguniform needs low > 0``.
 
 Each key's own check and default stand in one table (`_SPACE_FIELDS`; a param's keys in
-`_PARAM_FIELDS`, the sections' in `_RESOURCE_FIELDS` and `_SCHEDULER_FIELDS`), read in one call;
-`SearchSpace.from_dict` then checks what a key must be beside the others, in this file's order:
-what the distributions alone decide, then the base config and what needs its fields, and last
-the costly proofs over the configs the sweep can run, each built once (each param value valid, a
-validation split where one is needed, each technique's own knobs).
+`_PARAM_FIELDS`, the resources' in `_RESOURCE_FIELDS`, the scheduler's in `scheduler_settings`),
+read in one call; `SearchSpace.from_dict` then checks what a key must be beside the others, in
+this file's order: what the distributions alone decide (conditions, what the sampler needs of
+them), then the base config and what needs its fields, and last the costly proofs over the
+configs the sweep can run, each built once (each param value valid, a validation split where
+one is needed, each technique's own knobs).
 
 The schema (see search_spaces/quickstart.yaml for a full example)::
 
@@ -28,10 +29,10 @@ The schema (see search_spaces/quickstart.yaml for a full example)::
       sparsity.period_multiplier: "sparsity.density < 1"   # else it keeps its base value
     objectives: {val_accuracy: maximize, memory.predicted_total_mb: minimize}
     memory_budget_mb: 50               # optional: points predicted above it are never trained
-    sampler: nsga2                     # nsga2 | tpe | gp | random | grid (choice params only) | known-memory
+    sampler: nsga2                     # nsga2 | tpe | gp | random | grid (choice params only) | known-memory | a plug-in's
     sampler_options: {population_size: 8}   # optional keyword arguments of the Optuna sampler
     sampler_seed: 0
-    num_samples: 12                    # points to evaluate (grid: at most the grid's size, default all)
+    num_samples: 12                    # points to evaluate (a grid's sampler: at most the grid's size, default all)
     seeds_per_point: 1                 # each feasible point trains with seeds 0..k-1
     resources: {cpu: 1, gpu: 0}        # per trial; gpu: auto sizes a GPU share from predicted memory
     max_concurrent: 2                  # optional cap on trials running at once
@@ -52,13 +53,15 @@ from pathlib import Path
 from typing import Any
 
 from .config import ConfigError, TrialConfig
-from .plugins import SAMPLERS, techniques
+from .plugins import DEFAULT_SAMPLER, get_sampler, sampler_needs, techniques
 from .results import (
     DIRECTIONS,
     LEGACY_METRICS,
     MEASURED_METRICS,
     PREDICTED_METRICS,
 )
+from .scheduler_settings import FIELDS as SCHEDULER_FIELDS
+from .scheduler_settings import SchedulerSettings, scheduler_settings
 from .store import check_name
 from .validation import (
     Field,
@@ -81,7 +84,6 @@ from .yaml_loading import load_file, load_text
 
 PARAM_TYPES = ("uniform", "loguniform", "int", "choice")
 UNKNOWN_WORST = 1e9  # what a never-trained point is told for a metric without bounds
-CONSTRAINT = "memory_over_budget_mb"  # Optuna constraint: predicted MB - budget, > 0 is infeasible
 
 _NOT_SEARCHABLE = {
     "task": "the task fixes the model and schedule sections; set it in base",
@@ -99,7 +101,6 @@ _OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
 }
 _CONDITION = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(<=|>=|==|!=|<|>|not in|in)\s*(.+?)\s*$")
 _GRID_LIMIT = 1_000_000
-SCHEDULERS = ("mo-asha", "hypervolume", "margin")  # `search.stopping.RULES`
 _PROBE_COMBINATIONS = 256  # other params' probe values tried before a value is declared impossible
 
 
@@ -190,35 +191,6 @@ class Resources:
 
 
 @dataclass(frozen=True)
-class SchedulerSettings:
-    """The ``scheduler`` section (early stopping): rungs at grace_epochs * reduction_factor**k
-    epochs, below max_epochs (the base's schedule.epochs); at each, the rule `type` names
-    (`search.stopping`) stops trials: ``mo-asha`` by Pareto rank, ``hypervolume`` when a
-    finished trial dominates its optimistic final values, ``margin`` when a trial at the rung of
-    no more memory leads it by more than finished curves ever closed."""
-
-    type: str = "mo-asha"
-    grace_epochs: int = 1
-    reduction_factor: float = 3.0
-    max_epochs: int = 1
-
-    def rungs(self) -> list[int]:
-        rungs, rung = [], float(self.grace_epochs)
-        while rung < self.max_epochs:
-            if not rungs or round(rung) > rungs[-1]:
-                rungs.append(round(rung))
-            rung *= self.reduction_factor
-        return rungs
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "type": self.type,
-            "grace_epochs": self.grace_epochs,
-            "reduction_factor": self.reduction_factor,
-        }
-
-
-@dataclass(frozen=True)
 class SearchSpace:
     """A validated search space; `from_dict(space.to_dict())` gives it back."""
 
@@ -230,7 +202,7 @@ class SearchSpace:
     description: str = ""
     conditions: dict[str, Condition] = field(default_factory=dict)  # child param -> condition
     memory_budget_mb: float | None = None
-    sampler: str = "nsga2"
+    sampler: str = DEFAULT_SAMPLER
     sampler_options: dict[str, Any] = field(default_factory=dict)
     sampler_seed: int | None = 0
     seeds_per_point: int = 1
@@ -266,17 +238,14 @@ class SearchSpace:
         values = read_section(raw, _SPACE_FIELDS, "")
         distributions = tuple(values["params"].values())
         conditions = _conditions(values["conditions"], distributions)
-        sampler = raw.get("sampler", "nsga2")
-        require(
-            isinstance(sampler, str) and sampler in SAMPLERS,
-            "sampler",
-            f"{sampler!r} is not allowed; allowed: {', '.join(SAMPLERS)}",
-        )
-        num_samples = _num_samples(values["num_samples"], sampler, distributions, conditions)
+        sampler = values["sampler"]
+        grid = "grid" in sampler_needs(get_sampler(sampler))  # what it declares it needs
+        num_samples = _num_samples(values["num_samples"], sampler, grid, distributions, conditions)
         base = _base(values["base"])
         objectives = _objectives(values["objectives"], base["task"])
         resources = _resources(values["resources"], base)
-        scheduler = _scheduler(values["scheduler"], base, distributions)
+        searched = {p.name for p in distributions}
+        scheduler = scheduler_settings(values["scheduler"], base, searched)
         params = _params(values["params"], base)
         _proofs(params, base, objectives)
         return cls(
@@ -286,7 +255,6 @@ class SearchSpace:
                 "params": params,
                 "conditions": conditions,
                 "objectives": objectives,
-                "sampler": sampler,
                 "num_samples": num_samples,
                 "resources": resources,
                 "scheduler": scheduler,
@@ -368,10 +336,6 @@ def _megabytes(value: Any, field_name: str) -> float | None:
     )
 
 
-def _reduction_factor(value: Any, field_name: str) -> float:
-    return float(checked(value, is_number(value) and value > 1, field_name, "a number > 1"))
-
-
 def _choice_values(values: Any, field_name: str) -> tuple:
     """A choice param's values: a non-empty list of distinct finite scalars."""
     require(
@@ -417,12 +381,14 @@ def _range_fields(
     return {"low": ends, "high": ends, **({"step": Field(step)} if stepped else {})}
 
 
+def _sampler(value: Any, field_name: str) -> str:
+    """A registered sampler's name (`plugins.get_sampler`: a built-in one or an entry point's)."""
+    get_sampler(value)
+    return value
+
+
 def _optional_seed(value: Any, field_name: str) -> int | None:
     return numpy_seed(value, field_name, optional=True)
-
-
-def _scheduler_type(value: Any, field_name: str) -> str:
-    return choice(value, SCHEDULERS, field_name)
 
 
 def _param_specs(raw: Any, field_name: str) -> dict[str, Param]:
@@ -479,11 +445,6 @@ _RESOURCE_FIELDS = {
     "gpu": Field(_gpu, 0),
     "gpu_memory_mb": Field(_megabytes),  # required with gpu: auto (`_resources`)
 }
-_SCHEDULER_FIELDS = {
-    "type": Field(_scheduler_type),
-    "grace_epochs": Field(positive_int, 1),
-    "reduction_factor": Field(_reduction_factor, 3),
-}
 _SPACE_FIELDS = {  # the file's top level; what needs other keys is checked in `from_dict`
     "name": Field(check_name, required="required"),
     "description": Field(_text, "", blank_is_default=True),
@@ -492,7 +453,7 @@ _SPACE_FIELDS = {  # the file's top level; what needs other keys is checked in `
     "conditions": Field(mapping, {}, blank_is_default=True),
     "objectives": Field(mapping, required="required"),
     "memory_budget_mb": Field(optional_positive_float),
-    "sampler": Field(),  # one of the samplers, checked in `from_dict`
+    "sampler": Field(_sampler, DEFAULT_SAMPLER),
     "sampler_options": Field(mapping, {}, blank_is_default=True),
     "sampler_seed": Field(_optional_seed, 0),
     "num_samples": Field(optional_positive_int),  # required unless the grid gives it
@@ -501,7 +462,7 @@ _SPACE_FIELDS = {  # the file's top level; what needs other keys is checked in `
     "max_concurrent": Field(optional_positive_int),
     "max_failures": Field(nonnegative_int, 1),
     "resume_checkpoint_s": Field(nonnegative_float, 10.0),
-    "scheduler": Field(section(_SCHEDULER_FIELDS, optional=True)),
+    "scheduler": Field(section(SCHEDULER_FIELDS, optional=True)),
 }
 
 
@@ -570,22 +531,23 @@ def _describe_values(param: Param) -> str:
 
 
 def _num_samples(
-    value: int | None, sampler: str, params: tuple[Param, ...], conditions: Mapping
+    value: int | None, sampler: str, grid: bool, params: tuple[Param, ...], conditions: Mapping
 ) -> int:
-    """The points to evaluate: given, or (grid) at most the grid's size, all of it when absent."""
-    if sampler != "grid":
+    """The points to evaluate: given, or, for a sampler of the `grid`, at most the grid's size,
+    all of it when absent."""
+    if not grid:
         require(value is not None, "num_samples", f"required for sampler {sampler}")
         return value
     for param in params:
         require(
             param.kind == "choice",
             f"params.{param.name}",
-            f"type {param.kind} is not allowed with sampler grid; allowed: choice",
+            f"type {param.kind} is not allowed with sampler {sampler}; allowed: choice",
         )
     require(
         not conditions,
         "conditions",
-        "not allowed with sampler grid (every grid point sets every param)",
+        f"not allowed with sampler {sampler} (every grid point sets every param)",
     )
     size = math.prod(len(p.values) for p in params)
     require(
@@ -666,27 +628,6 @@ def _resources(values: dict[str, Any], base: Mapping[str, Any]) -> Resources:
             "ask for one (gpu > 0 or auto) or set base device to auto or cpu",
         )
     return Resources(**values)
-
-
-def _scheduler(
-    values: dict[str, Any] | None, base: dict[str, Any], params: tuple[Param, ...]
-) -> SchedulerSettings | None:
-    """Early stopping's settings; its rungs count epochs of the base's fixed schedule."""
-    if values is None:
-        return None
-    grace = values["grace_epochs"]
-    epochs = base.get("schedule.epochs")
-    require(
-        is_int(epochs) and "schedule.epochs" not in {p.name for p in params},
-        "scheduler",
-        "early stopping needs a fixed number of epochs: set schedule.epochs in base, unsearched",
-    )
-    require(
-        grace < epochs,
-        "scheduler.grace_epochs",
-        f"{grace} is not allowed; fewer than schedule.epochs ({epochs}) is required",
-    )
-    return SchedulerSettings(**values, max_epochs=epochs)
 
 
 def _params(specs: dict[str, Param], base: dict[str, Any]) -> tuple[Param, ...]:

@@ -23,8 +23,8 @@ steps, closed form under a Gaussian. Hypervolume is on log memory (savings are r
   memory a second Gaussian process (of the asked points' log memories, every param a feature)
   guesses, optimistically. Each is weighed at its guessed least-memory variant; the chosen one is
   proposed at its least-memory variant (so the asked points' variants, the second process's
-  data, are predicted already). The profiler's memory is kept per `memory_key` (its shape
-  key and whether the trial rewires), so points that differ in a learning rate share it.
+  data, are predicted already). The profiler's memory is kept per `samplers.memory_key` (its
+  shape key and whether the trial rewires), so points that differ in a learning rate share it.
 - Start: the first point is a random candidate; up to `n_startup_trials` told, each point is the
   one of `n_predicted` random candidates farthest in log memory from the points asked, since the
   front lies along it.
@@ -36,9 +36,10 @@ steps, closed form under a Gaussian. Hypervolume is on log memory (savings are r
 Both models are rebuilt from the study (the journal) at every ask, so a resumed sweep loses
 nothing: a sampler rebuilt on the study with the same seed chooses the same point (a cached
 memory is the memory predicted again, so caches change only the time an ask takes).
-`memory` maps a point's params to its known memory objective (None: infeasible or invalid); the
-default is the profiler's prediction through the searcher's screening; the replay benchmark
-passes the recorded table's predicted memory.
+It declares what it is built with (`NEEDS`, `search.samplers`): the space, and `memory`, which
+maps a point's params to its known memory objective (None: infeasible or invalid): in a sweep
+the profiler's prediction through the searcher's screening; in the replay benchmark the
+recorded table's predicted memory.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ import itertools
 import json
 import math
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
 
@@ -65,30 +66,28 @@ from optuna.trial import FrozenTrial, TrialState
 from scipy.special import ndtr
 
 from ..config import ConfigError
-from ..results import PREDICTED_METRICS, STORED_METRICS
 from ..space import Param, SearchSpace, worst_value
 from .exact import exact, training_key
 from .gaussian_process import GaussianProcess
+from .samplers import KNOWN, MemoryOf, known_objective
 from .scheduler import STOPPED_POINTS
-
-KNOWN = (*PREDICTED_METRICS, STORED_METRICS[0])  # objectives the profiler gives before training
-MemoryOf = Callable[[Mapping[str, Any]], float | None]
 
 
 class KnownMemorySampler(BaseSampler):
     """Expected hypervolume improvement over one learned objective and one known memory."""
 
+    NEEDS = ("space", "memory")  # built with the space and each point's known memory
+
     def __init__(
         self,
         space: SearchSpace,
+        memory: MemoryOf,
         seed: int | None = None,
         n_startup_trials: int = 4,
         n_candidates: int = 512,
         n_predicted: int = 4,
-        memory: MemoryOf | None = None,
     ):
-        known = [name for name in space.objectives if name in KNOWN]
-        if len(space.objectives) != 2 or len(known) != 1:
+        if len(space.objectives) != 2 or sum(name in KNOWN for name in space.objectives) != 1:
             raise ConfigError(
                 "objectives",
                 f"sampler known-memory needs two objectives, one of them a predicted memory "
@@ -99,11 +98,11 @@ class KnownMemorySampler(BaseSampler):
                 "n_startup_trials must be at least 0, n_candidates and n_predicted at least 1"
             )
         self.space, self.seed = space, seed
-        self.known = known[0]
+        self.known = known_objective(space)
         self.learned = next(name for name in space.objectives if name != self.known)
         self.n_startup_trials, self.n_candidates = n_startup_trials, n_candidates
         self.n_predicted = n_predicted
-        self.memory = memory or profiler_memory(space, self.known)
+        self.memory = memory
         self.rng = np.random.default_rng(seed)
         self.fallback = RandomSampler(seed=seed)
         self.cache: dict[str, float | None] = {}
@@ -480,42 +479,3 @@ def expected_improvement(
     z = (mean - heights) / std
     expected = (mean - heights) * ndtr(z) + std * np.exp(-0.5 * z**2) / np.sqrt(2.0 * np.pi)
     return np.sum(widths * expected, axis=1)
-
-
-def profiler_memory(space: SearchSpace, objective: str) -> MemoryOf:
-    """A point's memory objective from the profiler, through the searcher's own screening (so
-    the budget and invalid configs read as None, never as a memory), once per `memory_key`."""
-    known: dict[str, float | None] = {}
-
-    def memory(params: Mapping[str, Any]) -> float | None:
-        from ..trainable import memory_metrics
-        from .screening import screen
-
-        key = memory_key(space, params)
-        if key is not None and key in known:
-            return known[key]
-        screening = screen(space, params)
-        value = None
-        if screening.feasible:
-            predicted = memory_metrics(screening.predicted, None).get(objective)
-            value = None if predicted is None else float(predicted)
-        if key is not None:
-            known[key] = value
-        return value
-
-    return memory
-
-
-def memory_key(space: SearchSpace, params: Mapping[str, Any]) -> str | None:
-    """What a point's predicted memory depends on: the profiler's shape key (its dry run's
-    cache key: the model, the schedule's shape fields, each technique's `shape_settings`, which
-    also decide the sparse weights' nonzeros and layout) and whether the trial works between
-    steps (a rewiring). Points that differ only in a learning rate or a rewiring knob that keeps
-    rewiring share one. None: the config is not valid (the screening says why)."""
-    from ..memory.predict import occasional_work, shape_key
-
-    try:
-        config = space.trial_config(params)
-        return json.dumps([shape_key(config).to_flat(), occasional_work(config)], default=str)
-    except ConfigError:
-        return None

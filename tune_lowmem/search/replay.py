@@ -32,10 +32,10 @@ from ray.tune.schedulers import TrialScheduler
 from ray.tune.search import Searcher
 
 from .. import pareto
+from ..plugins import sampler_needs
 from ..results import MEMORY_OBJECTIVE
 from ..space import SearchSpace
 from . import place
-from .known_memory import KnownMemorySampler
 from .searcher import ScreenedSearcher
 from .stopping import build_scheduler
 
@@ -155,7 +155,7 @@ def replay(
         place.bind(space.name, folder)
         place.sweep_folder(folder, space.name).mkdir(parents=True)
         searcher = ScreenedSearcher(space, space.name)
-        if isinstance(searcher.study.sampler, KnownMemorySampler):  # memory: the table's
+        if "memory" in sampler_needs(type(searcher.study.sampler)):  # memory: the table's
             searcher.study.sampler.memory = table.memory
         scheduler = None
         if space.scheduler is not None:

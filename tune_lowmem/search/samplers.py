@@ -1,8 +1,22 @@
 """The Optuna sampler of a sweep, built from its space's `sampler`, `sampler_options` and
 `sampler_seed`, beside the searcher that asks and tells it.
 
-Names and classes are the registry's (`plugins.SAMPLERS`). A space's options are typed as the
-sampler's own defaults before it is built, since Optuna checks only some of them (a negative
+A sampler is a plug-in (`plugins.get_sampler`: a built-in name or an entry point of the
+``tune_lowmem.samplers`` group): an Optuna sampler class, built with its seed, its options and
+what it declares in `NEEDS`, each given as the keyword argument of that name (`SUPPLIES`):
+
+- ``grid``: every param's values (a dict of lists). The space must then be a grid: choice params
+  only, no conditions, and `num_samples` at most the grid's size, all of it when absent
+  (`space.SearchSpace` checks it).
+- ``space``: the validated `SearchSpace` (its params, conditions, objectives, budget).
+- ``memory``: a point's memory objective, known before it trains: the profiler's prediction
+  through the searcher's own screening (None: over the budget, or not a valid config), once per
+  `memory_key`. The space must have an objective the profiler predicts (`KNOWN`). The sampler
+  keeps it as its `memory`, which the replay benchmark replaces with a recorded table's.
+
+Which params train alike (their exact values) is declared by techniques and tasks and read
+through `search.exact`, the same for every sampler. A space's options are typed as the sampler's
+own defaults before it is built, since Optuna checks only some of them (a negative
 `n_startup_trials` or a number for the function `gamma` would fail mid-sweep); the launch builds
 the sampler once before anything starts, so every option error is one line naming its field.
 """
@@ -10,15 +24,22 @@ the sampler once before anything starts, so every option error is one line namin
 from __future__ import annotations
 
 import inspect
+import json
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..plugins import sampler_class
-from ..validation import SEED_LIMIT, ConfigError, is_int, is_number, require
+import optuna
+
+from ..config import ConfigError
+from ..plugins import get_sampler, sampler_needs
+from ..results import PREDICTED_METRICS, STORED_METRICS
+from ..validation import SEED_LIMIT, is_int, is_number, require
 
 if TYPE_CHECKING:
     from ..space import SearchSpace
 
-NOT_OPTIONS = ("self", "seed", "search_space", "space", "memory")  # set by the space itself
+KNOWN = (*PREDICTED_METRICS, STORED_METRICS[0])  # objectives the profiler gives before training
+MemoryOf = Callable[[Mapping[str, Any]], float | None]
 AT_LEAST_ONE = (
     "n_ei_candidates",
     "population_size",
@@ -27,21 +48,87 @@ AT_LEAST_ONE = (
 )  # options counting draws
 
 
-def build_sampler(space: SearchSpace, seed_offset: int = 0):
+class GridSampler(optuna.samplers.GridSampler):
+    """Optuna's grid sampler: every point of the space's grid, once."""
+
+    NEEDS = ("grid",)
+
+    def __init__(self, grid: dict[str, list[Any]], seed: int | None = None):
+        super().__init__(grid, seed=seed)
+
+
+def known_objective(space: SearchSpace) -> str:
+    """The space's objective the profiler predicts before training (the first, if several);
+    `ConfigError` on ``objectives`` when it has none."""
+    known = [name for name in space.objectives if name in KNOWN]
+    require(
+        bool(known),
+        "objectives",
+        f"sampler {space.sampler} needs an objective the profiler predicts "
+        f"({', '.join(KNOWN)}); got {', '.join(space.objectives)}",
+    )
+    return known[0]
+
+
+def profiler_memory(space: SearchSpace) -> MemoryOf:
+    """A point's `known_objective` from the profiler, through the searcher's own screening (so
+    the budget and invalid configs read as None, never as a memory), once per `memory_key`."""
+    from ..trainable import memory_metrics
+    from .screening import screen
+
+    objective = known_objective(space)
+    known: dict[str, float | None] = {}
+
+    def memory(params: Mapping[str, Any]) -> float | None:
+        key = memory_key(space, params)
+        if key is not None and key in known:
+            return known[key]
+        screening = screen(space, params)
+        value = None
+        if screening.feasible:
+            predicted = memory_metrics(screening.predicted, None).get(objective)
+            value = None if predicted is None else float(predicted)
+        if key is not None:
+            known[key] = value
+        return value
+
+    return memory
+
+
+def memory_key(space: SearchSpace, params: Mapping[str, Any]) -> str | None:
+    """What a point's predicted memory depends on: the profiler's shape key (its dry run's
+    cache key: the model, the schedule's shape fields, each technique's `shape_settings`, which
+    also decide the sparse weights' nonzeros and layout) and whether the trial works between
+    steps (a rewiring). Points that differ only in a learning rate or a rewiring knob that keeps
+    rewiring share one. None: the config is not valid (the screening says why)."""
+    from ..memory.predict import occasional_work, shape_key
+
+    try:
+        config = space.trial_config(params)
+        return json.dumps([shape_key(config).to_flat(), occasional_work(config)], default=str)
+    except ConfigError:
+        return None
+
+
+SUPPLIES: dict[str, Callable[[SearchSpace], Any]] = {  # what a sampler's NEEDS may name
+    "grid": lambda space: {p.name: list(p.values) for p in space.params},
+    "space": lambda space: space,
+    "memory": profiler_memory,
+}
+
+
+def build_sampler(space: SearchSpace, seed_offset: int = 0) -> optuna.samplers.BaseSampler:
     """The space's Optuna sampler. With a budget, nsga2, tpe and gp read each trial's
-    `space.CONSTRAINT`, which the searcher sets when it screens the point (Optuna >= 5:
+    `searcher.CONSTRAINT`, which the searcher sets when it screens the point (Optuna >= 5:
     `Trial.set_constraint`). A resumed sweep passes the number of points already asked as
     `seed_offset`, so that its rebuilt sampler does not draw the points of the sweep's start
     again."""
+    sampler = get_sampler(space.sampler)
     options = check_options(space.sampler, space.sampler_options)
-    sampler = sampler_class(space.sampler)
     seed = None if space.sampler_seed is None else (space.sampler_seed + seed_offset) % SEED_LIMIT
+    supplied = {need: SUPPLIES[need](space) for need in sampler_needs(sampler)}
     try:
-        if space.sampler == "grid":
-            return sampler({p.name: list(p.values) for p in space.params}, seed=seed, **options)
-        if space.sampler == "known-memory":  # it asks the space for each candidate's memory
-            return sampler(space, seed=seed, **options)
-        return sampler(seed=seed, **options)
+        return sampler(seed=seed, **supplied, **options)
     except ConfigError:  # the sampler's own check of the space names its field
         raise
     except (TypeError, ValueError) as error:
@@ -51,10 +138,13 @@ def build_sampler(space: SearchSpace, seed_offset: int = 0):
 
 
 def check_options(name: str, options: dict[str, Any]) -> dict[str, Any]:
-    """`options` when each is a keyword of the sampler `name` of its default's type; else
-    `ConfigError` on ``sampler_options.<option>``."""
-    parameters = inspect.signature(sampler_class(name)).parameters
-    allowed = [p for p in parameters if p not in NOT_OPTIONS]
+    """`options` when each is a keyword of the sampler `name` of its default's type (not a
+    seed, nor what the sampler needs: the space sets those); else `ConfigError` on
+    ``sampler_options.<option>``."""
+    sampler = get_sampler(name)
+    parameters = inspect.signature(sampler).parameters
+    set_by_space = ("self", "seed", *sampler_needs(sampler))
+    allowed = [p for p in parameters if p not in set_by_space]
     for option, value in options.items():
         field_name = f"sampler_options.{option}"
         require(

@@ -50,7 +50,7 @@ from ray.tune.result import AUTO_RESULT_KEYS
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
 from .. import pareto, store
-from ..space import SchedulerSettings
+from ..scheduler_settings import SchedulerSettings
 from . import place
 from .exact import training_key
 

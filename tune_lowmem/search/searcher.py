@@ -37,7 +37,7 @@ from ray.tune.search import Searcher
 from .. import store
 from ..progress import say
 from ..results import MEASURED_METRICS, PREDICTED_METRICS, store_column
-from ..space import CONSTRAINT, SearchSpace, worst_value
+from ..space import SearchSpace, worst_value
 from ..trainable import memory_metrics, result_from_row
 from . import journal, place
 from .samplers import build_sampler
@@ -48,6 +48,7 @@ from .tune_state import tune_trials
 SCREENED_PREFIXES = {"infeasible": "infeasible-", "failed": "invalid-"}
 STOPPED_STATUSES = (STOPPED, "running")  # running at its end: stopped early
 TOLD_STATUSES = ("completed", *STOPPED_STATUSES)
+CONSTRAINT = "memory_over_budget_mb"  # Optuna constraint: predicted MB - budget, > 0 is infeasible
 SAVED = ("space", "sweep", "assigned")  # what a snapshot holds; the rest is rebuilt by rejoin
 log = logging.getLogger(__name__)
 

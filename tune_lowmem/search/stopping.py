@@ -1,11 +1,12 @@
-"""The early-stopping rule a space's ``scheduler.type`` names (`space.SCHEDULERS`), built as
-Tune's scheduler: one place that maps the name to its class, for the driver and the replay."""
+"""The early-stopping rule a space's ``scheduler.type`` names (`scheduler_settings.SCHEDULERS`),
+built as Tune's scheduler: one place that maps the name to its class, for the driver and the
+replay."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..space import SchedulerSettings
+from ..scheduler_settings import SchedulerSettings
 from .hv_stopping import HypervolumeStopping
 from .margin_stopping import MarginStopping
 from .scheduler import MultiObjectiveASHA
