@@ -150,3 +150,29 @@ def test_readme_is_a_front_door():
     assert "./setup.sh && .venv/bin/pytest" in setup
     for command in ("launch", "status", "pareto", "report", "resume"):
         assert f"tune-lowmem {command} " in readme
+
+
+# words that tell what the project was rather than what it is
+HISTORY = re.compile(r"\b(?:no longer|previously|formerly|any ?more|was replaced|were replaced)\b")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_pages_say_what_is_not_what_was(page):
+    prose = GENERATED.sub("", page.read_text())
+    assert HISTORY.findall(prose) == []
+
+
+def test_the_readme_code_map_names_every_part_of_the_package():
+    """Every module and folder of tune_lowmem/ is on the map and the map names no other: a part
+    added, renamed or moved changes the map with it."""
+    code_map = (ROOT / "README.md").read_text().split("\n## The code\n", 1)[1].split("\n## ")[0]
+    named = set(re.findall(r"`(\w+(?:\.py|/))`", code_map))
+    package = ROOT / "tune_lowmem"
+    parts = {
+        p.name + ("/" if p.is_dir() else "")
+        for p in package.iterdir()
+        if p.name not in ("__init__.py", "__pycache__")
+    }
+    beside = {p.name + "/" for p in ROOT.iterdir() if p.is_dir()}  # the folders beside it
+    assert parts <= named
+    assert named - parts <= beside
