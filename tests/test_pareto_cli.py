@@ -156,15 +156,15 @@ def test_table_and_csv_show_the_same_front(store, capsys):
     assert len(lines) == 1 + len(FRONT) and legend.startswith("memory: accounted = ")
     assert memory_columns.splitlines() == [
         (
-            "  memory.predicted_total_mb: predicted peak training memory (MB); from the config's "
+            "  memory.predicted_total_mb: predicted training step memory (MB); from the config's "
             "shapes, before training; accounted"
         ),
         (
-            "  memory.predicted_stored_total_mb: predicted peak training memory as the step stores "
+            "  memory.predicted_stored_total_mb: predicted training step memory as the step stores "
             "it (MB); from the config's shapes, before training; stored"
         ),
         (
-            "  memory.measured_total_mb: measured peak training memory (MB); on a real training "
+            "  memory.measured_total_mb: measured training step memory (MB); on a real training "
             "step; accounted"
         ),
     ]
@@ -421,11 +421,11 @@ def test_the_best_under_a_budget_says_what_each_memory_figure_is(tmp_path, capsy
     assert comment[3:7] == [
         "#   validation accuracy: 0.5 (1 seed; metric.val_accuracy)",
         (
-            f"#   predicted peak training memory (MB): {predicted} (1 seed; from the config's "
+            f"#   predicted training step memory (MB): {predicted} (1 seed; from the config's "
             "shapes, before training; accounted; memory.predicted_total_mb)"
         ),
         (
-            "#   measured peak training memory (MB): 1.25 (on a real training step; accounted; "
+            "#   measured training step memory (MB): 1.25 (on a real training step; accounted; "
             "memory.measured_total_mb)"
         ),
         "#   test accuracy (not used to choose): 0.49",

@@ -187,7 +187,7 @@ def test_the_page_leads_with_the_front_and_ends_with_the_setup_collapsed(report)
     assert [row["validation change (pp)"] for row in front] == [
         f"{c:+.2f}" for c in table["validation change (pp)"]
     ]
-    assert [row["predicted peak training memory (MB)"] for row in front] == [
+    assert [row["predicted training step memory (MB)"] for row in front] == [
         f"{m:.4g}" for m in table["memory (MB, accounted)"]
     ]
 
@@ -213,7 +213,7 @@ def test_the_front_s_points_show_the_command_that_trains_them(report):
     labels = [html.unescape(label) for label, _ in points]
     assert labels[-1].startswith("fp16: ") and labels[-1].endswith("(3 seeds)")
     axes = re.findall(r"<text[^>]*>([^<]*)</text>", figure)
-    assert "predicted peak training memory (MB), log scale" in axes  # it spans a decade
+    assert "predicted training step memory (MB), log scale" in axes  # it spans a decade
     assert "validation accuracy (%)" in axes
     assert "memory.predicted_total_mb" not in figure
 
@@ -228,7 +228,7 @@ def test_each_budget_s_row_is_what_pareto_answers_for_it(report, capsys):
         best = json.loads(capsys.readouterr().out)
         assert best["configuration"] == row["configuration"]
         memory = best["objectives"]["memory.predicted_total_mb"]["mean"]
-        assert row["predicted peak training memory (MB)"] == f"{memory:.4g}"
+        assert row["predicted training step memory (MB)"] == f"{memory:.4g}"
 
 
 def test_the_first_line_counts_what_the_store_holds(report, tmp_path):

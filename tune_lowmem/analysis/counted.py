@@ -19,7 +19,7 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
-from ..results import PAPER_CSR_METRIC
+from ..results import MEASURED_RUN_PEAK, PAPER_CSR_METRIC, PREDICTED_RUN_PEAK
 
 ACCOUNTED, STORED, PAPER_CSR = "accounted", "stored", "paper's CSR accounting"
 # each accounted total -> the column holding the same figure as the step stores it
@@ -50,8 +50,9 @@ def counted(column: str) -> str | None:
 
 # What each memory column is, for a reader: (name, how it was obtained)
 _PARTS = {
-    "total": "peak training memory",
-    "stored_total": "peak training memory as the step stores it",
+    "run_peak": "peak memory of the whole run",
+    "total": "training step memory",
+    "stored_total": "training step memory as the step stores it",
     "model": "model memory",
     "optimizer": "optimizer memory",
     "activation": "activation memory",
@@ -61,8 +62,16 @@ _SOURCES = {
     "measured": "on a real training step",
 }
 _OTHERS = {
+    MEASURED_RUN_PEAK: (
+        "measured peak memory of the whole run",
+        "torch's allocator over a real step and an evaluation, kernels' workspace included",
+    ),
+    PREDICTED_RUN_PEAK: (
+        "predicted peak memory of the whole run",
+        "from the config's shapes, before training (each step with its minibatch, an evaluation)",
+    ),
     PAPER_CSR_METRIC: (
-        "predicted peak training memory as the paper counts it",
+        "predicted training step memory as the paper counts it",
         "sparse weights as CSR whatever their layout",
     ),
     "memory.cuda_max_allocated_mb": ("peak GPU memory of live tensors", "the CUDA allocator's"),
@@ -72,7 +81,7 @@ _OTHERS = {
 
 def words(column: str) -> str:
     """A memory column as a reader names it, e.g. ``memory.predicted_total_mb`` -> "predicted
-    peak training memory (MB)": axes and headings say what the figure is, not where it is kept."""
+    training step memory (MB)": axes and headings say what the figure is, not where it is kept."""
     name, _ = _said(column)
     return f"{name} (MB)"
 

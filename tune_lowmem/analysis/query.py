@@ -16,7 +16,7 @@ import yaml
 
 from .. import pareto
 from ..config import ConfigError
-from ..results import MEASURED_TOTAL, MEMORY_OBJECTIVE
+from ..results import MEASURED_RUN_PEAK, MEASURED_TOTAL, MEMORY_OBJECTIVE, PREDICTED_RUN_PEAK
 from . import counted
 from . import objectives as chosen
 from .points import (
@@ -120,13 +120,29 @@ def answer(
 
 
 def _beside(goals: dict[str, str], done: pd.DataFrame) -> list[str]:
-    """Reported next to each chosen row, never used to choose: memory predicted and measured,
-    each accounted total's stored figure, and the test metric of each validation objective."""
+    """Reported next to each chosen row, never used to choose: memory predicted and measured
+    (the run's peak, a training step's total and each accounted total's stored figure), and the
+    test metric of each validation objective; the run's peaks where the store has figures for
+    them (stores written before them have none)."""
     tests = [chosen.test_of(c, done) for c in goals if c.startswith(chosen.VALIDATION)]
-    totals = [*(c for c in goals if c.startswith("memory.")), PREDICTED, MEASURED]
+    totals = [
+        *(c for c in goals if c.startswith("memory.")),
+        PREDICTED_RUN_PEAK,
+        MEASURED_RUN_PEAK,
+        PREDICTED,
+        MEASURED,
+    ]
     memory = [m for c in totals for m in (c, *counted.stored_beside([c]))]
     extra = [*dict.fromkeys(memory), *(t for t in tests if t)]
-    return [c for c in extra if c not in goals and c in done.columns]
+    run_peaks = [
+        c for c in (PREDICTED_RUN_PEAK, MEASURED_RUN_PEAK) if c not in columns_with_figures(done)
+    ]
+    return [c for c in extra if c not in goals and c in done.columns and c not in run_peaks]
+
+
+def columns_with_figures(done: pd.DataFrame) -> set[str]:
+    """Columns with a figure in some row: a run's peak only in rows of stores that keep it."""
+    return {c for c in done.columns if done[c].notna().any()}
 
 
 def _kept(rows: pd.DataFrame, goals: dict[str, str], beside: list[str]) -> tuple[list[str], bool]:
@@ -258,7 +274,7 @@ def _short(col: str) -> str:
 
 
 def _named(col: str) -> str:
-    """A chosen row's figure named in plain words: "predicted peak training memory (MB)",
+    """A chosen row's figure named in plain words: "predicted training step memory (MB)",
     "validation accuracy"."""
     return counted.words(col) if col.startswith("memory.") else metric_name(col)
 

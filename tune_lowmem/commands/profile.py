@@ -42,8 +42,8 @@ def run(args: argparse.Namespace) -> int:
     from ..memory import baseline_config
     from ..memory.allocations import measure_allocations
     from ..memory.measure import measure
-    from ..memory.predict import heap_object_bytes, predict
-    from ..memory.stepping import at_peak
+    from ..memory.predict import heap_object_bytes, predict, run_peak_objects
+    from ..memory.stepping import at_peak, peak_steps
     from ..memory.stored import stored_totals
     from ..memory.synthetic import synthetic_task
     from ..preflight import cuda_present
@@ -62,10 +62,12 @@ def run(args: argparse.Namespace) -> int:
     baselines = {name: way(baseline_config(config), lengths) for name, way in ways.items()}
     # a run is predicted at its peak: measured at each step that may be it, the larger kept
     reports = {"predicted": predict(config, lengths)}
-    allocations = None
+    allocations = run_peaks = None
     if args.measure:
         reports["measured"] = at_peak(measure, config, lengths)
-        allocations = at_peak(measure_allocations, config, lengths)
+        steps = [measure_allocations(config, lengths, update) for update in peak_steps(config)]
+        allocations = max(steps, key=lambda step: step.total_bytes)  # as `at_peak` keeps
+        run_peaks = max(steps, key=lambda step: step.run_peak_bytes)
     totals = stored_totals(reports["predicted"], reports.get("measured"))
     objects = heap_object_bytes(config, lengths)
     if args.json:
@@ -86,11 +88,16 @@ def run(args: argparse.Namespace) -> int:
         }
         if allocations is not None:
             result["allocator"] = allocations.to_dict()
+            result["allocator"].update(
+                allocator_run_peak_mb=run_peaks.run_peak_bytes / MB,
+                allocator_run_tensor_peak_mb=run_peaks.run_tensor_peak_bytes / MB,
+            )
         print(json.dumps(result))
         return 0
     sparse = totals["predicted_stored_total_mb"] != reports["predicted"].total_mb
     print(describe(config, task))
     print(table(reports, baselines, totals, sparse, objects))
+    print(run_peak_note(reports["predicted"], run_peaks, run_peak_objects(config, lengths)))
     print(
         SPARSE_NOTE
         if sparse
@@ -102,6 +109,23 @@ def run(args: argparse.Namespace) -> int:
         print(peak_note(config, reports["predicted"], reports["measured"], task, objects))
         print(allocator_note(allocations, totals["predicted_stored_total_mb"] - objects / MB))
     return 0
+
+
+def run_peak_note(predicted, measured, objects: int) -> str:
+    """The run's peak, the figure a search under a budget holds a trial to: predicted (tensor
+    storage apart from the CPU heap's objects) and, when measured, torch's allocator's over a
+    step and an evaluation, with and without kernels' internal temporaries."""
+    said = (
+        f"the run's peak (each step with its minibatch, an evaluation batch): predicted "
+        f"{predicted.run_peak_bytes / MB:.3f} MB ({(predicted.run_peak_bytes - objects) / MB:.3f} "
+        "MB of tensor storage)"
+    )
+    if measured is None:
+        return said
+    return (
+        f"{said}; torch's allocator: {measured.run_peak_bytes / MB:.3f} MB, "
+        f"{measured.run_tensor_peak_bytes / MB:.3f} MB without kernels' internal temporaries"
+    )
 
 
 def describe(config, task) -> str:
