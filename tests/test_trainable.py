@@ -171,7 +171,9 @@ class Trainer:
             time.sleep(0.01)
         raise RuntimeError("Tried to access the schema for which doesn't have a schema registered yet")
 
-trainable.Trainer, trainable.measure, trainable._node_id = Trainer, lambda config: None, lambda: "n"
+trainable.Trainer, trainable._node_id = Trainer, lambda: "n"
+trainable.measure = lambda config: trainable.MemoryReport(0, 0, 0, 0, "measured")
+trainable.measured_run_peak = lambda config: None
 done = threading.Event()
 
 def trial():
