@@ -21,11 +21,13 @@ batch shows): the measured total (weights, gradients and state as held plus the 
 peak, operators' workspace out, as the paper counts), its ratio to the measured baseline, the
 prediction's tensors alone at the measured batch (the stored total less the CPU heap's objects,
 which the allocator does not report), and the step's peak of everything live (input batch and workspace included).
-Rows go to benchmarks/results/memory_ladder.json (--json), one list per task.
+With --key KEY the rows go to benchmarks/results/memory_ladder.json, the benchmark's one result
+file, as task TASK of its entry KEY (a run of both tasks is two commands with the same key), with
+the config every rung is on top of and the heap constant its stored totals were predicted with
+(`HEAP_BYTES_PER_STORAGE`), so that `tests/test_result_drift.py` can predict them again.
 
     .venv/bin/python benchmarks/memory_ladder.py [--task wrn|dct] [--batch 100]
-        [--measure 0 7 27:10] [--measure-timeout 1800] [--only 1 5]
-        [--json benchmarks/results/memory_ladder.json]
+        [--measure 0 7 27:10] [--measure-timeout 1800] [--only 1 5] [--key KEY]
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from pathlib import Path
 
 from tune_lowmem.config import TrialConfig
 from tune_lowmem.memory import MB
+from tune_lowmem.memory import predict as predict_module
 from tune_lowmem.memory.allocations import Allocations, measure_allocations
 from tune_lowmem.memory.predict import (
     dry_run,
@@ -46,10 +49,12 @@ from tune_lowmem.memory.predict import (
     predict,
     shape_key,
 )
+from tune_lowmem.memory.report import MemoryReport
 from tune_lowmem.memory.stepping import peak_steps
 from tune_lowmem.memory.stored import accounted
 
 RESULTS = Path(__file__).parent / "results" / "memory_ladder.json"
+SIZE = {"wrn": "schedule.batch_size", "dct": "schedule.max_tokens"}  # what --measure's batch sets
 
 PAPER = {  # the paper's ratios to its baseline (Sohoni et al. 2019, Table 3 and text)
     "fp16 + residual-2*": "9.5x",
@@ -208,6 +213,34 @@ def measured(config: TrialConfig, timeout: float) -> tuple[int | None, Allocatio
             return None
 
 
+def base_config(task: str, batch: int) -> dict:
+    """What every rung of `task`'s ladder is on top of (`batch`: WRN images per minibatch)."""
+    if task == "wrn":
+        return {"model.depth": 28, "model.width": 2, "schedule.batch_size": batch, "device": "cpu"}
+    return {"task": "dct-iwslt14", "schedule.max_tokens": 4000, "device": "cpu"}
+
+
+def predicted_fields(config: TrialConfig, baseline: MemoryReport | None) -> dict:
+    """A rung's figures from the profiler's dry run (see the module docstring), its ratios to
+    `baseline`'s prediction (None: the rung is the baseline)."""
+    held, csr = predict(config), accounted(config, "csr")
+    baseline = baseline or held
+    return {
+        "activation_mb": held.activation_bytes / MB,
+        "stored_mb": held.total_mb,
+        "accounted_csr_mb": csr.total_mb,
+        "x_stored": held.ratio_to(baseline),
+        "x_accounted_csr": csr.ratio_to(baseline),
+        "flops_ratio": held.flops_per_step / baseline.flops_per_step,
+        **activation_parts(config),
+    }
+
+
+def predicted_tensors_mb(config: TrialConfig) -> float:
+    """The prediction's tensors alone: its stored total less the CPU heap's objects."""
+    return (predict(config).total_bytes - heap_object_bytes(config)) / MB
+
+
 def measured_fields(
     config: TrialConfig, batch: int, timeout: float, baseline: float | None
 ) -> dict:
@@ -226,7 +259,7 @@ def measured_fields(
         "x_measured": None if baseline is None else baseline / step.total_bytes,
         "measured_activation_mb": step.activation_bytes / MB,
         "measured_peak_mb": step.peak_bytes / MB,
-        "predicted_tensors_mb": (predict(config).total_bytes - heap_object_bytes(config)) / MB,
+        "predicted_tensors_mb": predicted_tensors_mb(config),
     }
 
 
@@ -248,16 +281,17 @@ def main() -> None:
     )
     parser.add_argument("--measure-timeout", type=float, default=1800, help="seconds per rung")
     parser.add_argument("--only", type=int, nargs="*", help="rungs to print (the baseline too)")
-    parser.add_argument("--json", type=Path, default=RESULTS, help="where the rows go")
+    parser.add_argument(
+        "--key", help="write the rows as task --task of entry KEY of results/memory_ladder.json"
+    )
     args = parser.parse_args()
     to_measure = dict(args.measure)
+    base = base_config(args.task, args.batch)
     if args.task == "wrn":
-        base = {"model.depth": 28, "model.width": 2, "schedule.batch_size": args.batch}
         title, ladder = f"WRN-28-2, batch {args.batch}", wrn_rungs()
     else:
-        base = {"task": "dct-iwslt14", "schedule.max_tokens": 4000}
         title, ladder = "DC-Transformer, 4000 tokens (30-token pairs)", dct_rungs()
-    size = "schedule.batch_size" if args.task == "wrn" else "schedule.max_tokens"
+    size = SIZE[args.task]
     print(f"{title}; MB = 10**6 bytes; ratios to the fp32 baseline's total")
     print(
         f"{'#':>2} {'rung':42} {'act':>7} {'stored':>7} {'acc csr':>7} "
@@ -271,26 +305,14 @@ def main() -> None:
         if args.task == "wrn" and args.batch % flat.get("microbatch.size", 1):
             print(f"{index:>2} {label:42} (microbatch does not divide batch {args.batch})")
             continue
-        config = TrialConfig.from_dict({**base, "device": "cpu", **flat})
-        held, csr = predict(config), accounted(config, "csr")
-        baseline = baseline or held
-        row = {
-            "index": index,
-            "rung": label,
-            "config": flat,
-            "activation_mb": held.activation_bytes / MB,
-            "stored_mb": held.total_mb,
-            "accounted_csr_mb": csr.total_mb,
-            "x_stored": held.ratio_to(baseline),
-            "x_accounted_csr": csr.ratio_to(baseline),
-            "paper": PAPER.get(label),
-            "flops_ratio": held.flops_per_step / baseline.flops_per_step,
-            **activation_parts(config),
-        }
+        config = TrialConfig.from_dict({**base, **flat})
+        row = {"index": index, "rung": label, "config": flat, "paper": PAPER.get(label)}
+        row.update(predicted_fields(config, baseline))
+        baseline = baseline or predict(config)
         line = (
-            f"{index:>2} {label:42} {held.activation_bytes / MB:7.2f} {held.total_mb:7.2f} "
-            f"{csr.total_mb:7.2f} {row['x_stored']:7.2f}x {row['x_accounted_csr']:6.2f}x "
-            f"{PAPER.get(label, ''):>6} {row['flops_ratio']:5.2f}x"
+            f"{index:>2} {label:42} {row['activation_mb']:7.2f} {row['stored_mb']:7.2f} "
+            f"{row['accounted_csr_mb']:7.2f} {row['x_stored']:7.2f}x "
+            f"{row['x_accounted_csr']:6.2f}x {PAPER.get(label, ''):>6} {row['flops_ratio']:5.2f}x"
         )
         if index in to_measure:
             batch = to_measure[index] or config.to_flat()[size]
@@ -308,11 +330,15 @@ def main() -> None:
             line += f" {row['measure_seconds']:5}"
         rows.append(row)
         print(line, flush=True)
-    if args.json:
-        results = json.loads(args.json.read_text()) if args.json.is_file() else {}
-        results[args.task] = {"title": title, "rows": rows}
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(results, indent=1) + "\n")
+    if args.key:
+        entries = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
+        entries.setdefault(args.key, {})[args.task] = {
+            "title": title,
+            "config": base,
+            "heap_bytes_per_storage": predict_module.HEAP_BYTES_PER_STORAGE,
+            "rows": rows,
+        }
+        RESULTS.write_text(json.dumps(entries, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -124,7 +124,7 @@ def ladder_row(rung: dict, measured: bool) -> list:
 
 
 def memory_ladder(result: dict) -> str:
-    """Each task's rungs: predicted, accounted and (where a rung was measured) measured MB."""
+    """Each task's rungs in a run: predicted, accounted and (where measured) measured MB."""
     lines = []
     for task in result.values():
         rows, base = task["rows"], task["rows"][0]
@@ -134,7 +134,7 @@ def memory_ladder(result: dict) -> str:
         lines += [
             f"{task['title']}; ratios to rung {base['index']} ({base['rung']}, "
             f"{base['stored_mb']:.2f} MB stored)"
-            + ("" if measured else "; no rung measured in this file"),
+            + ("" if measured else "; no rung measured in this run"),
             "",
             *table([*header, "paper"], [ladder_row(r, measured) for r in rows]),
             "",
@@ -365,13 +365,16 @@ def fidelity(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def gpu_check(result: dict) -> str:
+    """A run of the device check as it printed, a fenced block (its figures are in the lines)."""
+    return "\n".join(["```", *result["output"], "```"]) + "\n"
+
+
 RENDERERS: dict[str, Callable[[dict], str]] = {
     "ask_time": ask_time,
     "profiler_accuracy": profiler_accuracy,
     "memory_ladder": memory_ladder,
-    "memory_ladder_paper": memory_ladder,
-    "memory_ladder_more": memory_ladder,
-    "memory_ladder_rewiring": memory_ladder,
+    "gpu_check": gpu_check,
     "step_time": step_time,
     "sweep_scale": sweep_scale,
     "cluster_sweep": cluster_sweep,

@@ -1,15 +1,19 @@
-"""The docs against the project: generated tables equal their result files, the front pages quote
-no figure outside them, every `tune-lowmem` command and flag shown exists, every link resolves."""
+"""The docs against the project: generated tables equal their result files, every figure a page
+states is held by a result file (the front pages quote none outside a table), every
+`tune-lowmem` command and flag shown exists, every link resolves."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import io
 import json
 import re
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 
 from tune_lowmem.cli import main
@@ -17,9 +21,15 @@ from tune_lowmem.cli import main
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", ROOT / "benchmarks" / "README.md", *sorted(ROOT.glob("docs/*.md"))]
 FRONT = [ROOT / "README.md", ROOT / "benchmarks" / "README.md"]
-GENERATED = re.compile(r"<!-- results:[\w-]+ -->\n.*?<!-- /results -->", re.DOTALL)
-# a measured figure: a decimal number with a unit of memory, time or share
-FIGURE = re.compile(r"\b\d+\.\d+ ?(?:MB|GB|MiB|GiB|%|s|ms|x)(?![\w/])")
+GENERATED = re.compile(r"<!-- results:[\w:-]+ -->\n.*?<!-- /results -->", re.DOTALL)
+# a measured figure: a decimal number with a unit of memory, time or share, or a range of two
+FIGURE = re.compile(
+    r"\b(?:(?P<low>\d+\.\d+)-)?(?P<value>\d+\.\d+) ?(?:MB|GB|MiB|GiB|%|s|ms|x)(?![\w/])"
+)
+# what follows a figure that is not a measurement (the paper's, a constant, a setting)
+NOT_MEASURED = re.compile(r"<!-- not measured: [^>]+ -->")
+# how a page names a benchmark whose results it quotes: a region, its result file or its script
+NAMED = re.compile(r"<!-- results:(\w+)|results/(\w+)\.json|\b(\w+)\.py\b")
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 CODE = re.compile(r"```.*?```|`[^`\n]+`", re.DOTALL)  # fenced blocks and inline code
 COMMAND = re.compile(r"tune-lowmem (\w+)((?: +(?:[^\s`#|]+))*)")
@@ -50,12 +60,15 @@ def test_a_changed_result_is_a_stale_table(tmp_path, monkeypatch):
 
 
 def doubled(value):
-    """`value` with every float held under a key doubled (ints, as indices and counts, and lists'
-    floats, as a benchmark's settings, kept)."""
+    """`value` with every figure doubled: a float held under a key, or a figure written in a
+    string (a recorded output's line); ints, as indices and counts, and lists' floats, as a
+    benchmark's settings, kept."""
     if isinstance(value, dict):
         return {key: 2 * v if isinstance(v, float) else doubled(v) for key, v in value.items()}
     if isinstance(value, list):
         return [v if isinstance(v, float) else doubled(v) for v in value]
+    if isinstance(value, str):
+        return FIGURE.sub(lambda m: m[0].replace(m["value"], str(2 * float(m["value"]))), value)
     return value
 
 
@@ -73,15 +86,11 @@ def test_every_table_shows_its_results_figures(name, key):
     assert docs.RENDERERS[name](doubled(result)) != docs.RENDERERS[name](result)
 
 
-# the ladder's files, one per run, are re-run by their owner and merged then (issue 44)
-NOT_YET_MERGED = {"memory_ladder_paper", "memory_ladder_more", "memory_ladder_rewiring"}
-
-
 def test_one_result_file_per_benchmark_and_every_run_in_it_on_a_page():
     shown = regions()
     for path in sorted(render_docs().RESULTS.glob("*.json")):
         name = path.stem
-        assert name in NOT_YET_MERGED or (path.parents[1] / f"{name}.py").exists(), name
+        assert (path.parents[1] / f"{name}.py").exists(), name
         keys = {key for shown_name, key in shown if shown_name == name}
         assert keys, f"{name}.json is on no page"
         if keys != {""}:  # a file of entries: each is on a page
@@ -91,7 +100,73 @@ def test_one_result_file_per_benchmark_and_every_run_in_it_on_a_page():
 @pytest.mark.parametrize("page", FRONT, ids=lambda p: str(p.relative_to(ROOT)))
 def test_front_pages_quote_no_figure_outside_a_generated_table(page):
     text = GENERATED.sub("", page.read_text())
-    assert FIGURE.findall(text) == []
+    assert [m[0] for m in FIGURE.finditer(text)] == []
+
+
+def numbers(value) -> list[float]:
+    """The numbers in a JSON value or a table's cell (a list or array of them included)."""
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [n for v in value for n in numbers(v)]
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return [abs(value)]
+    return []
+
+
+@functools.cache
+def written(path: Path, places: int, scale: int) -> frozenset[str]:
+    """The numbers a result file holds (a JSON file's values, a recorded table's cells), times
+    `scale`, as written with `places` decimals."""
+    if path.suffix == ".parquet":
+        held = numbers(pd.read_parquet(path).to_numpy().ravel().tolist())
+    else:
+        held = numbers(json.loads(path.read_text()))
+    return frozenset(f"{scale * v:.{places}f}" for v in held)
+
+
+def sources(text: str) -> list[Path]:
+    """The result files of the benchmarks a page names (by a region, a result file or its
+    script): each one's `results/NAME.json` and the tables it records beside it."""
+    benchmarks = ROOT / "benchmarks"
+    names = {next(filter(None, m)) for m in NAMED.findall(text)}
+    return [
+        path
+        for name in sorted(names)
+        if (benchmarks / f"{name}.py").exists()
+        for path in [benchmarks / "results" / f"{name}.json", *benchmarks.glob(f"{name}*.parquet")]
+        if path.exists()
+    ]
+
+
+def unheld_figures(text: str) -> list[str]:
+    """The figures a page states outside its generated tables that no result file it draws on
+    holds, at the figure's precision (a share in % also as a fraction), and that are not marked
+    as no measurement."""
+    files, prose, unheld = sources(text), GENERATED.sub("", text), []
+    for match in FIGURE.finditer(prose):
+        if NOT_MEASURED.match(prose, match.end()):
+            continue
+        scales = (1, 100) if match[0].endswith("%") else (1,)
+        for figure in filter(None, (match["low"], match["value"])):
+            places = len(figure.split(".")[1])
+            if not any(figure in written(f, places, s) for f in files for s in scales):
+                unheld.append(match[0])
+    return unheld
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_figure_a_page_states_is_held_by_its_result_files(page):
+    assert unheld_figures(page.read_text()) == []
+
+
+def test_a_figure_its_result_file_does_not_hold_is_found():
+    """A stale figure (the ladder's rung 27 before its rerun), a figure of a file the page does
+    not name, and an unmarked constant are found; the held one and the marked one are not."""
+    page = "From `benchmarks/results/memory_ladder.json`: 136.71x, {} and 1.96 x{}."
+    assert unheld_figures(page.format("136.86x", "")) == ["136.86x", "1.96 x"]
+    assert unheld_figures(page.format("0.11-0.46 MB", "<!-- not measured: a constant -->")) == []
+    assert unheld_figures("no result file named: 136.71x") == ["136.71x"]
 
 
 def shown_commands() -> list[tuple[str, str, list[str]]]:
