@@ -1,4 +1,5 @@
-"""Epochs to a front: every sampler, with and without early stopping, replayed on real curves.
+"""Epochs to a front: every sampler, with and without early stopping or exactness, replayed on
+real curves.
 
 Each sweep runs through the project's own `ScreenedSearcher` and early-stopping rules
 (`tune_lowmem.search.replay`: suggest, the scheduler's decision on every epoch's recorded
@@ -6,6 +7,9 @@ result, on_trial_complete), against the table `learning_curves.py` recorded. For
 and sampler seed it counts the epochs trained until the hypervolume of the points trained to the
 end reaches 90%, 95% and 99% (`--targets`) of the whole table's; it prints the median and
 quartiles over the seeds (-: not reached within the sweep's points), all methods side by side.
+With `--exactness on` (or `off,on`) a sweep's searcher trains each asked point as its training's
+least-memory variant and answers a training asked before from its result
+(`tune_lowmem.search.exactness`), whatever the sampler; without, each point trains as asked.
 
 Each sweep's figures are appended to `--results` (JSON lines) as it ends, and a sweep already
 there with the same settings is not run again: a slow sampler (GP) can run in a second process,
@@ -85,9 +89,14 @@ def describe(table: replay.Table, targets: tuple[float, ...]) -> dict:
 
 
 def settings(
-    args: argparse.Namespace, sampler: str, scheduler: dict | None, band: float | None
+    args: argparse.Namespace,
+    sampler: str,
+    scheduler: dict | None,
+    band: float | None,
+    exactness: bool,
 ) -> dict:
-    """What a sweep's figures depend on, besides its seed (the cache's key)."""
+    """What a sweep's figures depend on, besides its seed (the cache's key; sweeps cached
+    without an ``exactness`` ran without it)."""
     return {
         "table": hashlib.sha256(Path(args.table).read_bytes()).hexdigest()[:16],
         "points": args.points,
@@ -99,21 +108,23 @@ def settings(
         "clock": "wall",  # workers in step (`replay`); sweeps without it let new trials catch up
         # a stopped trial is told its projection; cached sweeps without it told what it reached
         **({"told": "projection"} if scheduler else {}),
+        **({"exactness": True} if exactness else {}),
     }
 
 
 def method_name(setting: dict) -> str:
+    sampler = setting["sampler"] + (" + exactness" if setting.get("exactness") else "")
     scheduler = setting["scheduler"]
     if not scheduler:
-        return setting["sampler"]
+        return sampler
     if scheduler["type"] == "hypervolume":
         first = scheduler["grace_epochs"]
-        return f"{setting['sampler']} + hypervolume stopping (rungs from epoch {first})"
+        return f"{sampler} + hypervolume stopping (rungs from epoch {first})"
     if scheduler["type"] == "margin":
         rungs = f"grace {scheduler['grace_epochs']}, factor {scheduler['reduction_factor']:g}"
-        return f"{setting['sampler']} + margin stopping ({rungs})"
+        return f"{sampler} + margin stopping ({rungs})"
     rule = "band" if setting["memory_band"] else "whole rung"
-    return f"{setting['sampler']} + mo-asha ({rule})"
+    return f"{sampler} + mo-asha ({rule})"
 
 
 def sweep(table: replay.Table, base: dict, setting: dict, seed: int, targets) -> dict[str, float]:
@@ -127,6 +138,7 @@ def sweep(table: replay.Table, base: dict, setting: dict, seed: int, targets) ->
         seed,
         num_samples=setting["points"],
         scheduler=setting["scheduler"],
+        exactness=setting.get("exactness", False),
         **extra,
     )
     history = replay.replay(
@@ -137,6 +149,14 @@ def sweep(table: replay.Table, base: dict, setting: dict, seed: int, targets) ->
         until=max(recorded) * best,  # the rest of the sweep changes no figure kept
     )
     return {f"{t:.2f}": replay.epochs_to(history, t * best) for t in recorded}
+
+
+def exactness_flags(text: str) -> list[bool]:
+    """``off``, ``on`` or ``off,on``: the exactness of each variant run."""
+    flags = {"off": False, "on": True}
+    if not set(text.split(",")) <= set(flags):
+        raise argparse.ArgumentTypeError(f"{text!r}: off, on or off,on is required")
+    return [flags[flag] for flag in text.split(",")]
 
 
 def main() -> None:
@@ -171,6 +191,13 @@ def main() -> None:
         help="early stopping variants run (`scheduler.type`): none, mo-asha on the whole rung, "
         "mo-asha in bands, hypervolume (stop only what cannot add hypervolume), margin (stop "
         "what a trial of no more memory leads by more than curves ever closed)",
+    )
+    parser.add_argument(
+        "--exactness",
+        type=exactness_flags,
+        default=[False],
+        help="exactness variants run (off, on, or off,on): on, every asked point trains as its "
+        "training's least-memory variant and a training asked before answers it",
     )
     parser.add_argument("--baseline", default="gp", help="the sampler others are paired with")
     parser.add_argument("--results", type=Path, help="JSON lines, reused (default: per grid)")
@@ -215,7 +242,7 @@ def main() -> None:
         "hypervolume": ({"type": "hypervolume", **rungs}, None),
         "margin": ({"type": "margin", **rungs}, None),
     }
-    variants = [every[name] for name in args.stopping.split(",")]
+    variants = [(*every[name], on) for on in args.exactness for name in args.stopping.split(",")]
     samplers = args.samplers.split(",")
     order = sorted(samplers, key=lambda s: s != args.baseline)  # the baseline first
     baseline: dict[int, dict] = {}

@@ -142,6 +142,7 @@ BAD = {
         "sampler_options.population_sizes",
     ),
     "sweep name with a space": (with_changes(name="my sweep"), "name"),
+    "exactness not true or false": (with_changes(exactness="no"), "exactness"),
 }
 
 

@@ -32,6 +32,7 @@ The schema (see search_spaces/quickstart.yaml for a full example)::
     sampler: nsga2                     # nsga2 | tpe | gp | random | grid (choice params only) | known-memory | a plug-in's
     sampler_options: {population_size: 8}   # optional keyword arguments of the Optuna sampler
     sampler_seed: 0
+    exactness: true                    # each training once, at least memory (absent: true, but for a grid)
     num_samples: 12                    # points to evaluate (a grid's sampler: at most the grid's size, default all)
     seeds_per_point: 1                 # each feasible point trains with seeds 0..k-1
     resources: {cpu: 1, gpu: 0}        # per trial; gpu: auto sizes a GPU share from predicted memory
@@ -205,6 +206,9 @@ class SearchSpace:
     sampler: str = DEFAULT_SAMPLER
     sampler_options: dict[str, Any] = field(default_factory=dict)
     sampler_seed: int | None = 0
+    # A point asked trains as the least-memory point that trains alike, and a training asked
+    # before answers it (`search.exactness`). None: as `uses_exactness` says for the sampler.
+    exactness: bool | None = None
     seeds_per_point: int = 1
     resources: Resources = field(default_factory=Resources)
     max_concurrent: int | None = None
@@ -274,6 +278,7 @@ class SearchSpace:
             "sampler": self.sampler,
             "sampler_options": dict(self.sampler_options),
             "sampler_seed": self.sampler_seed,
+            "exactness": self.exactness,
             "num_samples": self.num_samples,
             "seeds_per_point": self.seeds_per_point,
             "resources": self.resources.to_dict(),
@@ -296,6 +301,14 @@ class SearchSpace:
                 continue
             chosen[param.name] = param.suggest(trial)
         return chosen
+
+    def uses_exactness(self) -> bool:
+        """Whether the searcher applies exactness: as the space sets it, else unless the sampler
+        needs the grid (a grid trains every combination once). Resolved here, not when read, so
+        that a space pickled before the field existed reads as absent."""
+        if self.exactness is not None:
+            return self.exactness
+        return "grid" not in sampler_needs(get_sampler(self.sampler))
 
     def trial_config(self, params: Mapping[str, Any]) -> TrialConfig:
         """The frozen config of one trial: the base with a point's values (and seed) over it."""
@@ -391,6 +404,10 @@ def _optional_seed(value: Any, field_name: str) -> int | None:
     return numpy_seed(value, field_name, optional=True)
 
 
+def _optional_flag(value: Any, field_name: str) -> bool | None:
+    return checked(value, value is None or isinstance(value, bool), field_name, "true or false")
+
+
 def _param_specs(raw: Any, field_name: str) -> dict[str, Param]:
     """Each searched field's distribution, read by its type's keys."""
     raw = mapping(raw, field_name)
@@ -456,6 +473,7 @@ _SPACE_FIELDS = {  # the file's top level; what needs other keys is checked in `
     "sampler": Field(_sampler, DEFAULT_SAMPLER),
     "sampler_options": Field(mapping, {}, blank_is_default=True),
     "sampler_seed": Field(_optional_seed, 0),
+    "exactness": Field(_optional_flag),  # absent: `SearchSpace.uses_exactness` decides
     "num_samples": Field(optional_positive_int),  # required unless the grid gives it
     "seeds_per_point": Field(positive_int, 1),
     "resources": Field(section(_RESOURCE_FIELDS), {}, blank_is_default=True),

@@ -14,11 +14,14 @@ import functools
 import json
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..plugins import tasks, techniques
 from ..techniques.base import EVERY
 from ..validation import ConfigError
+
+if TYPE_CHECKING:
+    from ..space import SearchSpace
 
 SAME_TRAINING = "<exact>"  # what an exact value reads as in a training key
 
@@ -57,6 +60,16 @@ def training_key(params: Mapping[str, Any]) -> str:
     values = exact_values()  # once: a sampler keys hundreds of candidates an ask
     same = {n: SAME_TRAINING if _listed(values, n, v) else v for n, v in params.items()}
     return json.dumps(same, sort_keys=True, default=str)
+
+
+def exchangeable(space: SearchSpace, point: Mapping[str, Any]) -> list[list[tuple[str, Any]]]:
+    """Per choice param of `space` that `point` sets to an exact value, (name, value) for each of
+    the param's exact values: what a point that trains alike may set it to."""
+    return [
+        [(p.name, v) for v in p.values if exact(p.name, v)]
+        for p in space.params
+        if p.kind == "choice" and p.name in point and exact(p.name, point[p.name])
+    ]
 
 
 def _listed(values: Mapping[str, tuple[Any, ...] | None], name: str, value: Any) -> bool:

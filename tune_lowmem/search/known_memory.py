@@ -67,7 +67,7 @@ from scipy.special import ndtr
 
 from ..config import ConfigError
 from ..space import Param, SearchSpace, worst_value
-from .exact import exact, training_key
+from .exact import exact, exchangeable, training_key
 from .gaussian_process import GaussianProcess
 from .samplers import KNOWN, MemoryOf, known_objective
 from .scheduler import STOPPED_POINTS
@@ -191,14 +191,9 @@ class KnownMemorySampler(BaseSampler):
     def variants(self, point: Mapping[str, Any]) -> list[dict[str, Any]]:
         """The points that train as `point` does: its exact params' values exchanged
         (`exact.exact_values`), conditions applied."""
-        exchangeable = [
-            [(p.name, v) for v in p.values if exact(p.name, v)]
-            for p in self.space.params
-            if p.kind == "choice" and p.name in point and exact(p.name, point[p.name])
-        ]
         return [
             self.space.sample(Completing({**point, **dict(values)}, RandomDraw(self.rng)))
-            for values in itertools.product(*exchangeable)
+            for values in itertools.product(*exchangeable(self.space, point))
         ]
 
     def cheapest(self, variants: Sequence[dict[str, Any]]) -> tuple[dict[str, Any], float] | None:

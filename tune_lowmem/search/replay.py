@@ -4,7 +4,8 @@ Why: whether a sampler or early stopping spends fewer epochs per front can only 
 many sweeps, and real ones cost hours. A table holds, for every point of a grid, the validation
 metric after every epoch and the predicted memory (`benchmarks/learning_curves.py` records one).
 A replayed sweep runs the real `ScreenedSearcher` (its journal, its sampler, its screening) and
-the real early-stopping scheduler the space names (`stopping`): the
+the real early-stopping scheduler the space names (`stopping`), with the space's exactness
+(`exactness`, which, like a known-memory sampler, reads the table's memory): the
 searcher's ``suggest`` hands out points, each epoch of a point's recorded curve is fed to the
 scheduler's ``decide`` (what its ``on_trial_result`` runs) as the result a trial would report,
 and a trial's end reaches the searcher's ``on_trial_complete`` as Tune would send it. Only
@@ -157,6 +158,8 @@ def replay(
         searcher = ScreenedSearcher(space, space.name)
         if "memory" in sampler_needs(type(searcher.study.sampler)):  # memory: the table's
             searcher.study.sampler.memory = table.memory
+        if searcher.exactness is not None:  # its least-memory variants: the table's
+            searcher.exactness.memory = table.memory
         scheduler = None
         if space.scheduler is not None:
             band = {} if memory_band is None else {"memory_band": memory_band}

@@ -15,7 +15,8 @@ what it declares in `NEEDS`, each given as the keyword argument of that name (`S
   keeps it as its `memory`, which the replay benchmark replaces with a recorded table's.
 
 Which params train alike (their exact values) is declared by techniques and tasks and read
-through `search.exact`, the same for every sampler. A space's options are typed as the sampler's
+through `search.exact`, the same for every sampler; the searcher applies them to whatever a
+sampler asks (`search.exactness`). A space's options are typed as the sampler's
 own defaults before it is built, since Optuna checks only some of them (a negative
 `n_startup_trials` or a number for the function `gamma` would fail mid-sweep); the launch builds
 the sampler once before anything starts, so every option error is one line naming its field.
@@ -70,13 +71,14 @@ def known_objective(space: SearchSpace) -> str:
     return known[0]
 
 
-def profiler_memory(space: SearchSpace) -> MemoryOf:
-    """A point's `known_objective` from the profiler, through the searcher's own screening (so
-    the budget and invalid configs read as None, never as a memory), once per `memory_key`."""
+def profiler_memory(space: SearchSpace, objective: str | None = None) -> MemoryOf:
+    """A point's memory `objective` (the space's `known_objective` unless named) from the
+    profiler, through the searcher's own screening (so the budget and invalid configs read as
+    None, never as a memory), once per `memory_key`."""
     from ..trainable import memory_metrics
     from .screening import screen
 
-    objective = known_objective(space)
+    objective = objective or known_objective(space)
     known: dict[str, float | None] = {}
 
     def memory(params: Mapping[str, Any]) -> float | None:

@@ -10,6 +10,10 @@ and GP rank a violation below every feasible point). A point over the budget (or
 the id ``infeasible-<n>`` (``invalid-<n>``), told with dominated values, and another point is
 asked for, so it never occupies a worker.
 
+Exactness (`exactness`, a space's ``exactness``): a point asked trains as the least-memory
+variant of its training, and a point whose training an earlier point trains is not trained: it
+is told what the earlier one is told, when that one is.
+
 Surviving the driver: the journal is written as points are asked and told; the store is written
 by the trials themselves as they end; Tune snapshots its trials, then this searcher (only which
 Tune trial holds which point and seed), at its own period (`tune_state`). After a restart the searcher rebuilds everything else
@@ -31,7 +35,7 @@ from typing import Any
 import numpy as np
 import optuna
 from optuna.storages import JournalStorage
-from optuna.trial import FixedTrial, TrialState
+from optuna.trial import FixedTrial, FrozenTrial, TrialState
 from ray.tune.search import Searcher
 
 from .. import store
@@ -40,6 +44,7 @@ from ..results import MEASURED_METRICS, PREDICTED_METRICS, store_column
 from ..space import SearchSpace, worst_value
 from ..trainable import memory_metrics, result_from_row
 from . import journal, place
+from .exactness import Exactness, answered_by, trained_params
 from .samplers import build_sampler
 from .scheduler import STOPPED, STOPPED_POINTS, projected
 from .screening import Screening, screen, write_screened
@@ -81,7 +86,16 @@ class ScreenedSearcher(Searcher):
 
     def __getstate__(self) -> dict[str, Any]:
         """What Tune pickles (tuner.pkl, the searcher snapshots): no study, no path."""
-        rebuilt = ("journal", "study", "points", "open", "unscreened", "asked")
+        rebuilt = (
+            "journal",
+            "study",
+            "points",
+            "open",
+            "unscreened",
+            "asked",
+            "exactness",
+            "waiting",
+        )
         return {k: v for k, v in self.__dict__.items() if k not in rebuilt}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -119,15 +133,22 @@ class ScreenedSearcher(Searcher):
         the journal (every point asked, with its params, and told), Tune's trials (trial id ->
         the config this searcher gave it) with this searcher's own assignments, and the store's
         rows (each names its point and seed). Points told neither way are told now; an asked
-        point that no trial holds or stored is screened again and handed out first; the sampler
-        is reseeded past the points asked."""
+        point that no trial holds or stored is screened again and handed out first; a point
+        answered by an earlier one (`exactness`) is told once that one is; the sampler is
+        reseeded past the points asked."""
         trials = self.study.get_trials(deepcopy=False)
         self.study.sampler = build_sampler(self.space, seed_offset=len(trials))
-        asked = {t.number: params for t in trials if (params := self.sampled(t.params)) is not None}
+        self.exactness = Exactness(self.space) if self.space.uses_exactness() else None
+        self.waiting: dict[int, list[int]] = {}  # point -> the points its result answers, untold
+        asked = {t.number: params for t in trials if (params := self.trained(t)) is not None}
         running = {t.number for t in trials if t.state == TrialState.RUNNING}
         for number in sorted(running - set(asked)):  # the driver died while the sampler chose
             self.tell(number, None)
         self.asked = len(asked)
+        answered = {n: earlier for n in asked if (earlier := answered_by(trials[n])) is not None}
+        if self.exactness is not None:
+            for number in sorted(set(asked) - set(answered)):
+                self.exactness.trains(number, asked[number])
         self.assigned.update((i, (c["point"], c["params"]["seed"])) for i, c in tune_trials.items())
         stored = self.stored_outcomes()
         self.points: dict[int, Point] = {}
@@ -135,11 +156,19 @@ class ScreenedSearcher(Searcher):
             self.points.setdefault(number, Point(asked[number])).given.add(seed)
         for (number, seed), (trial_id, result) in stored.items():
             self.record(self.points[number], seed, trial_id, result, False)
-        self.unscreened = sorted((running & set(asked)) - set(self.points))
+        self.unscreened = sorted((running & set(asked)) - set(self.points) - set(answered))
+        for number in sorted(running & set(answered)):
+            self.answer_from(number, answered[number])
         live = sorted(running & set(self.points))
         self.open = [number for number in live if self.free_seed(self.points[number]) is not None]
         for number in live:
             self.tell_if_done(number)
+
+    def trained(self, trial: FrozenTrial) -> dict[str, Any] | None:
+        """What a point trains with: the variant its ask chose (`exactness`), else its params as
+        sampled; None when the sampling was cut short."""
+        asked = self.sampled(trial.params)
+        return None if asked is None else trained_params(trial, asked)
 
     def sampled(self, params: Mapping[str, Any]) -> dict[str, Any] | None:
         """A point as the space samples it, replayed from the values the journal recorded; None
@@ -189,28 +218,46 @@ class ScreenedSearcher(Searcher):
         while self.unscreened or self.asked < self.space.num_samples:
             if self.unscreened:
                 number = self.unscreened.pop(0)  # its constraint, if it had none, stays unset
-                params = self.sampled(self.study.get_trials(deepcopy=False)[number].params)
+                params = self.trained(self.study.get_trials(deepcopy=False)[number])
                 screening = screen(self.space, params)
             else:
-                number, params, screening = self.ask()
+                number, params, screening, earlier = self.ask()
+                if earlier is not None:
+                    say(f"point {number} trains as point {earlier}: answered by it, not trained")
+                    self.answer_from(number, earlier)
+                    continue
             if screening.feasible:
                 self.points[number] = Point(params)
                 return number
             self.answer_screened(number, params, screening)
         return None
 
-    def ask(self) -> tuple[int, dict[str, Any], Screening]:
-        """A new point from the sampler, screened, with its constraint set: in one write to the
-        journal, so that a point there always has all its params and its constraint."""
+    def ask(self) -> tuple[int, dict[str, Any], Screening, int | None]:
+        """A new point from the sampler: the params it trains with (`exactness`), screened, with
+        its constraint set, and the earlier point that answers it (None: it trains); in one write
+        to the journal, so that a point there always has all its params, what exactness made of
+        it and its constraint."""
         with self.journal.one_write():
             trial = self.study.ask()
-            params = self.space.sample(trial)
+            params, earlier = self.space.sample(trial), None
+            if self.exactness is not None:
+                stopped = self.study.user_attrs.get(STOPPED_POINTS, [])
+                params, earlier = self.exactness.ask(trial, params, stopped)
             screening = screen(self.space, params)
             if screening.predicted is not None and self.space.memory_budget_mb is not None:
                 excess = screening.predicted.total_mb - self.space.memory_budget_mb
                 trial.set_constraint(CONSTRAINT, excess)
         self.asked += 1
-        return trial.number, params, screening
+        return trial.number, params, screening, earlier
+
+    def answer_from(self, number: int, earlier: int) -> None:
+        """Tell point `number` what point `earlier`, which trains its training, was told; once
+        it is told, if it is not yet (`tell`)."""
+        trial = self.study.get_trials(deepcopy=False)[earlier]
+        if trial.state == TrialState.RUNNING:
+            self.waiting.setdefault(earlier, []).append(number)
+        else:
+            self.tell(number, trial.values if trial.state == TrialState.COMPLETE else None)
 
     def answer_screened(self, number: int, params: dict[str, Any], screening: Screening) -> None:
         trial_id = f"{SCREENED_PREFIXES[screening.status]}{number:05d}"
@@ -297,3 +344,5 @@ class ScreenedSearcher(Searcher):
             ValueError,
         ) as error:  # told before a resume
             log.debug("point %d already told: %s", number, error)
+        for answered in self.waiting.pop(number, []):
+            self.tell(answered, values)
