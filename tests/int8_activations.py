@@ -43,7 +43,6 @@ class Int8Activations(Technique):
     """Saved activations in int8 while the model trains: LOSSY, a quarter of fp32's bytes."""
 
     NAME = "int8_activations"
-    LOSSY = True
     SETTINGS = (Setting("int8_activations", bool, False),)
     EXACT: ClassVar = {"int8_activations": (False,)}  # off: the plain step
 

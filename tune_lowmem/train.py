@@ -23,7 +23,7 @@ from .config import TrialConfig
 from .finite import finite_flag
 from .plugins import techniques
 from .tasks.base import Task
-from .techniques.base import Technique
+from .techniques.base import StepRunner, Technique
 
 EpochCallback = Callable[[dict[str, float], "Trainer"], None]
 
@@ -69,7 +69,7 @@ class Trainer:
             model = technique.apply(model)
         self.model: nn.Module = model.to(self.device)
         # the technique that runs every loss's forward and backward and the optimizer step
-        self.step_runner = next(t for t in self.techniques if t.RUNS_STEP)
+        self.step_runner: StepRunner = next(t for t in self.techniques if t.RUNS_STEP)
         self.optimizer = self.task.build_optimizer(self.model)
         for technique in self.techniques:
             technique.attach(self.optimizer)
@@ -111,25 +111,24 @@ class Trainer:
             summed = summed + loss.detach().double()
         finite = finite_flag([p.grad for p in model.parameters() if p.grad is not None])
         total_loss, all_finite = read_once(summed, finite)
-        if not math.isfinite(total_loss) and self.step_runner.scaler is None:
+        runner = self.step_runner
+        if not math.isfinite(total_loss) and not runner.skips_nonfinite_steps:
             raise TrainingDiverged(
                 f"loss is {total_loss} at update {self.updates} (epoch {self.epoch})"
             )
-        stepped = self.step_runner.unscale_(model.parameters(), bool(all_finite))
+        stepped = runner.unscale_(model.parameters(), bool(all_finite))
         if stepped:
             for technique in self.techniques:
                 technique.before_step()
-            self.step_runner.step(optimizer, model.parameters())
+            runner.step(optimizer, model.parameters())
             for technique in self.techniques:
                 technique.after_step(self.epoch, self.updates)
-        elif self.step_runner.scaler is None:
+        elif not runner.skips_nonfinite_steps:
             raise TrainingDiverged(
                 f"gradients are not finite at update {self.updates} (epoch {self.epoch})"
             )
-        elif self.step_runner.loss_scale <= self.step_runner.scaler.min_scale:
-            raise TrainingDiverged(
-                f"fp16 loss scale collapsed to {self.step_runner.loss_scale} (NaN or overflow)"
-            )
+        elif (reason := runner.cannot_go_on()) is not None:
+            raise TrainingDiverged(reason)
         self.updates += 1
         return {"loss": total_loss / normaliser, "stepped": float(stepped), "lr": lr}
 

@@ -17,7 +17,8 @@ events in the training loop's order: `apply` (the fp32 model on the CPU, in regi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from torch import nn
@@ -40,12 +41,10 @@ class Technique:
 
     NAME: ClassVar[str]  # its registered name, and the key of its checkpointed state
     SETTINGS: ClassVar[tuple[Setting, ...]]  # its fields of TrialConfig
-    LOSSY: ClassVar[bool] = False  # whether it can change results beyond floating-point noise
     # Param (dotted) -> its values that train as the plain step does (bit for bit or within
     # rounding), or EVERY: points differing only in them share one accuracy (search.exact).
     EXACT: ClassVar[Mapping[str, tuple[Any, ...] | None]] = {}
-    # The one technique bound to every trial that runs each loss through its `forward_context`
-    # and `backward` and takes the optimizer step (`unscale_`, `step`): the numeric format's.
+    # Whether it is the one technique bound to every trial that runs the step (a `StepRunner`).
     RUNS_STEP: ClassVar[bool] = False
 
     def __init__(self, config: TrialConfig, task: Task):
@@ -140,3 +139,45 @@ class Technique:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         pass
+
+
+class StepRunner(Technique):
+    """The technique that runs a trial's step, one bound to every trial (the numeric format's,
+    `techniques.precision.Precision`, by default): what the training loop (`Trainer.train_step`)
+    and the profiler's dry run (`memory.predict`) ask of it, in their order. A plug-in that runs
+    the step subclasses this, is enabled where the default is not, and implements each method
+    without reading a tensor's value on the host (the dry run steps on fake tensors)."""
+
+    RUNS_STEP = True
+
+    def forward_context(self) -> contextlib.AbstractContextManager:
+        """Where every forward pass runs, training and evaluation (e.g. autocast)."""
+        return contextlib.nullcontext()
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """One microbatch's backward pass from its loss (e.g. scaled)."""
+        loss.backward()
+
+    def unscale_(self, parameters: Iterator[nn.Parameter], finite: bool | None = None) -> bool:
+        """Ready the gradients for the step and say whether to take it; `finite`: whether every
+        gradient is, when the caller has read it already."""
+        return True if finite is None else finite
+
+    def step(self, optimizer: torch.optim.Optimizer, parameters: Iterable[nn.Parameter]) -> None:
+        """The optimizer's step."""
+        optimizer.step()
+
+    @property
+    def skips_nonfinite_steps(self) -> bool:
+        """Whether a step whose loss or gradients are not finite is skipped (dynamic loss
+        scaling) rather than the end of the trial."""
+        return False
+
+    def cannot_go_on(self) -> str | None:
+        """Why training must stop after a skipped step (e.g. a collapsed loss scale), or None."""
+        return None
+
+    @property
+    def skipped_steps(self) -> int:
+        """Steps skipped so far (a metric of every epoch)."""
+        return 0

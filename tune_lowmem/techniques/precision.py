@@ -27,7 +27,7 @@ from ..finite import all_finite
 from ..torch_private import multiply_
 from ..validation import choice, require
 from . import settings
-from .base import Technique
+from .base import StepRunner
 
 PRECISIONS = ("fp32", "fp16", "bf16", "amp-fp16", "amp-bf16")
 # How a pure half step writes its update into the half weights: round to nearest, or
@@ -141,15 +141,15 @@ class DynamicLossScaler:
         self.skipped_steps = state["skipped_steps"]
 
 
-class Precision(Technique):
+class Precision(StepRunner):
     """The `precision` field for one trial: model casting, forward context, backward, unscale.
 
-    Always bound to a trial (fp32 too): the training loop runs every loss through its
-    `forward_context` and `backward` and takes a step only when `unscale_` allows it.
+    Always bound to a trial (fp32 too), the default `StepRunner`: the training loop runs every
+    loss through its `forward_context` and `backward` and takes a step only when `unscale_`
+    allows it.
     """
 
     NAME = "precision"
-    RUNS_STEP = True
     SETTINGS = settings.PRECISION
 
     def __init__(self, config, task):
@@ -218,6 +218,15 @@ class Precision(Technique):
             kahan_step(optimizer, list(parameters))
         else:
             stochastic_step(optimizer, list(parameters), self.rounding)
+
+    @property
+    def skips_nonfinite_steps(self) -> bool:
+        return self.scaler is not None
+
+    def cannot_go_on(self) -> str | None:
+        if self.scaler is None or self.loss_scale > self.scaler.min_scale:
+            return None
+        return f"fp16 loss scale collapsed to {self.loss_scale} (NaN or overflow)"
 
     @property
     def skipped_steps(self) -> int:
