@@ -10,7 +10,7 @@ once):
 
 - A point asked trains as the variant of its training of least predicted memory: its exact
   choices exchanged, every other param kept; the memory is the profiler's, of the space's memory
-  objective the profiler predicts, else of the predicted total (`least_memory_objective`). The
+  objective the profiler predicts, else of the predicted total (`screening.budgeted_memory`). The
   point itself trains unless a variant needs strictly less.
 - A point whose training an earlier point trains is not trained: it is told what that point is
   told, when that point is told, so the sampler sees one training give one result. A point that
@@ -32,19 +32,13 @@ from typing import Any
 
 from optuna.trial import BaseTrial, FixedTrial, FrozenTrial
 
-from ..results import MEMORY_OBJECTIVE
 from ..space import SearchSpace
 from .exact import exchangeable, training_key
-from .samplers import KNOWN, MemoryOf, profiler_memory
+from .samplers import MemoryOf, profiler_memory
+from .screening import budgeted_memory
 
 TRAINED_AS = "trained_as"  # trial user attr: the params trained, where not the params asked
 ANSWERED_BY = "answered_by"  # trial user attr: the earlier point whose result answers this one
-
-
-def least_memory_objective(space: SearchSpace) -> str:
-    """The memory a variant is chosen by: the space's objective the profiler predicts (the first,
-    if several), else the predicted total, which the budget screens."""
-    return next((name for name in space.objectives if name in KNOWN), MEMORY_OBJECTIVE)
 
 
 class Exactness:
@@ -52,7 +46,7 @@ class Exactness:
 
     def __init__(self, space: SearchSpace):
         self.space = space
-        self.memory: MemoryOf = profiler_memory(space, least_memory_objective(space))
+        self.memory: MemoryOf = profiler_memory(space, budgeted_memory(space))
         self.trainers: dict[str, list[int]] = {}  # training key -> its points trained, in order
 
     def ask(

@@ -17,6 +17,7 @@ from ..config import ConfigError, TrialConfig
 from ..memory import MemoryReport
 from ..memory.predict import predict
 from ..memory.stored import accounted
+from ..results import MEMORY_OBJECTIVE, PREDICTED_METRICS
 from ..space import SearchSpace
 from ..trainable import failure_reason, memory_metrics, out_of_memory, store_record
 
@@ -49,11 +50,21 @@ def screen(space: SearchSpace, params: Mapping[str, Any]) -> Screening:
             raise
         return Screening("infeasible", config, None, f"too big to build: {failure_reason(error)}")
     budget = space.memory_budget_mb
-    total = predicted.total_mb
-    if budget is not None and total > budget:
-        reason = f"predicted memory {total:.1f} MB is over memory_budget_mb {budget:g}"
+    if budget is not None and (memory := budgeted_memory_mb(space, predicted)) > budget:
+        name = budgeted_memory(space).removeprefix("memory.")
+        reason = f"predicted memory {memory:.1f} MB ({name}) is over memory_budget_mb {budget:g}"
         return Screening("infeasible", config, predicted, reason)
     return Screening("feasible", config, predicted)
+
+
+def budgeted_memory(space: SearchSpace) -> str:
+    """The memory a budget holds a point to: the space's objective the profiler predicts (the
+    run's peak in the shipped joint spaces), else a training step's predicted total."""
+    return next((name for name in space.objectives if name in PREDICTED_METRICS), MEMORY_OBJECTIVE)
+
+
+def budgeted_memory_mb(space: SearchSpace, predicted: MemoryReport) -> float:
+    return float(memory_metrics(predicted, None)[budgeted_memory(space)])
 
 
 def write_screened(

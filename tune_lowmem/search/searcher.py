@@ -47,7 +47,7 @@ from . import journal, place
 from .exactness import Exactness, answered_by, trained_params
 from .samplers import build_sampler
 from .scheduler import STOPPED, STOPPED_POINTS, projected
-from .screening import Screening, screen, write_screened
+from .screening import Screening, budgeted_memory_mb, screen, write_screened
 from .tune_state import tune_trials
 
 SCREENED_PREFIXES = {"infeasible": "infeasible-", "failed": "invalid-"}
@@ -245,7 +245,8 @@ class ScreenedSearcher(Searcher):
                 params, earlier = self.exactness.ask(trial, params, stopped)
             screening = screen(self.space, params)
             if screening.predicted is not None and self.space.memory_budget_mb is not None:
-                excess = screening.predicted.total_mb - self.space.memory_budget_mb
+                memory = budgeted_memory_mb(self.space, screening.predicted)
+                excess = memory - self.space.memory_budget_mb
                 trial.set_constraint(CONSTRAINT, excess)
         self.asked += 1
         return trial.number, params, screening, earlier
