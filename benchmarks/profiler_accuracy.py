@@ -25,6 +25,13 @@ Protocol (written before any run; changing it means changing this file):
   sparse layers' gradients) and its first rewiring update, and its measured figures are those
   of the step with the larger total; every other point at the step after the warm-up. The point
   records which step it was.
+- The run's peak (added before its first run): at each point also `predict`'s run peak (the peak
+  step with its minibatch, or an evaluation batch's pass; its tensor storage, heap objects off)
+  against the allocator's (`Allocations.run_peak_bytes`: the most bytes live over the measured
+  step and one evaluation batch after it, the larger over the measured steps), once with
+  operators' internal temporaries left out (what the prediction models) and once with them
+  (workspace-inclusive: what the run really holds). The WRN-28-2 points at batch 100 are
+  fp32, since this machine's half-precision convolutions take minutes a step.
 - Order: evaluation points run smallest predicted first, so a run cut short has the most.
 - Reported: median, 90th percentile and worst absolute relative error of the totals over
   evaluation points whose measured total is at least 1 MB (`FLOOR_MB`), and every point that
@@ -151,6 +158,12 @@ EVALUATION = {
     "wrn-10-1 b32 bf16 stochastic fused-unit": wrn(
         10, 1, 32, **BF16, precision_update="stochastic", **{"model.fused_norm": "unit"}
     ),
+    # WRN-28-2 at the paper's batch 100, evaluating at the training microbatch (the run's peak)
+    "wrn-28-2 b100": wrn(28, 2, 100),
+    "wrn-28-2 b100 residual-2* micro10 density0.3": wrn(
+        28, 2, 100, checkpoint="residual-2*", **{"microbatch.size": 10, "sparsity.density": 0.3}
+    ),
+    "wrn-28-2 b100 eval500": wrn(28, 2, 100, **{"schedule.eval_batch_size": 500}),
     # DynamicConv Transformer on synthetic IWSLT'14-shaped batches (30/30-token pairs)
     "dct e32x1 300tok": dct(32, 1, 300),
     "dct e64x2 600tok bf16": dct(64, 2, 600, **BF16),
@@ -196,12 +209,14 @@ def lengths_of(config: TrialConfig) -> tuple[int, int] | None:
     return DCT_LENGTHS if config.task == "dct-iwslt14" else None
 
 
-def predicted_storage(config: TrialConfig) -> tuple[int, int]:
-    """The predicted stored total and activation, tensor storage only (no heap objects)."""
+def predicted_storage(config: TrialConfig) -> tuple[int, int, int]:
+    """The predicted stored total, activation and run's peak, tensor storage only (no heap
+    objects)."""
     lengths = lengths_of(config)
     report = predict_module.predict(config, lengths)
     objects = predict_module.heap_object_bytes(config, lengths)
-    return report.total_bytes - objects, report.activation_bytes - objects
+    run_peak = report.run_peak_bytes - predict_module.run_peak_objects(config, lengths)
+    return report.total_bytes - objects, report.activation_bytes - objects, run_peak
 
 
 def heap_constant_for(config: TrialConfig, target: int) -> int:
@@ -239,9 +254,11 @@ def evaluate(name: str, flat: dict, heap: bool) -> dict:
     config = TrialConfig.from_dict(flat)
     lengths = lengths_of(config)
     started = time.perf_counter()
-    total, activation = predicted_storage(config)
+    total, activation, run_peak = predicted_storage(config)
     steps = {update: measure_allocations(config, lengths, update) for update in peak_steps(config)}
     update, allocator = max(steps.items(), key=lambda step: step[1].total_bytes)
+    run_tensors = max(step.run_tensor_peak_bytes for step in steps.values())
+    run_held = max(step.run_peak_bytes for step in steps.values())
     point = {
         "name": name,
         "config": flat,
@@ -252,6 +269,11 @@ def evaluate(name: str, flat: dict, heap: bool) -> dict:
         **allocator.to_dict(),
         "error_total": total / allocator.total_bytes - 1,
         "error_activation": activation / allocator.activation_bytes - 1,
+        "predicted_run_peak_mb": run_peak / MB,
+        "allocator_run_tensor_peak_mb": run_tensors / MB,
+        "allocator_run_peak_mb": run_held / MB,
+        "error_run_peak": run_peak / run_tensors - 1,
+        "error_run_peak_with_workspace": run_peak / run_held - 1,
     }
     if heap and total / MB < HEAP_VIEW_MAX_MB:
         predicted = predict_module.predict(config, lengths)
@@ -283,6 +305,10 @@ def summarise(points: list[dict]) -> dict:
         "goal": GOAL,
         "total": distribution([p["error_total"] for p in counted]),
         "activation": distribution([p["error_activation"] for p in counted]),
+        "run_peak": distribution([p["error_run_peak"] for p in counted if "error_run_peak" in p]),
+        "run_peak_with_workspace": distribution(
+            [p["error_run_peak_with_workspace"] for p in counted if "error_run_peak" in p]
+        ),
         "misses": [p["name"] for p in counted if abs(p["error_total"]) > GOAL],
         "below_floor": [p["name"] for p in points if p["allocator_total_mb"] < FLOOR_MB],
     }
@@ -315,7 +341,7 @@ def main() -> None:
         calibrate(results)
     RESULTS.parent.mkdir(exist_ok=True)
     size = {
-        name: predicted_storage(TrialConfig.from_dict(EVALUATION[name]))[0] for name in EVALUATION
+        name: predicted_storage(TrialConfig.from_dict(EVALUATION[name]))[2] for name in EVALUATION
     }
     names = sorted(args.only or EVALUATION, key=size.__getitem__)
     for name in names:
@@ -328,11 +354,12 @@ def main() -> None:
             f"{point['allocator_total_mb']:9.3f} MB {point['error_total']:+7.2%} "
             f"(act {point['error_activation']:+7.2%}"
             + (f", heap {point['error_heap_total']:+7.2%}" if "error_heap_total" in point else "")
-            + f") {point['seconds']:5.1f}s",
+            + f") run peak {point['error_run_peak']:+7.2%}, with workspace "
+            f"{point['error_run_peak_with_workspace']:+7.2%} {point['seconds']:5.1f}s",
             flush=True,
         )
     summary = results["summary"]
-    for view in ("total", "activation", "heap_total"):
+    for view in ("total", "activation", "run_peak", "run_peak_with_workspace", "heap_total"):
         if view in summary:
             d = summary[view]
             print(

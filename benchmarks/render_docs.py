@@ -66,6 +66,8 @@ def profiler_accuracy(result: dict) -> str:
     views = {
         "total": "total, tensor storage (allocator)",
         "activation": "activation part (allocator)",
+        "run_peak": "run's peak, tensor storage (allocator, kernels' temporaries left out)",
+        "run_peak_with_workspace": "run's peak with kernels' temporaries (allocator)",
         "heap_total": "stored total with heap objects (tracker, CPU heap)",
     }
     errors = [
@@ -95,12 +97,25 @@ def profiler_accuracy(result: dict) -> str:
             percent(p["error_activation"]),
             f"{p['allocator_workspace_activation_mb'] - p['allocator_activation_mb']:.3f}",
             "after warm-up" if p["measured_update"] is None else f"update {p['measured_update']}",
+            *run_peak_cells(p),
         ]
         for p in result["points"]
     ]
     header = ["point", "predicted MB", "measured MB", "error", "activation error", "workspace MB"]
-    header.append("measured step")
+    header += ["measured step", "run peak MB", "measured run peak MB", "error", "with workspace"]
     return "\n".join(lines + table(header, points)) + "\n"
+
+
+def run_peak_cells(point: dict) -> list[str]:
+    """A point's run's peak, predicted against the allocator's ("-" in a run before it)."""
+    if "error_run_peak" not in point:
+        return ["-"] * 4
+    return [
+        f"{point['predicted_run_peak_mb']:.3f}",
+        f"{point['allocator_run_tensor_peak_mb']:.3f}",
+        percent(point["error_run_peak"]),
+        percent(point["error_run_peak_with_workspace"]),
+    ]
 
 
 LADDER_MEASURED = ["at batch", "measured MB", "x measured", "tensors MB", "peak MB"]

@@ -108,8 +108,9 @@ def test_the_profilers_predicted_figures_are_the_codes(name, heap_constant):
     heap_constant(result["calibration"]["heap_bytes_per_storage"])
     point = next(p for p in result["points"] if p["name"] == name)
     config = TrialConfig.from_dict(point["config"])
-    total, activation = accuracy.predicted_storage(config)
+    total, activation, run_peak = accuracy.predicted_storage(config)
     fresh = {"predicted_storage_mb": total / MB, "predicted_activation_mb": activation / MB}
+    fresh["predicted_run_peak_mb"] = run_peak / MB
     if "heap_predicted_mb" in point:
         predicted = predict_module.predict(config, accuracy.lengths_of(config))
         fresh["heap_predicted_mb"] = predicted.total_mb

@@ -91,6 +91,10 @@ class DryRun:
     flops_per_step: int
     measure_occasional: Callable[[], tuple[int, int]]  # run only when a trial that has it asks
     input_bytes: int  # the step's minibatch on the device, held through the step
+    held_bytes: int  # the weights, buffers and optimizer state, as held (layout-independent)
+    # the step's own peak with its gradients counted as they are made (a step starts without
+    # them): the most bytes beyond `held_bytes` and the minibatch, and the heap objects then
+    step_peak: tuple[int, int]
     # an evaluation batch's input, its pass's peak beyond the weights and state (storage, heap
     # objects); None when the task has no `evaluation_pass`
     evaluation: tuple[int, int, int] | None
@@ -135,18 +139,21 @@ def parts(run: DryRun, layout: str | None = None, occasional: bool = False) -> M
 
 def run_peak(run: DryRun, occasional: bool) -> tuple[int, int]:
     """The most bytes the run holds at once, as (tensor storage, the CPU heap's objects then):
-    its peak step (weights, gradients, optimizer state, the step's or its occasional work's
-    activations, and the minibatch it trains on) or an evaluation (the weights, buffers and
+    its peak step (weights, buffers, optimizer state and the minibatch it trains on, with the
+    step's own tensors, gradients counted as they are made), its occasional work (with the
+    step's gradients) or an evaluation (the weights, buffers and
     optimizer state, the evaluation batch and its pass's peak; `Trainer.run` drops the gradients
     first). A checkpoint adds nothing (`Trainer.save` moves one storage at a time to the host)."""
-    held = accounting.model_bytes(run.model) + accounting.state_bytes(run.model, run.optimizer)
-    activation, objects = run.activation(occasional)
-    gradients = accounting.held_gradient_bytes(run.model)
-    training = (held + gradients + activation + run.input_bytes, objects)
-    if run.evaluation is None:
-        return training
-    batch, storage, eval_objects = run.evaluation
-    return max(training, (held + batch + storage, eval_objects), key=sum)
+    held = run.held_bytes
+    step, step_objects = run.step_peak
+    peaks = [(held + run.input_bytes + step, step_objects)]
+    if occasional:  # beside the step's gradients, which a rewiring drops as it goes
+        work, work_objects = run.occasional
+        peaks.append((held + accounting.held_gradient_bytes(run.model) + work, work_objects))
+    if run.evaluation is not None:
+        batch, storage, eval_objects = run.evaluation
+        peaks.append((held + batch + storage, eval_objects))
+    return max(peaks, key=sum)
 
 
 def run_peak_objects(config: TrialConfig, lengths: tuple[int, int] | None = None) -> int:
@@ -228,7 +235,18 @@ def dry_run(key: TrialConfig, lengths: tuple[int, int] | None = None) -> DryRun:
     evaluation = evaluation_peak(task, model, optimizer, precision, fake_mode, heap)
     input_bytes = _storage_bytes(batch_tensors(batch))
     flops_per_step = sum(flops[s] for s in shapes)
-    return DryRun(model, optimizer, *step, flops_per_step, occasional, input_bytes, evaluation)
+    held = [*model.parameters(), *model.buffers(), *accounting.state_tensors(optimizer)]
+    return DryRun(
+        model,
+        optimizer,
+        *step,
+        flops_per_step,
+        occasional,
+        input_bytes=input_bytes,
+        held_bytes=_storage_bytes(held),
+        step_peak=_peak(tracker, [], heap),
+        evaluation=evaluation,
+    )
 
 
 def evaluation_peak(
@@ -257,8 +275,8 @@ def evaluation_peak(
 
 def _storage_bytes(tensors: list[torch.Tensor]) -> int:
     """The bytes of the distinct storages under `tensors`."""
-    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
-    return sum(storages.values())
+    storages = [t.untyped_storage() for t in tensors]  # alive together: ids are theirs alone
+    return sum({id(storage): storage.nbytes() for storage in storages}.values())
 
 
 def occasional_peak(
