@@ -564,3 +564,34 @@ def test_the_page_in_a_real_browser_fits_the_window_and_answers_first(report, tm
         assert high - low > 100  # the page drew something
     if os.environ.get("TUNE_LOWMEM_REPORT_SCREENSHOT"):
         shutil.copyfile(screenshot, os.environ["TUNE_LOWMEM_REPORT_SCREENSHOT"])
+
+
+def test_a_sweep_minimising_the_run_s_peak_reports_it(tmp_path):
+    """The quickstart's memory objective is the run's peak, held as stored: the front, Table 3
+    and the page are in it, named in words."""
+    root, out = tmp_path / "store", tmp_path / "report"
+    goals = {"metric.val_accuracy": "maximize", "memory.predicted_run_peak_mb": "minimize"}
+    peaks = {}
+    for n, changes in enumerate(JOINT[:4]):
+        config = tiny_wrn_config(**changes)
+        peaks[n] = predict(config).run_peak_bytes / MB
+        write_trial(
+            root,
+            TrialRecord(
+                sweep="peak",
+                trial_id=f"p{n}",
+                status="completed",
+                config=config.to_flat(),
+                metrics={"val_accuracy": 0.5 + 0.05 * n, "test_accuracy": 0.5},
+                memory={"predicted_run_peak_mb": peaks[n], "predicted_total_mb": peaks[n]},
+                objectives=goals,
+                started_at=START,
+                finished_at=START + timedelta(minutes=1),
+                epochs_completed=1,
+            ),
+        )
+    assert main(["report", "--store", str(root), "--out", str(out)]) == 0
+    table = pd.read_csv(out / "table3.csv")
+    assert "memory (MB, stored)" in table.columns
+    assert table["memory (MB, stored)"].iloc[0] == pytest.approx(peaks[0], rel=1e-3)
+    assert "predicted peak memory of the whole run (MB)" in (out / "index.html").read_text()

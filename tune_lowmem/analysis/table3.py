@@ -50,7 +50,7 @@ def build(points: Points) -> pd.DataFrame:
     if not table["other settings"].astype(bool).any():
         table = table.drop(columns="other settings")
     stored = stored_header(points)
-    if stored in table and not sparse(table, points):
+    if stored != memory_header(points) and stored in table and not sparse(table, points):
         table = table.drop(columns=stored)  # dense rows: equal, said once by the note
     return table
 
@@ -164,7 +164,7 @@ def note(points: Points, table: pd.DataFrame) -> str:
     return (
         f"Rows: the baseline, then the configurations non-dominated on {points.score} "
         f"({points.direction}d) and {points.memory} (minimized), by memory{beside}. Memory: "
-        "predicted total training memory. Scores: mean over seeds; 95% CI = 1.96 standard "
+        f"{counted.words(points.memory)}. Scores: mean over seeds; 95% CI = 1.96 standard "
         f"errors over seeds. Reduction (of the {counted.counted(points.memory) or 'stored'} "
         f"memory) and change are against the first row. {held[0].upper()}"
         f"{held[1:]}"
