@@ -417,7 +417,13 @@ def test_a_trial_whose_worker_dies_is_stored_failed_and_the_sweep_goes_on(local_
         num_samples=2,
         max_concurrent=1,
         max_failures=0,
-        base={**TINY_BASE, "schedule": {"epochs": 10, "batch_size": 20}},
+        # trials of several seconds: each result reaches the driver's result.json while the trial
+        # still trains (at 10 epochs of 200 images, one fault-loop run here saw none in time)
+        base={
+            **TINY_BASE,
+            "schedule": {"epochs": 20, "batch_size": 20},
+            "data": {**TINY_BASE["data"], "train_subset": 400},
+        },
         params={"schedule.lr_multiplier": {"type": "loguniform", "low": 0.5, "high": 2.0}},
     )
     root = tmp_path / "store"
