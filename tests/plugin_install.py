@@ -4,7 +4,13 @@ project's root)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CLI = str(Path(sys.executable).with_name("tune-lowmem"))
 
 
 def install(folder: Path, distribution: str, group: str, entries: dict[str, str]) -> Path:
@@ -16,3 +22,19 @@ def install(folder: Path, distribution: str, group: str, entries: dict[str, str]
     lines = "".join(f"{name} = {target}\n" for name, target in entries.items())
     (info / "entry_points.txt").write_text(f"[{group}]\n{lines}")
     return folder
+
+
+def launch(installed: Path, space: Path, store: Path) -> subprocess.CompletedProcess:
+    """`tune-lowmem launch` of `space` into `store` in a process that sees the plug-in's
+    metadata (`installed`) and the tests' modules on its import path, as an installed plug-in
+    package would be."""
+    paths = [str(installed), str(ROOT), os.environ.get("PYTHONPATH", "")]
+    return subprocess.run(
+        [CLI, "launch", str(space), "--store", str(store)],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)},
+    )

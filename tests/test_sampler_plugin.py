@@ -5,11 +5,6 @@ its points in its order, while no file of tune_lowmem names it."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import yaml
 
@@ -20,10 +15,8 @@ from tune_lowmem.search.samplers import build_sampler
 from tune_lowmem.space import SearchSpace
 
 from .cheapest_first import CheapestFirst
-from .plugin_install import install
+from .plugin_install import ROOT, install, launch
 
-ROOT = Path(__file__).resolve().parents[1]
-CLI = str(Path(sys.executable).with_name("tune-lowmem"))
 NAME = "cheapest-first"
 HIDDEN = [32, 8, 16]  # the tiny task's width: memory grows with it
 SPACE = {
@@ -83,16 +76,7 @@ def test_an_uninstalled_sampler_is_not_a_sampler():
 def test_an_installed_sampler_sweeps_a_space_through_launch(installed, tmp_path):
     path = tmp_path / "cheapest.yaml"
     path.write_text(yaml.safe_dump({**SPACE, "max_concurrent": 1}))
-    paths = [str(installed), str(ROOT), os.environ.get("PYTHONPATH", "")]
-    run = subprocess.run(
-        [CLI, "launch", str(path), "--store", str(tmp_path / "store")],
-        check=False,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)},
-    )
+    run = launch(installed, path, tmp_path / "store")
     assert run.returncode == 0, run.stderr[-3000:]
     rows = store.read_trials(tmp_path / "store", "cheapest").sort_values("point")
     assert (rows["status"] == "completed").all() and set(rows["sampler"]) == {NAME}

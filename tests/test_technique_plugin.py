@@ -6,10 +6,6 @@ of tune_lowmem names it."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import yaml
@@ -21,10 +17,8 @@ from tune_lowmem.plugins import TECHNIQUE_GROUP, techniques
 from tune_lowmem.search.exact import SAME_TRAINING, training_key
 from tune_lowmem.train import Trainer
 
-from .plugin_install import install
+from .plugin_install import ROOT, install, launch
 
-ROOT = Path(__file__).resolve().parents[1]
-CLI = str(Path(sys.executable).with_name("tune-lowmem"))
 TINY_TASK = "tests.tiny_task:TinyBlobs"
 # eight blocks whose activations outweigh their weights: where int8 activations save memory
 DEEP = {"model.blocks": 8, "model.hidden": 64, "schedule.batch_size": 1024, "data.train": 2048}
@@ -110,16 +104,7 @@ def test_an_installed_technique_is_searched_by_a_real_sweep(installed, tmp_path)
     }
     path = tmp_path / "int8.yaml"
     path.write_text(yaml.safe_dump(space))
-    paths = [str(installed), str(ROOT), os.environ.get("PYTHONPATH", "")]
-    run = subprocess.run(
-        [CLI, "launch", str(path), "--store", str(tmp_path / "store")],
-        check=False,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)},
-    )
+    run = launch(installed, path, tmp_path / "store")
     assert run.returncode == 0, run.stderr[-3000:]
     rows = store.read_trials(tmp_path / "store", "int8").set_index("config.int8_activations")
     assert sorted(rows.index) == [False, True]

@@ -134,15 +134,10 @@ def _beside(goals: dict[str, str], done: pd.DataFrame) -> list[str]:
     ]
     memory = [m for c in totals for m in (c, *counted.stored_beside([c]))]
     extra = [*dict.fromkeys(memory), *(t for t in tests if t)]
-    run_peaks = [
-        c for c in (PREDICTED_RUN_PEAK, MEASURED_RUN_PEAK) if c not in columns_with_figures(done)
-    ]
-    return [c for c in extra if c not in goals and c in done.columns and c not in run_peaks]
-
-
-def columns_with_figures(done: pd.DataFrame) -> set[str]:
-    """Columns with a figure in some row: a run's peak only in rows of stores that keep it."""
-    return {c for c in done.columns if done[c].notna().any()}
+    empty = {
+        c for c in (PREDICTED_RUN_PEAK, MEASURED_RUN_PEAK) if c in done and done[c].isna().all()
+    }
+    return [c for c in extra if c not in goals and c in done.columns and c not in empty]
 
 
 def _kept(rows: pd.DataFrame, goals: dict[str, str], beside: list[str]) -> tuple[list[str], bool]:

@@ -141,9 +141,9 @@ def run_peak(run: DryRun, occasional: bool) -> tuple[int, int]:
     """The most bytes the run holds at once, as (tensor storage, the CPU heap's objects then):
     its peak step (weights, buffers, optimizer state and the minibatch it trains on, with the
     step's own tensors, gradients counted as they are made), its occasional work (with the
-    step's gradients) or an evaluation (the weights, buffers and
-    optimizer state, the evaluation batch and its pass's peak; `Trainer.run` drops the gradients
-    first). A checkpoint adds nothing (`Trainer.save` moves one storage at a time to the host)."""
+    step's gradients) or an evaluation (the weights, buffers and optimizer state, the evaluation
+    batch and its pass's peak; `Trainer.run` drops the gradients first). A checkpoint adds
+    nothing (`Trainer.save` moves one storage at a time to the host)."""
     held = run.held_bytes
     step, step_objects = run.step_peak
     peaks = [(held + run.input_bytes + step, step_objects)]
