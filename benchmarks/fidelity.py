@@ -321,7 +321,10 @@ def lockstep(trainer, recipe: Recipe = RECIPE) -> dict:
     and the names of the weights and batch-norm statistics that are not bit-identical."""
     model = WRN(recipe.depth, recipe.width)
     model.load_state_dict(independent_state(trainer.model))  # strict: each has its counterpart
-    batches = [list(trainer.task.train_batches(epoch)) for epoch in range(recipe.epochs)]
+    batches = [  # the project serves uint8 minibatches; the plain loop normalises its own way
+        [(prepare(x), y) for x, y in trainer.task.train_batches(epoch)]
+        for epoch in range(recipe.epochs)
+    ]
     ours = [(m["train_loss"], m["val_accuracy"]) for m in trainer.run()]
     theirs = independent_run(
         trainer.task.data, trainer.config.seed, recipe.epochs, recipe.batch, model, batches

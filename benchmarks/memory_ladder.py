@@ -4,30 +4,32 @@ WideResNet-28-2 (batch 100, the paper's, unless --batch) or, with --task dct, th
 Transformer (a full 4,000-token minibatch of 30-token sentence pairs). Each rung is one
 `TrialConfig`, on top of the one before within its chain. Sparse layers are trained packed
 (`techniques.packed`), so per rung, from the profiler's dry run (`memory.predict`, fake tensors):
-- "act": activation MB (the packed layers' transient dense weights included);
-- "stored": what the step holds (`memory.predicted_total_mb`, the searched objective: the dry
-  run's own tensors);
-- "acc csr": the paper's accounting, sparse weights as CSR (`memory.stored.accounted`);
-- in the rows only: the activation part of the step and, for a rung whose run rewires, of its
-  first rewiring (`memory.predict.DryRun.occasional`), of which "act" is the larger;
-ratios of both to the baseline's total, and FLOPs per step against the baseline's (the
-recomputation's cost). With --measure, a real step of each rung named, measured independently
-of the prediction (`memory.allocations`: torch's allocator reports every allocation and free to
-torch.profiler, replayed), each in its own process under a time limit: the step after the
-warm-up, or for a rung that rewires its first update and its first rewiring's, the larger kept
-with the update in the row, at the ladder's batch or at `index:batch` (a microbatched rung
-holds per microbatch what it holds at any batch it divides, which the row's prediction at that
-batch shows): the measured total (weights, gradients and state as held plus the activation
-peak, operators' workspace out, as the paper counts), its ratio to the measured baseline, the
-prediction's tensors alone at the measured batch (the stored total less the CPU heap's objects,
-which the allocator does not report), and the step's peak of everything live (input batch and workspace included).
+- "run peak": the run's peak, the searched memory: the most bytes live at once over a training
+  step (with its minibatch as the device holds it), a sparse run's first rewiring and an
+  evaluation batch, operators' workspace on this CPU included (`memory.workspace`), the CPU
+  heap's objects left out (torch's allocator, which measures it, never serves them);
+  "x run" its ratio to the baseline's;
+- "act": a step's activation part; "stored": a step's total as the paper counts it
+  (`memory.predicted_total_mb`); "acc csr": the same with sparse weights counted as CSR
+  (`memory.stored.accounted`), with their ratios to the baseline's stored total;
+- in the rows only: the run's peak of tensors alone (`workspace=False`, from shapes), the
+  activation part of the step and, for a rung whose run rewires, of its first rewiring, and
+  FLOPs per step against the baseline's.
+With --measure, each rung named is measured independently of the prediction, at the ladder's
+batch (every rung on one basis), in a process of its own under a time limit
+(`memory.allocations`: torch's allocator reports every allocation and free to torch.profiler,
+replayed): at each step that may be the run's peak (`stepping.peak_steps`: the step after the
+warm-up, or a sparse run's first update and its first rewiring's), with one evaluation batch
+after it, the most bytes live at once, everything included (weights, state, gradients, the
+minibatch, activations, kernels' workspace; the synthetic data set is none), the larger over
+those steps: "meas run", its ratio to the measured baseline's, and the prediction's error.
 With --key KEY the rows go to benchmarks/results/memory_ladder.json, the benchmark's one result
 file, as task TASK of its entry KEY (a run of both tasks is two commands with the same key), with
 the config every rung is on top of and the heap constant its stored totals were predicted with
 (`HEAP_BYTES_PER_STORAGE`), so that `tests/test_result_drift.py` can predict them again.
 
     .venv/bin/python benchmarks/memory_ladder.py [--task wrn|dct] [--batch 100]
-        [--measure 0 7 27:10] [--measure-timeout 1800] [--only 1 5] [--key KEY]
+        [--measure 0 23 31] [--measure-timeout 3600] [--only 1 5] [--key KEY]
 """
 
 from __future__ import annotations
@@ -44,17 +46,15 @@ from tune_lowmem.memory import predict as predict_module
 from tune_lowmem.memory.allocations import Allocations, measure_allocations
 from tune_lowmem.memory.predict import (
     dry_run,
-    heap_object_bytes,
     occasional_work,
     predict,
+    run_peak_objects,
     shape_key,
 )
-from tune_lowmem.memory.report import MemoryReport
 from tune_lowmem.memory.stepping import peak_steps
 from tune_lowmem.memory.stored import accounted
 
 RESULTS = Path(__file__).parent / "results" / "memory_ladder.json"
-SIZE = {"wrn": "schedule.batch_size", "dct": "schedule.max_tokens"}  # what --measure's batch sets
 
 PAPER = {  # the paper's ratios to its baseline (Sohoni et al. 2019, Table 3 and text)
     "fp16 + residual-2*": "9.5x",
@@ -186,29 +186,21 @@ def dct_rungs() -> list[tuple[str, dict]]:
     return [*paper, *beyond, *chain(DCT_FUSED), *chain(DCT_FP32_STATE)]
 
 
-def measurement(text: str) -> tuple[int, int | None]:
-    """A --measure item: a rung index, optionally `:batch` to measure at."""
-    index, _, batch = text.partition(":")
-    try:
-        return int(index), int(batch) if batch else None
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not INDEX or INDEX:BATCH") from None
-
-
-def _allocations(flat: dict) -> tuple[int | None, Allocations]:
-    """The larger measurement of the steps that may be the run's peak (`peak_steps`: for a run
-    that rewires, its first update and its first rewiring's), with the update measured at."""
+def _run_peak(flat: dict) -> tuple[list[int | None], Allocations]:
+    """The allocator's run peak of `flat`'s config: the measurement at each step that may be the
+    run's peak, each with an evaluation after it, the one with the larger peak kept."""
     config = TrialConfig.from_dict(flat)
-    steps = {update: measure_allocations(config, None, update) for update in peak_steps(config)}
-    return max(steps.items(), key=lambda step: step[1].total_bytes)
+    updates = peak_steps(config)
+    steps = [measure_allocations(config, None, update) for update in updates]
+    return updates, max(steps, key=lambda step: step.run_peak_bytes)
 
 
-def measured(config: TrialConfig, timeout: float) -> tuple[int | None, Allocations] | None:
-    """`_allocations` of `config` in a process of its own (the profiler's trace and the
-    allocator start clean), None when it runs past `timeout` seconds."""
+def measured(config: TrialConfig, timeout: float) -> tuple[list, Allocations] | None:
+    """`_run_peak` of `config` in a process of its own (the profiler's trace and the allocator
+    start clean), None when it runs past `timeout` seconds."""
     with multiprocessing.get_context("spawn").Pool(1) as pool:  # leaving it ends the process
         try:
-            return pool.apply_async(_allocations, (config.to_flat(),)).get(timeout)
+            return pool.apply_async(_run_peak, (config.to_flat(),)).get(timeout)
         except multiprocessing.TimeoutError:
             return None
 
@@ -220,46 +212,54 @@ def base_config(task: str, batch: int) -> dict:
     return {"task": "dct-iwslt14", "schedule.max_tokens": 4000, "device": "cpu"}
 
 
-def predicted_fields(config: TrialConfig, baseline: MemoryReport | None) -> dict:
+THIS_MACHINE = ("run_peak_mb", "x_run_peak")  # with this CPU's workspace: not from shapes alone
+
+
+def run_peak_mb(config: TrialConfig, workspace: bool = True) -> float:
+    """The predicted run's peak in MB, tensor storage (with this CPU's operators' workspace when
+    `workspace`), the CPU heap's objects left out: what torch's allocator can be held to."""
+    report = predict(config, workspace=workspace)
+    return (report.run_peak_bytes - run_peak_objects(config, workspace=workspace)) / MB
+
+
+def predicted_fields(config: TrialConfig, baseline: TrialConfig | None) -> dict:
     """A rung's figures from the profiler's dry run (see the module docstring), its ratios to
-    `baseline`'s prediction (None: the rung is the baseline)."""
+    the `baseline` rung's prediction (None: the rung is the baseline)."""
     held, csr = predict(config), accounted(config, "csr")
-    baseline = baseline or held
+    base = predict(baseline) if baseline is not None else held
+    run_peak = run_peak_mb(config)
     return {
+        "run_peak_mb": run_peak,
+        "x_run_peak": (run_peak_mb(baseline) if baseline is not None else run_peak) / run_peak,
+        "run_tensor_peak_mb": run_peak_mb(config, workspace=False),
         "activation_mb": held.activation_bytes / MB,
         "stored_mb": held.total_mb,
         "accounted_csr_mb": csr.total_mb,
-        "x_stored": held.ratio_to(baseline),
-        "x_accounted_csr": csr.ratio_to(baseline),
-        "flops_ratio": held.flops_per_step / baseline.flops_per_step,
+        "x_stored": held.ratio_to(base),
+        "x_accounted_csr": csr.ratio_to(base),
+        "flops_ratio": held.flops_per_step / base.flops_per_step,
         **activation_parts(config),
     }
 
 
-def predicted_tensors_mb(config: TrialConfig) -> float:
-    """The prediction's tensors alone: its stored total less the CPU heap's objects."""
-    return (predict(config).total_bytes - heap_object_bytes(config)) / MB
-
-
-def measured_fields(
-    config: TrialConfig, batch: int, timeout: float, baseline: float | None
-) -> dict:
-    """The row's measured figures (see the module docstring); `baseline`: the measured baseline
-    total in bytes, if measured."""
+def measured_fields(config: TrialConfig, timeout: float, baseline: float | None) -> dict:
+    """The row's measured figures (see the module docstring); `baseline`: the measured
+    baseline's run peak in MB, if measured."""
     started = time.perf_counter()
     result = measured(config, timeout)
-    fields = {"measured_batch": batch, "measure_seconds": round(time.perf_counter() - started)}
+    fields = {"measure_seconds": round(time.perf_counter() - started)}
     if result is None:
         return {**fields, "measured": f"timed out after {timeout:g} s"}
-    update, step = result
+    updates, step = result
+    peak = step.run_peak_bytes / MB
     return {
         **fields,
-        "measured_update": update,  # None: the step after the warm-up
-        "measured_mb": step.total_bytes / MB,
-        "x_measured": None if baseline is None else baseline / step.total_bytes,
-        "measured_activation_mb": step.activation_bytes / MB,
-        "measured_peak_mb": step.peak_bytes / MB,
-        "predicted_tensors_mb": predicted_tensors_mb(config),
+        "measured_updates": updates,  # None: the step after the warm-up
+        "measured_run_peak_mb": peak,
+        "x_measured_run_peak": None if baseline is None else baseline / peak,
+        "measured_run_tensor_peak_mb": step.run_tensor_peak_bytes / MB,
+        "measured_step_total_mb": step.total_bytes / MB,
+        "error_run_peak": run_peak_mb(config) / peak - 1,
     }
 
 
@@ -276,27 +276,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--task", choices=("wrn", "dct"), default="wrn")
     parser.add_argument("--batch", type=int, default=100, help="WRN images per minibatch")
-    parser.add_argument(
-        "--measure", type=measurement, nargs="*", default=[], help="rung indices [:batch]"
-    )
-    parser.add_argument("--measure-timeout", type=float, default=1800, help="seconds per rung")
+    parser.add_argument("--measure", type=int, nargs="*", default=[], help="rung indices")
+    parser.add_argument("--measure-timeout", type=float, default=3600, help="seconds per rung")
     parser.add_argument("--only", type=int, nargs="*", help="rungs to print (the baseline too)")
     parser.add_argument(
         "--key", help="write the rows as task --task of entry KEY of results/memory_ladder.json"
     )
     args = parser.parse_args()
-    to_measure = dict(args.measure)
     base = base_config(args.task, args.batch)
     if args.task == "wrn":
         title, ladder = f"WRN-28-2, batch {args.batch}", wrn_rungs()
     else:
         title, ladder = "DC-Transformer, 4000 tokens (30-token pairs)", dct_rungs()
-    size = SIZE[args.task]
-    print(f"{title}; MB = 10**6 bytes; ratios to the fp32 baseline's total")
+    print(f"{title}; MB = 10**6 bytes; ratios to the fp32 baseline's")
     print(
-        f"{'#':>2} {'rung':42} {'act':>7} {'stored':>7} {'acc csr':>7} "
-        f"{'x stored':>8} {'x csr':>7} {'paper':>6} {'FLOPs':>6} | "
-        f"{'batch':>5} {'meas tot':>8} {'x meas':>7} {'tensors':>7} {'meas peak':>9} {'s':>5}"
+        f"{'#':>2} {'rung':42} {'run peak':>8} {'x run':>6} {'act':>7} {'stored':>7} "
+        f"{'x stored':>8} {'acc csr':>7} {'x csr':>6} {'paper':>6} {'FLOPs':>6} | "
+        f"{'meas run':>8} {'x meas':>7} {'error':>7} {'s':>5}"
     )
     baseline, baseline_measured, rows = None, None, []
     for index, (label, flat) in enumerate(ladder):
@@ -308,24 +304,23 @@ def main() -> None:
         config = TrialConfig.from_dict({**base, **flat})
         row = {"index": index, "rung": label, "config": flat, "paper": PAPER.get(label)}
         row.update(predicted_fields(config, baseline))
-        baseline = baseline or predict(config)
+        baseline = baseline or config
         line = (
-            f"{index:>2} {label:42} {row['activation_mb']:7.2f} {row['stored_mb']:7.2f} "
-            f"{row['accounted_csr_mb']:7.2f} {row['x_stored']:7.2f}x "
-            f"{row['x_accounted_csr']:6.2f}x {PAPER.get(label, ''):>6} {row['flops_ratio']:5.2f}x"
+            f"{index:>2} {label:42} {row['run_peak_mb']:8.2f} {row['x_run_peak']:5.1f}x "
+            f"{row['activation_mb']:7.2f} {row['stored_mb']:7.2f} {row['x_stored']:7.2f}x "
+            f"{row['accounted_csr_mb']:7.2f} {row['x_accounted_csr']:5.1f}x "
+            f"{PAPER.get(label, ''):>6} {row['flops_ratio']:5.2f}x"
         )
-        if index in to_measure:
-            batch = to_measure[index] or config.to_flat()[size]
-            at = TrialConfig.from_dict({**config.to_flat(), size: batch})
-            row.update(measured_fields(at, batch, args.measure_timeout, baseline_measured))
-            if index == 0 and "measured_mb" in row and batch == config.to_flat()[size]:
-                baseline_measured = row["measured_mb"] * MB
-                row["x_measured"] = 1.0
-            line += f" | {batch:5} " + (
-                f"{row['measured_mb']:8.2f} {row['x_measured'] or 0:6.2f}x "
-                f"{row['predicted_tensors_mb']:7.2f} {row['measured_peak_mb']:9.2f}"
-                if "measured_mb" in row
-                else f"{row['measured']:>33}"
+        if index in args.measure:
+            row.update(measured_fields(config, args.measure_timeout, baseline_measured))
+            if index == 0 and "measured_run_peak_mb" in row:
+                baseline_measured = row["measured_run_peak_mb"]
+                row["x_measured_run_peak"] = 1.0
+            line += " | " + (
+                f"{row['measured_run_peak_mb']:8.2f} {row['x_measured_run_peak'] or 0:6.1f}x "
+                f"{row['error_run_peak']:+7.2%}"
+                if "measured_run_peak_mb" in row
+                else f"{row['measured']:>24}"
             )
             line += f" {row['measure_seconds']:5}"
         rows.append(row)

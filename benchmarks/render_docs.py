@@ -64,11 +64,11 @@ def profiler_accuracy(result: dict) -> str:
         "",
     ]
     views = {
-        "total": "total, tensor storage (allocator)",
-        "activation": "activation part (allocator)",
-        "run_peak": "run's peak, tensor storage (allocator, kernels' temporaries left out)",
-        "run_peak_with_workspace": "run's peak with kernels' temporaries (allocator)",
-        "heap_total": "stored total with heap objects (tracker, CPU heap)",
+        "run_peak": "run's peak with operators' workspace (allocator, everything live)",
+        "run_tensor_peak": "run's peak, tensors alone (allocator, kernels' temporaries left out)",
+        "total": "a step's total, tensor storage (allocator)",
+        "activation": "a step's activation part (allocator)",
+        "heap_total": "a step's stored total with heap objects (tracker, CPU heap)",
     }
     errors = [
         [label, d["points"], *(percent(d[k]) for k in ("median", "p90", "worst"))]
@@ -82,8 +82,8 @@ def profiler_accuracy(result: dict) -> str:
         "",
         (
             f"Points of at least {summary['floor_mb']:g} MB measured; goal: worst "
-            f"{percent(summary['goal'])} on the total. Missing it: {misses}. Below "
-            f"{summary['floor_mb']:g} MB (not counted): "
+            f"{percent(summary['goal'])} on the run's peak with workspace. Missing it: {misses}. "
+            f"Below {summary['floor_mb']:g} MB (not counted): "
             f"{', '.join(summary['below_floor']) or 'none'}."
         ),
         "",
@@ -91,65 +91,68 @@ def profiler_accuracy(result: dict) -> str:
     points = [
         [
             p["name"],
+            f"{p['predicted_run_peak_mb']:.3f}",
+            f"{p['allocator_run_peak_mb']:.3f}",
+            percent(p["error_run_peak"]),
+            percent(p["error_run_tensor_peak"]),
             f"{p['predicted_storage_mb']:.3f}",
             f"{p['allocator_total_mb']:.3f}",
             percent(p["error_total"]),
-            percent(p["error_activation"]),
             f"{p['allocator_workspace_activation_mb'] - p['allocator_activation_mb']:.3f}",
             "after warm-up" if p["measured_update"] is None else f"update {p['measured_update']}",
-            *run_peak_cells(p),
         ]
         for p in result["points"]
     ]
-    header = ["point", "predicted MB", "measured MB", "error", "activation error", "workspace MB"]
-    header += ["measured step", "run peak MB", "measured run peak MB", "error", "with workspace"]
+    header = ["point", "run peak MB", "measured run peak MB", "error", "tensors alone error"]
+    header += ["step total MB", "measured step MB", "error", "step workspace MB", "measured step"]
     return "\n".join(lines + table(header, points)) + "\n"
 
 
-def run_peak_cells(point: dict) -> list[str]:
-    """A point's run's peak, predicted against the allocator's ("-" in a run before it)."""
-    if "error_run_peak" not in point:
-        return ["-"] * 4
-    return [
-        f"{point['predicted_run_peak_mb']:.3f}",
-        f"{point['allocator_run_tensor_peak_mb']:.3f}",
-        percent(point["error_run_peak"]),
-        percent(point["error_run_peak_with_workspace"]),
-    ]
-
-
-LADDER_MEASURED = ["at batch", "measured MB", "x measured", "tensors MB", "peak MB"]
-MEASURED_FIGURES = ("predicted_tensors_mb", "measured_peak_mb")  # the last two columns'
+LADDER_MEASURED = ["measured run peak MB", "x measured", "error"]
 
 
 def ladder_row(rung: dict, measured: bool) -> list:
-    """A rung's cells; with `measured`, its measured figures (`LADDER_MEASURED`; "-" for a rung
-    not measured, or not against a measured baseline)."""
-    cells = [rung["index"], rung["rung"], f"{rung['activation_mb']:.2f}"]
-    cells += [f"{rung['stored_mb']:.2f}", f"{rung['x_stored']:.1f}x"]
+    """A rung's cells; with `measured`, its measured run peak, its ratio to the measured
+    baseline's and the prediction's error ("-" for a rung not measured)."""
+    cells = [
+        rung["index"],
+        rung["rung"],
+        f"{rung['run_peak_mb']:.2f}",
+        f"{rung['x_run_peak']:.1f}x",
+    ]
+    cells += [
+        f"{rung['activation_mb']:.2f}",
+        f"{rung['stored_mb']:.2f}",
+        f"{rung['x_stored']:.1f}x",
+    ]
     cells += [f"{rung['accounted_csr_mb']:.2f}", f"{rung['x_accounted_csr']:.1f}x"]
     if measured:
-        late = rung.get("measured", "-")  # a measurement that ran past its time limit says so
-        cells += [rung.get("measured_batch", "-")]
-        cells += [f"{rung['measured_mb']:.2f}"] if "measured_mb" in rung else [late]
-        ratio = rung.get("x_measured")
-        cells += [f"{ratio:.1f}x" if ratio else "-"]
-        cells += [f"{rung[k]:.2f}" if k in rung else "-" for k in MEASURED_FIGURES]
+        if "measured_run_peak_mb" in rung:
+            ratio = rung["x_measured_run_peak"]
+            cells += [f"{rung['measured_run_peak_mb']:.2f}", f"{ratio:.1f}x" if ratio else "-"]
+            cells += [percent(rung["error_run_peak"])]
+        else:  # not measured, or a measurement that ran past its time limit (which says so)
+            cells += [rung.get("measured", "-"), "-", "-"]
     return [*cells, rung["paper"] or ""]
 
 
 def memory_ladder(result: dict) -> str:
-    """Each task's rungs in a run: predicted, accounted and (where measured) measured MB."""
+    """Each task's rungs in a run: the run's peak predicted (and where measured, measured), a
+    step's activation and stored totals, the paper's accounting."""
     lines = []
     for task in result.values():
         rows, base = task["rows"], task["rows"][0]
-        measured = any("measured_batch" in r for r in rows)
-        header = ["#", "rung", "act MB", "stored MB", "x stored", "acc csr MB", "x csr"]
-        header += LADDER_MEASURED if measured else []
+        measured = any("measure_seconds" in r for r in rows)
+        header = ["#", "rung", "run peak MB", "x run", "act MB", "stored MB", "x stored"]
+        header += ["acc csr MB", "x csr", *(LADDER_MEASURED if measured else [])]
         lines += [
-            f"{task['title']}; ratios to rung {base['index']} ({base['rung']}, "
-            f"{base['stored_mb']:.2f} MB stored)"
-            + ("" if measured else "; no rung measured in this run"),
+            f"{task['title']}; ratios to rung {base['index']} ({base['rung']}: run peak "
+            f"{base['run_peak_mb']:.2f} MB predicted"
+            + (
+                f", {base['measured_run_peak_mb']:.2f} MB measured)"
+                if "measured_run_peak_mb" in base
+                else "); no rung measured in this run"
+            ),
             "",
             *table([*header, "paper"], [ladder_row(r, measured) for r in rows]),
             "",

@@ -40,7 +40,7 @@ def test_augmentation_is_crop_and_flip_of_the_padded_image():
     assert not torch.equal(out, images)
 
 
-def test_batches_are_normalised_deterministic_and_full():
+def test_batches_are_host_uint8_deterministic_and_full_and_normalise_on_their_device():
     data = cifar10.Cifar10.from_config(
         DataConfig(train_subset=250, val_size=10, test_subset=10), seed=0
     )
@@ -48,12 +48,22 @@ def test_batches_are_normalised_deterministic_and_full():
     again = list(cifar10.train_batches(data.train, 100, epoch=0, seed=0))
     other = list(cifar10.train_batches(data.train, 100, epoch=1, seed=0))
     assert len(first) == 2 and all(x.shape == (100, 3, 32, 32) for x, _ in first)
+    assert all(x.dtype == torch.uint8 and x.device.type == "cpu" for x, _ in first)
     assert all(torch.equal(a[0], b[0]) for a, b in zip(first, again))
     assert not torch.equal(first[0][1], other[0][1])
     plain = torch.cat(
-        [x for x, _ in cifar10.train_batches(data.train, 250, 0, 0, augment_images=False)]
+        [
+            cifar10.normalize(x)
+            for x, _ in cifar10.train_batches(data.train, 250, 0, 0, augment_images=False)
+        ]
     )
     assert abs(float(plain.mean())) < 0.3 and 0.7 < float(plain.std()) < 1.3
+    images = data.train.images[:8]
+    mean, std = (
+        torch.tensor(cifar10.MEAN).view(1, 3, 1, 1),
+        torch.tensor(cifar10.STD).view(1, 3, 1, 1),
+    )
+    assert torch.equal(cifar10.normalize(images), (images.float() / 255.0 - mean) / std)
 
 
 def test_missing_data_names_the_field(tmp_path, monkeypatch):

@@ -159,15 +159,16 @@ def test_sparse_totals_are_what_the_packed_step_holds(capsys):
 
 def test_measured_stored_total_is_what_the_step_held(capsys):
     """With --measure the measured column counts the packed sparse layers as the real step
-    holds them: its stored total is its accounted total, within the allocator's peak of
-    everything PyTorch held; the JSON labels every figure."""
+    holds them: its stored total is its accounted total, and the weights, gradients and state it
+    counts are within the peak of everything PyTorch held; the JSON labels every figure."""
     sparse = [*TINY, "--set", "sparsity.density=0.3", "--measure", "--threads", "1"]
     assert main(["profile", *sparse, "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     measured, counted = result["measured"], result["counted"]
     accounted, held = measured["measured_total_mb"], measured["measured_stored_total_mb"]
-    assert accounted == pytest.approx(held, abs=1e-9) and held <= measured["measured_peak_mb"]
+    assert accounted == pytest.approx(held, abs=1e-9)
     stored_parts = held - measured["measured_activation_mb"]  # weights, gradients, state, indices
+    assert stored_parts < measured["measured_peak_mb"]
     allocator = result["allocator"]  # the real tensors' storages: buffers too (a few kB)
     real = allocator["allocator_model_mb"] + allocator["allocator_optimizer_mb"]
     assert stored_parts == pytest.approx(real, rel=0.01)
@@ -188,7 +189,8 @@ def test_measure_says_what_the_peak_holds_beyond_the_prediction(capsys):
     )
     peak, stored, objects, batch, _sign, rest = note.groups()
     assert float(stored) == total and float(objects) > 0
-    assert float(batch) == pytest.approx((16 * 3 * 32 * 32 * 4 + 16 * 8) / 1e6, abs=1e-3)
+    # the host minibatch: uint8 images and int64 labels (each microbatch's floats are the step's)
+    assert float(batch) == pytest.approx((16 * 3 * 32 * 32 + 16 * 8) / 1e6, abs=1e-3)
     assert float(rest) < 0.03 * float(peak)  # the prediction and the batch explain the peak
     # the tensor storage row against torch's allocator, which shares no code with the prediction
     allocator = re.search(r"= ([\d.]+) MB, predicted tensor storage ([\d.]+) MB", out).groups()

@@ -122,14 +122,45 @@ def test_a_checkpoint_is_written_without_a_copy_of_the_state(tmp_path):
 def test_the_predicted_run_peak_is_the_allocators(flat):
     """The prediction (fake tensors; without the CPU heap's objects, which torch's allocator
     does not see) against torch's allocator over a step and an evaluation, at each step that may
-    be the run's peak, kernels' internal temporaries left out as the prediction leaves them:
-    within 1% (the allocator also sees the few small tensors a step makes outside the model,
-    such as the random state)."""
+    be the run's peak: with operators' workspace (each convolution run once on zeros) against
+    everything the allocator held, and from shapes alone against the allocator's peak without
+    kernels' internal temporaries, each within 1% (the allocator also sees the few small tensors
+    a step makes outside the model, such as the random state)."""
     config = tiny_wrn_config(**flat)
-    tensors = predict(config).run_peak_bytes - run_peak_objects(config)
+    held = predict(config).run_peak_bytes - run_peak_objects(config)
+    tensors = predict(config, workspace=False).run_peak_bytes
+    tensors -= run_peak_objects(config, workspace=False)
     measured = [measure_allocations(config, None, update) for update in peak_steps(config)]
     assert all(m.evaluation_peak_bytes is not None for m in measured)
+    assert held == pytest.approx(max(m.run_peak_bytes for m in measured), rel=0.01)
     assert tensors == pytest.approx(max(m.run_tensor_peak_bytes for m in measured), rel=0.01)
+    assert held > tensors  # the convolutions' reorders are real bytes
+
+
+def test_the_device_holds_one_microbatch_of_input_at_a_time():
+    """The minibatch stays on the host as uint8; each microbatch becomes the model's float input
+    on the device only when its pass runs (a CPU trial's device is the host, so the floats show
+    as the step's own allocations): no float tensor of the whole minibatch's images is made."""
+    from torch.overrides import TorchFunctionMode
+
+    class ImageInputs(TorchFunctionMode):
+        def __init__(self):
+            super().__init__()
+            self.rows = []
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            image = isinstance(out, torch.Tensor) and tuple(out.shape[1:]) == (3, 32, 32)
+            if image and out.dtype == torch.float32:
+                self.rows.append(out.shape[0])
+            return out
+
+    trainer = Trainer(tiny_wrn_config(**{"microbatch.size": 5}))  # batch 20: four microbatches
+    batch = next(iter(trainer.task.train_batches(0)))
+    assert batch[0].dtype == torch.uint8 and batch[0].shape[0] == 20
+    with ImageInputs() as seen:
+        trainer.train_step(batch)
+    assert seen.rows and max(seen.rows) == 5
 
 
 def test_evaluating_at_a_large_batch_raises_the_run_peak_above_the_step():

@@ -130,3 +130,22 @@ def test_inverse_sqrt_schedule():
     assert task.learning_rate(0, 0) == pytest.approx(1e-7)
     assert task.learning_rate(0, 10) == pytest.approx(6e-3)
     assert task.learning_rate(0, 40) == pytest.approx(6e-3 * 0.5)
+
+
+def test_evaluation_at_auto_runs_at_the_training_microbatch_with_the_same_losses():
+    """Auto evaluates at the training microbatch's token budget (the minibatch's without one),
+    and the validation losses are per-token sums: the same at the minibatch's budget within
+    float reassociation."""
+    micro = Trainer(tiny_dct(**{"microbatch.size": 300}))
+    whole = Trainer(tiny_dct())
+    assert micro.task.eval_tokens() == 300 and whole.task.eval_tokens() == 1200
+    asked = Trainer(tiny_dct(**{"microbatch.size": 300, "schedule.eval_max_tokens": 600}))
+    assert asked.task.eval_tokens() == 600
+    micro.model.eval()  # as `Trainer.run` evaluates: no dropout
+    small = micro.task.evaluate(micro.model, final=False)
+    large = whole.task.evaluate(micro.model, final=False)
+    assert small.keys() == large.keys()
+    for name, value in large.items():
+        assert small[name] == pytest.approx(value, rel=1e-5)
+    batch = micro.task.synthetic_evaluation_batch(torch.Generator().manual_seed(0))
+    assert batch.num_tokens <= 300

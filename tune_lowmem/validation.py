@@ -59,6 +59,20 @@ def optional_positive_int(value: Any, field_name: str) -> int | None:
     return None if value is None else positive_int(value, field_name)
 
 
+AUTO = "auto"  # a size left to the task (an evaluation batch): None once the config is read
+
+
+def read_auto(config: Any, name: str) -> None:
+    """Field `name` of the frozen dataclass `config` as None where it says `AUTO`."""
+    if getattr(config, name) == AUTO:
+        object.__setattr__(config, name, None)
+
+
+def auto_or_positive_int(value: Any, field_name: str) -> int | None:
+    ok = value is None or is_int(value) and value > 0
+    return checked(value, ok, field_name, f"a positive integer or {AUTO}")
+
+
 def nonnegative_int(value: Any, field_name: str) -> int:
     return checked(value, is_int(value) and value >= 0, field_name, "an integer >= 0")
 

@@ -113,12 +113,13 @@ def run(args: argparse.Namespace) -> int:
 
 def run_peak_note(predicted, measured, objects: int) -> str:
     """The run's peak, the figure a search under a budget holds a trial to: predicted (tensor
-    storage apart from the CPU heap's objects) and, when measured, torch's allocator's over a
-    step and an evaluation, with and without kernels' internal temporaries."""
+    storage and operators' workspace apart from the CPU heap's objects) and, when measured,
+    torch's allocator's over a step and an evaluation, with and without kernels' internal
+    temporaries."""
     said = (
         f"the run's peak (each step with its minibatch, an evaluation batch): predicted "
         f"{predicted.run_peak_bytes / MB:.3f} MB ({(predicted.run_peak_bytes - objects) / MB:.3f} "
-        "MB of tensor storage)"
+        "MB of tensor storage and operators' workspace)"
     )
     if measured is None:
         return said

@@ -1,11 +1,12 @@
-"""CIFAR-10 as uint8 tensors in memory, with the standard augmentation done on whole batches.
+"""CIFAR-10 as uint8 tensors in host memory, with the standard augmentation done on whole batches.
 
 Sources: torchvision's CIFAR10 folder (`cifar-10-batches-py`, downloaded when the network
 allows) or the JPEG layout `cifar10-jpeg/{train,test}/<class>/NNNN.jpg` (also as its .tar.gz).
 JPEGs are decoded once and cached as a .npz keyed by the source's content (the same data laid
-again elsewhere or later is not decoded again); no epoch ever decodes an image. A trial's splits
-live on its device, so on a GPU the augmentation runs there and only its few random numbers cross
-from the host, pinned and without blocking it.
+again elsewhere or later is not decoded again); no epoch ever decodes an image. The splits stay on the host and
+minibatches are served as augmented uint8: the task moves each microbatch to its device and
+normalises it there (`normalize`), so a device holds one microbatch of input at a time and never
+the data set.
 """
 
 from __future__ import annotations
@@ -124,7 +125,7 @@ def _decode_jpegs(source: Path) -> tuple[Arrays, Arrays]:
 
 @dataclass
 class Split:
-    """One part of the data on a device: normalised-ready uint8 images (N, 3, 32, 32) and labels."""
+    """One part of the data on the host: normalised-ready uint8 images (N, 3, 32, 32) and labels."""
 
     images: torch.Tensor
     labels: torch.Tensor
@@ -142,9 +143,7 @@ class Cifar10:
     test: Split
 
     @classmethod
-    def from_config(
-        cls, config: DataConfig, seed: int, device: torch.device | str = "cpu"
-    ) -> Cifar10:
+    def from_config(cls, config: DataConfig, seed: int) -> Cifar10:
         """search: a seeded 45,000/5,000 train/validation split; final: all 50,000 train, no validation."""
         train, test = load(data_root(config))
         order = np.random.default_rng(seed).permutation(len(train.labels))
@@ -161,7 +160,7 @@ class Cifar10:
         def split(arrays: Arrays, idx: np.ndarray) -> Split:
             images = torch.from_numpy(arrays.images[np.sort(idx)]).permute(0, 3, 1, 2).contiguous()
             labels = torch.from_numpy(arrays.labels[np.sort(idx)])
-            return Split(to_device(images, device), to_device(labels, device))
+            return Split(images, labels)
 
         return cls(
             split(train, train_idx),
@@ -171,10 +170,11 @@ class Cifar10:
 
 
 def normalize(images: torch.Tensor) -> torch.Tensor:
-    """uint8 (N, 3, H, W) to float32, per-channel mean and standard deviation removed."""
+    """uint8 (N, 3, H, W) to float32, per-channel mean and standard deviation removed: in place on
+    the one float copy (the same values as ``(x / 255 - mean) / std``, one batch of floats held)."""
     mean = torch.tensor(MEAN, device=images.device).view(1, 3, 1, 1)
     std = torch.tensor(STD, device=images.device).view(1, 3, 1, 1)
-    return (images.float() / 255.0 - mean) / std
+    return images.float().div_(255.0).sub_(mean).div_(std)
 
 
 def augment(images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -195,23 +195,22 @@ def augment(images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
 def train_batches(
     split: Split, batch_size: int, epoch: int, seed: int, augment_images: bool = True
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """One epoch of shuffled, augmented, normalised minibatches; the same for the same (seed, epoch).
+    """One epoch of shuffled, augmented uint8 minibatches on the host (`normalize` makes them the
+    model's input); the same for the same (seed, epoch).
 
     The last incomplete batch is dropped so that every step sees exactly `batch_size` images.
     """
     generator = torch.Generator().manual_seed(seed * 100_003 + epoch)
-    order = to_device(torch.randperm(len(split), generator=generator), split.labels.device)
+    order = torch.randperm(len(split), generator=generator)
     for start in range(0, len(split) - batch_size + 1, batch_size):
         idx = order[start : start + batch_size]
         images = split.images[idx]
         if augment_images:
             images = augment(images, generator)
-        yield normalize(images), split.labels[idx]
+        yield images, split.labels[idx]
 
 
 def eval_batches(split: Split, batch_size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """The split in order, `batch_size` uint8 images at a time (views of the host copy)."""
     for start in range(0, len(split), batch_size):
-        yield (
-            normalize(split.images[start : start + batch_size]),
-            split.labels[start : start + batch_size],
-        )
+        yield split.images[start : start + batch_size], split.labels[start : start + batch_size]

@@ -16,8 +16,10 @@ parameter gradient before it is added to the accumulated one, gradients that a f
 applies and drops, the optimizer step's temporaries (torch's multi-tensor kernels where torch
 would choose them for the real weights, e.g. on CUDA: a gradient-sized copy; the fp32 copies of
 bf16 weights and gradients that stochastic and Kahan rounding step in; a packed sparse layer's
-dense weight and weight gradient while it computes). The input minibatch is the data pipeline's
-and is not counted (a copy the model makes, such as the cast to half, is). Model and optimizer
+dense weight and weight gradient while it computes). The minibatch is the data pipeline's, on
+the host, and is not in the step's part; what the task makes of each microbatch on the device
+(its copy there, the normalised floats, a cast to half) is. The run's peak (`run_peak`) holds the
+host minibatch too when the trial's device is the host. Model and optimizer
 parts follow `accounting`, the state as the stepped optimizer holds it (Kahan's compensation
 buffers and low-precision Adam state included).
 
@@ -38,6 +40,12 @@ On the CPU the measurement reads glibc's heap, which holds more than tensor stor
 tensor's and storage's C++ objects and the autograd graph's nodes. The dry run counts them as
 `HEAP_BYTES_PER_STORAGE` per storage alive (`DryRun.object_bytes`, added to a CPU config's
 activation part; a CUDA config's allocator holds none of them).
+
+Operators' internal buffers (workspace: a CPU convolution's reorders of its weights and
+activations) are no tensor's; the tracker notes the calls that have some and `workspace` runs
+each distinct one once on the CPU to learn its bytes, which the run's peak counts at that call
+(`dry_run(..., workspace=False)`: tensors alone, from shapes only). A GPU's workspace is not
+predicted here.
 
 A dry run is cached per shape key (task, model, precision and its update rounding,
 checkpointing, batch or token budget and microbatch, device type, and the synthetic sentence
@@ -90,13 +98,14 @@ class DryRun:
     object_bytes: int  # what the CPU heap holds beyond them at its peak (HEAP_BYTES_PER_STORAGE)
     flops_per_step: int
     measure_occasional: Callable[[], tuple[int, int]]  # run only when a trial that has it asks
-    input_bytes: int  # the step's minibatch on the device, held through the step
+    input_bytes: int  # the step's minibatch where it is held on the device (a CPU trial's)
     held_bytes: int  # the weights, buffers and optimizer state, as held (layout-independent)
     # the step's own peak with its gradients counted as they are made (a step starts without
-    # them): the most bytes beyond `held_bytes` and the minibatch, and the heap objects then
+    # them) and, in a dry run with workspace, operators' workspace: the most bytes beyond
+    # `held_bytes` and the minibatch, and the heap objects then
     step_peak: tuple[int, int]
-    # an evaluation batch's input, its pass's peak beyond the weights and state (storage, heap
-    # objects); None when the task has no `evaluation_pass`
+    # an evaluation batch's input on the device, its pass's peak beyond the weights and state
+    # (storage, workspace as in `step_peak`; heap objects); None: the task has no evaluation pass
     evaluation: tuple[int, int, int] | None
 
     @functools.cached_property
@@ -112,12 +121,16 @@ class DryRun:
         return max(step, self.occasional, key=sum) if occasional else step
 
 
-def predict(config: TrialConfig, lengths: tuple[int, int] | None = None) -> MemoryReport:
+def predict(
+    config: TrialConfig, lengths: tuple[int, int] | None = None, workspace: bool = True
+) -> MemoryReport:
     """The config's training memory and FLOPs per step, without allocating any activation:
     every tensor as the step holds it. `lengths`: the translation task's synthetic (source,
-    target) sentence lengths."""
+    target) sentence lengths; `workspace`: the run's peak counts operators' workspace on the CPU
+    (`workspace`; this machine's kernels) or, when False, tensors alone (from shapes only)."""
     lengths = None if lengths is None else tuple(lengths)
-    return parts(dry_run(shape_key(config, lengths), lengths), occasional=occasional_work(config))
+    run = dry_run(shape_key(config, lengths), lengths, workspace)
+    return parts(run, occasional=occasional_work(config))
 
 
 def parts(run: DryRun, layout: str | None = None, occasional: bool = False) -> MemoryReport:
@@ -156,10 +169,13 @@ def run_peak(run: DryRun, occasional: bool) -> tuple[int, int]:
     return max(peaks, key=sum)
 
 
-def run_peak_objects(config: TrialConfig, lengths: tuple[int, int] | None = None) -> int:
+def run_peak_objects(
+    config: TrialConfig, lengths: tuple[int, int] | None = None, workspace: bool = True
+) -> int:
     """What `predict`'s run peak counts beyond tensor storage: the CPU heap's objects then."""
     lengths = None if lengths is None else tuple(lengths)
-    return run_peak(dry_run(shape_key(config, lengths), lengths), occasional_work(config))[1]
+    run = dry_run(shape_key(config, lengths), lengths, workspace)
+    return run_peak(run, occasional_work(config))[1]
 
 
 def occasional_work(config: TrialConfig) -> bool:
@@ -192,9 +208,12 @@ def shape_key(config: TrialConfig, lengths: tuple[int, int] | None = None) -> Tr
 
 
 @functools.lru_cache(maxsize=512)
-def dry_run(key: TrialConfig, lengths: tuple[int, int] | None = None) -> DryRun:
+def dry_run(
+    key: TrialConfig, lengths: tuple[int, int] | None = None, workspace: bool = True
+) -> DryRun:
     """One minibatch of `key`'s trainer on fake tensors: the passes of `passes`, then the rest of
-    `Trainer.train_step` (see the module docstring), under one tracker."""
+    `Trainer.train_step` (see the module docstring), under one tracker; the step's and the
+    evaluation's peaks with operators' workspace when `workspace` (`StorageTracker.peak`)."""
     device = torch.device(key.device)
     with _global_rng_kept():
         trainer = Trainer(key, task=synthetic_task(key, device, lengths))
@@ -232,8 +251,10 @@ def dry_run(key: TrialConfig, lengths: tuple[int, int] | None = None) -> DryRun:
     step = _peak(tracker, _held(model, optimizer), heap)
     with_grad = {name for name, param in model.named_parameters() if param.grad is not None}
     occasional = functools.partial(occasional_peak, key, lengths, with_grad, heap)
-    evaluation = evaluation_peak(task, model, optimizer, precision, fake_mode, heap)
-    input_bytes = _storage_bytes(batch_tensors(batch))
+    evaluation = evaluation_peak(task, model, optimizer, precision, fake_mode, heap, workspace)
+    # the host minibatch is on the trial's device only when that is the host (a task moves each
+    # microbatch to the device in `loss`, where the tracker counts the copy as the step's)
+    input_bytes = _storage_bytes([t for t in batch_tensors(batch) if t.device == device])
     flops_per_step = sum(flops[s] for s in shapes)
     held = [*model.parameters(), *model.buffers(), *accounting.state_tensors(optimizer)]
     return DryRun(
@@ -244,17 +265,24 @@ def dry_run(key: TrialConfig, lengths: tuple[int, int] | None = None) -> DryRun:
         occasional,
         input_bytes=input_bytes,
         held_bytes=_storage_bytes(held),
-        step_peak=_peak(tracker, [], heap),
+        step_peak=_peak(tracker, [], heap, workspace),
         evaluation=evaluation,
     )
 
 
 def evaluation_peak(
-    task, model: nn.Module, optimizer, precision, fake_mode: FakeTensorMode, heap_bytes: int
+    task,
+    model: nn.Module,
+    optimizer,
+    precision,
+    fake_mode: FakeTensorMode,
+    heap_bytes: int,
+    workspace: bool,
 ) -> tuple[int, int, int] | None:
     """One `Task.evaluation_pass` on a fake batch of evaluation's shape, in eval mode under
-    no_grad as `Trainer.run` evaluates: the batch's bytes, and the pass's peak beyond the
-    weights, buffers and optimizer state (storage, heap objects at `heap_bytes` a storage)."""
+    no_grad as `Trainer.run` evaluates: the batch's bytes on the device, and the pass's peak
+    beyond the weights, buffers and optimizer state (storage, with `workspace` operators'
+    workspace; heap objects at `heap_bytes` a storage)."""
     real = task.synthetic_evaluation_batch(torch.Generator().manual_seed(0))
     held = _held(model, optimizer)
     model.eval()
@@ -270,7 +298,8 @@ def evaluation_peak(
         model.train()
     if not evaluates:
         return None
-    return (_storage_bytes(batch_tensors(real)), *_peak(tracker, held, heap_bytes))
+    on_device = [t for t in batch_tensors(real) if t.device == held[0].device]
+    return (_storage_bytes(on_device), *_peak(tracker, held, heap_bytes, workspace))
 
 
 def _storage_bytes(tensors: list[torch.Tensor]) -> int:
@@ -305,12 +334,16 @@ def _held(model: nn.Module, optimizer: torch.optim.Optimizer) -> list[torch.Tens
     return held + [p.grad for p in model.parameters() if p.grad is not None]
 
 
-def _peak(tracker: StorageTracker, held: list[torch.Tensor], heap_bytes: int) -> tuple[int, int]:
-    """The tracked peak beyond `held`: tensor storage, and the heap objects at `heap_bytes` a
-    storage alive then (none on a GPU, whose allocator holds none of them)."""
-    storage = tracker.peak(exclude=held)
-    objects = tracker.peak(exclude=held, heap_bytes=heap_bytes) - storage if heap_bytes else 0
-    return storage, objects
+def _peak(
+    tracker: StorageTracker, held: list[torch.Tensor], heap_bytes: int, workspace: bool = False
+) -> tuple[int, int]:
+    """The tracked peak beyond `held`: tensor storage (with `workspace`, operators' workspace
+    too), and the heap objects at `heap_bytes` a storage alive then (none on a GPU, whose
+    allocator holds none of them)."""
+    storage = tracker.peak(exclude=held, workspace=workspace)
+    if not heap_bytes:
+        return storage, 0
+    return storage, tracker.peak(held, heap_bytes, workspace) - storage
 
 
 def passes(shapes: list[tuple]) -> list[int]:

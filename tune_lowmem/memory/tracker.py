@@ -4,7 +4,9 @@
 storage seen for the first time starts a `Life`; a weak reference to the storage ends it when
 the storage is freed. Time is the index of the operator call, so a storage is alive at event
 ``k`` when ``born <= k < died``. Memory a kernel uses internally (workspace) never appears as an
-operator output and is therefore excluded, as the paper's accounting excludes it.
+operator output, so the storages leave it out, as the paper's accounting does; the tracker notes
+the calls that have some on the CPU (`workspace.signature`: convolutions, batch norm's backward),
+and `peak(workspace=True)` adds each one's (`workspace.workspace_bytes`) at its event.
 
 The same tracker serves both ways of knowing memory: under `FakeTensorMode` the storages are
 shapes only (the prediction); with real tensors they are the bytes a real step allocates (the
@@ -45,6 +47,7 @@ from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 
 from ..torch_private import engine_called
+from .workspace import signature, workspace_bytes
 
 
 @dataclass
@@ -87,6 +90,7 @@ class StorageTracker(TorchDispatchMode):
         self._alive: dict[int, Life] = {}  # id(storage) -> its life, while the storage exists
         self.samples: list[int] = []
         self._summand: Life | None = None  # the first summand of the last operator, if a sum
+        self.calls: list[tuple[int, tuple]] = []  # (event, signature) of calls with workspace
         if probe:
             self._sample()
 
@@ -95,6 +99,8 @@ class StorageTracker(TorchDispatchMode):
         self._summand = None
         out = func(*args, **kwargs)
         self.clock += 1
+        if (call := signature(func, args, kwargs)) is not None:
+            self.calls.append((self.clock, call))
         if _is_sum(func, args, kwargs, out):
             self._summand = self._alive.get(id(args[0].untyped_storage()))
         formula = flop_registry.get(func._overloadpacket)
@@ -162,11 +168,18 @@ class StorageTracker(TorchDispatchMode):
         lives = [life for life in self.lives if selected(life)] + ([] if of else self.freed)
         return self._sum(lives, lambda life: life.nbytes)
 
-    def peak(self, exclude: Iterable[torch.Tensor] = (), heap_bytes: int = 0) -> int:
+    def peak(
+        self, exclude: Iterable[torch.Tensor] = (), heap_bytes: int = 0, workspace: bool = False
+    ) -> int:
         """The most bytes alive at once in the recorded storages, leaving out those of `exclude`,
         with `heap_bytes` more for each storage alive then, those of `exclude` too (what a
-        storage costs beyond its bytes: its tensor's and the autograd graph's objects)."""
+        storage costs beyond its bytes: its tensor's and the autograd graph's objects), and
+        with `workspace` each noted call's workspace at its event."""
         stored = self.curve(exclude, of=False)
+        if workspace and self.calls:
+            sizes = workspace_bytes(call for _, call in self.calls)
+            for event, call in self.calls:
+                stored[event] += sizes[call]
         if not heap_bytes:
             return max(stored)
         count = self._sum(self.lives + self.freed, lambda life: 1 if life.nbytes >= 0 else -1)

@@ -18,22 +18,21 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import TrialConfig
-from ..data import cifar10
+from ..data import cifar10, to_device
 from ..models.wideresnet import BasicBlock, WideResNet, WideResNetConfig
 from ..techniques import microbatch
 from ..techniques.base import EVERY
 from ..validation import (
-    checked,
+    auto_or_positive_int,
     fraction,
-    is_int,
     nonnegative_float,
     positive_float,
     positive_int,
+    read_auto,
     require,
 )
 from .base import Metric, Task
 
-AUTO = "auto"
 CLASSIFICATION_METRICS = {
     "val_accuracy": Metric("maximize", 0.0, 1.0, "top-1 accuracy on the validation split"),
     "val_loss": Metric("minimize", 0.0, None, "cross entropy per image, validation split"),
@@ -60,20 +59,12 @@ class StepScheduleConfig:
     eval_batch_size: int | None = None
 
     def __post_init__(self) -> None:
-        if self.eval_batch_size == AUTO:
-            object.__setattr__(self, "eval_batch_size", None)
+        read_auto(self, "eval_batch_size")
 
     def validate(self, prefix: str) -> None:
         positive_int(self.epochs, f"{prefix}.epochs")
         positive_int(self.batch_size, f"{prefix}.batch_size")
-        checked(
-            self.eval_batch_size,
-            self.eval_batch_size is None
-            or is_int(self.eval_batch_size)
-            and self.eval_batch_size > 0,
-            f"{prefix}.eval_batch_size",
-            f"a positive integer or {AUTO} is required",
-        )
+        auto_or_positive_int(self.eval_batch_size, f"{prefix}.eval_batch_size")
         positive_float(self.lr, f"{prefix}.lr")
         positive_float(self.lr_multiplier, f"{prefix}.lr_multiplier")
         fraction(self.momentum, f"{prefix}.momentum", open_low=False)
@@ -127,7 +118,7 @@ class Cifar10Classification(Task):
 
     @cached_property
     def data(self) -> cifar10.Cifar10:
-        return cifar10.Cifar10.from_config(self.config.data, self.config.seed, self.device)
+        return cifar10.Cifar10.from_config(self.config.data, self.config.seed)
 
     def build_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
         schedule = self.config.schedule
@@ -166,10 +157,20 @@ class Cifar10Classification(Task):
         )
 
     def synthetic_batch(self, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        batch = self.config.schedule.batch_size
-        images = torch.randn(batch, *self.IMAGE_SHAPE, generator=generator)
-        labels = torch.randint(0, self.config.model.num_classes, (batch,), generator=generator)
-        return images.to(self.device), labels.to(self.device)
+        return self._synthetic_images(self.config.schedule.batch_size, generator)
+
+    def _synthetic_images(self, count: int, generator: torch.Generator):
+        """`count` random uint8 images and labels on the host, as the data pipeline serves them."""
+        shape = (count, *self.IMAGE_SHAPE)
+        images = torch.randint(0, 256, shape, generator=generator, dtype=torch.uint8)
+        labels = torch.randint(0, self.config.model.num_classes, (count,), generator=generator)
+        return images, labels
+
+    def on_device(self, batch: tuple[torch.Tensor, torch.Tensor]):
+        """A host (micro)batch of uint8 images as the model's input: moved to the device, then
+        normalised there (the device holds this batch's floats, never the whole minibatch's)."""
+        images, labels = batch
+        return cifar10.normalize(to_device(images, self.device)), to_device(labels, self.device)
 
     def microbatches(self, batch):
         if self.config.microbatch.mode != "true":
@@ -177,7 +178,7 @@ class Cifar10Classification(Task):
         return microbatch.split(batch, self.config.microbatch.size)
 
     def loss(self, model: nn.Module, microbatch_: tuple[torch.Tensor, torch.Tensor]):
-        images, labels = microbatch_
+        images, labels = self.on_device(microbatch_)
         logits = model(images)
         return F.cross_entropy(logits.float(), labels, reduction="sum"), float(labels.shape[0])
 
@@ -188,20 +189,17 @@ class Cifar10Classification(Task):
         """Images per evaluation batch: `schedule.eval_batch_size`, or when it is auto the
         training microbatch. A forward pass under no_grad keeps at most a layer's input and output
         where the training forward at the same batch saved every layer's for its backward, so
-        evaluation at that batch fits under the training step's peak."""
+        its tensors fit under the training step's; its convolutions' workspace may take it a
+        little above, and the run's peak (`memory.predict.run_peak`) counts the larger."""
         schedule = self.config.schedule
         return schedule.eval_batch_size or self.config.microbatch.size or schedule.batch_size
 
     def synthetic_evaluation_batch(self, generator: torch.Generator):
-        images = torch.randn(self.eval_batch(), *self.IMAGE_SHAPE, generator=generator)
-        labels = torch.randint(
-            0, self.config.model.num_classes, images.shape[:1], generator=generator
-        )
-        return images.to(self.device), labels.to(self.device)
+        return self._synthetic_images(self.eval_batch(), generator)
 
     def evaluation_pass(self, model: nn.Module, batch) -> tuple[torch.Tensor, torch.Tensor]:
-        """The batch's summed cross entropy and count of correct top-1 predictions."""
-        images, labels = batch
+        """The (host) batch's summed cross entropy and count of correct top-1 predictions."""
+        images, labels = self.on_device(batch)
         logits = model(images).float()
         loss = F.cross_entropy(logits, labels, reduction="sum")
         return loss, (logits.argmax(1) == labels).sum()

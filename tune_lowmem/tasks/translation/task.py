@@ -23,12 +23,14 @@ from ...models.dynamicconv import DynamicConvConfig, DynamicConvTransformer
 from ...optim import FairseqAdam
 from ...validation import (
     ConfigError,
+    auto_or_positive_int,
     nonnegative_float,
     nonnegative_int,
     optional_positive_int,
     positive_float,
     positive_int,
     probability,
+    read_auto,
     require,
 )
 from ..base import Metric, Task, conv_and_linear_weights
@@ -97,10 +99,17 @@ class InverseSqrtScheduleConfig:
     length_penalty: float = 1.0
     max_decode_len_a: float = 1.2  # decode at most a*src_len + b tokens
     max_decode_len_b: int = 10
+    # token budget of an evaluation batch; None (`auto` in YAML): the training microbatch's,
+    # else the minibatch's (`DynamicConvIwslt14.eval_tokens`)
+    eval_max_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        read_auto(self, "eval_max_tokens")
 
     def validate(self, prefix: str) -> None:
         for name in ("max_updates", "max_tokens", "beam_size"):
             positive_int(getattr(self, name), f"{prefix}.{name}")
+        auto_or_positive_int(self.eval_max_tokens, f"{prefix}.eval_max_tokens")
         optional_positive_int(self.max_epochs, f"{prefix}.max_epochs")
         nonnegative_int(self.warmup_updates, f"{prefix}.warmup_updates")
         for name in ("lr", "lr_multiplier", "warmup_init_lr", "adam_eps"):
@@ -123,7 +132,7 @@ class DynamicConvIwslt14(Task):
     CHECKPOINT_STRATEGIES = DynamicConvTransformer.CHECKPOINT_STRATEGIES
     MICROBATCH_MODES = ("true",)  # layer norm has no batch statistics to simulate
     MICROBATCH_UNIT = "tokens"
-    SHAPE_FIELDS = ("max_tokens",)
+    SHAPE_FIELDS = ("max_tokens", "eval_max_tokens")
     REWIRING_PERIOD_SCALE = 0.5  # Sohoni et al. A.3.1: halved for the 50,000-update schedule
     PAPER_UPDATES = 50_000  # fairseq's max_update in the paper's recipe
     OPTIMIZER = FairseqAdam
@@ -217,7 +226,7 @@ class DynamicConvIwslt14(Task):
 
     def data_batches(self, epoch: int):
         for ids in iwslt14.epoch_order(self.batches, epoch, self.config.seed):
-            yield iwslt14.collate(self.splits["train"], ids).to(self.device)
+            yield iwslt14.collate(self.splits["train"], ids)  # on the host: `loss` moves it
 
     def set_synthetic_lengths(self, lengths: tuple[int, int]) -> None:
         """The (source, target) tokens of each synthetic sentence pair (see IWSLT14_LENGTHS)."""
@@ -249,18 +258,23 @@ class DynamicConvIwslt14(Task):
         return self.config.schedule.max_tokens // max(self.lengths)
 
     def synthetic_batch(self, generator: torch.Generator) -> iwslt14.Batch:
-        pairs = self.sentences_per_batch()
+        return self._synthetic_pairs(self.sentences_per_batch(), generator)
+
+    def _synthetic_pairs(self, pairs: int, generator: torch.Generator) -> iwslt14.Batch:
+        """`pairs` random sentence pairs of the synthetic lengths, on the host."""
         sides = [
             _sentences(pairs, n, v, generator) for n, v in zip(self.lengths, self.vocab_sizes())
         ]
         text = iwslt14.ParallelText(*sides[0], *sides[1])
-        return iwslt14.collate(text, range(pairs)).to(self.device)
+        return iwslt14.collate(text, range(pairs))
 
     def microbatches(self, batch: iwslt14.Batch) -> list[iwslt14.Batch]:
         size = self.config.microbatch.size
         return [batch] if size is None else iwslt14.split_microbatches(batch, size)
 
     def loss(self, model: nn.Module, batch: iwslt14.Batch) -> tuple[torch.Tensor, float]:
+        """A host (micro)batch's summed loss: the device holds this batch's tokens only."""
+        batch = batch.to(self.device)
         logits = model(batch.src_tokens, batch.prev_output_tokens)
         loss, _ = iwslt14.label_smoothed_nll_loss(
             logits, batch.target, self.config.schedule.label_smoothing
@@ -281,8 +295,10 @@ class DynamicConvIwslt14(Task):
             if split is None:
                 continue
             loss, nll, tokens = 0.0, 0.0, 0
-            for ids in iwslt14.batches_by_tokens(split, self.config.schedule.max_tokens, seed=0):
-                batch = iwslt14.collate(split, ids).to(self.device)
+            longest = int(np.maximum(split.src_sizes, split.tgt_sizes).max(initial=0))
+            budget = max(self.eval_tokens(), longest)  # a pair over the budget is a batch alone
+            for ids in iwslt14.batches_by_tokens(split, budget, seed=0):
+                batch = iwslt14.collate(split, ids)
                 batch_loss, batch_nll = self.evaluation_pass(model, batch)
                 loss, nll, tokens = (
                     loss + float(batch_loss),
@@ -297,9 +313,25 @@ class DynamicConvIwslt14(Task):
                 metrics.update(self.bleu(model, split, name))
         return metrics
 
+    def eval_tokens(self) -> int:
+        """The token budget of an evaluation batch: `schedule.eval_max_tokens`, or when it is auto
+        the training microbatch's (the minibatch's without microbatches). A teacher-forced pass
+        under no_grad holds a layer's input and output, and the logits, where training at the
+        same budget saved every layer's for its backward; the losses are per-token sums, the same
+        at any budget within float reassociation."""
+        schedule = self.config.schedule
+        return schedule.eval_max_tokens or self.config.microbatch.size or schedule.max_tokens
+
+    def synthetic_evaluation_batch(self, generator: torch.Generator) -> iwslt14.Batch:
+        """The synthetic sentence pairs that fill an evaluation batch's token budget."""
+        pairs = max(1, self.eval_tokens() // max(self.lengths))
+        return self._synthetic_pairs(pairs, generator)
+
     def evaluation_pass(self, model: nn.Module, batch) -> tuple[torch.Tensor, torch.Tensor]:
         """A token batch's summed label-smoothed loss and NLL, teacher forced (the validation
-        loss; BLEU's beam search at the end of training is not this pass)."""
+        loss; BLEU's beam search at the end of training is not this pass), the host batch moved
+        to the device first."""
+        batch = batch.to(self.device)
         logits = model(batch.src_tokens, batch.prev_output_tokens)
         return iwslt14.label_smoothed_nll_loss(
             logits, batch.target, self.config.schedule.label_smoothing

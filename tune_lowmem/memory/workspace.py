@@ -1,0 +1,122 @@
+"""Operators' internal buffers (workspace) on the CPU, predicted by running the operator once.
+
+A convolution on the CPU (oneDNN) reorders its weights, inputs and gradients into blocked layouts
+and frees the reorders before it returns, and batch norm's backward keeps per-channel scratch:
+bytes the allocator must find although no tensor holds them after the call, so the dispatch-level
+tracker never sees them. They depend on the kernel chosen for the call's sizes, strides, dtypes
+and threads, not on values. So for each distinct call of a `PROBED` operator in a dry run, the
+call is run once for real on the CPU, on zero tensors of the same sizes, strides and dtypes,
+under torch.profiler's memory reports (its public Chrome-trace export): its workspace is the most
+bytes live during the call beyond those live when it returned (its inputs and outputs). A dry
+run adds each call's workspace to the bytes alive at that call (`StorageTracker.peak`).
+
+Calls are cached by signature and thread count; every call not yet known is probed in one
+profiler session. A call the CPU refuses on the fake tensors' dtypes is counted as having none:
+under autocast, batch norm's backward gets its saved statistics in bf16 from the fake kernel
+where the real one keeps them in fp32 (a few bytes a channel). A GPU's workspace (cuBLAS, cuDNN) is not the CPU's and is not probed here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function
+
+PROBED = frozenset(
+    {
+        torch.ops.aten.convolution.default,
+        torch.ops.aten.convolution_backward.default,
+        torch.ops.aten.native_batch_norm_backward.default,
+    }
+)
+_RANGE = "tune_lowmem.workspace_probe "
+_known: dict[tuple, int] = {}  # signature -> workspace bytes
+
+
+def signature(func, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple | None:
+    """What decides a `PROBED` call's workspace on the CPU: the operator, each tensor argument's
+    sizes, strides and dtype, the other arguments, and the thread count; None for any other
+    call, or one on another device."""
+    if func not in PROBED:
+        return None
+    tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+    if any(t.device.type != "cpu" for t in tensors):
+        return None
+    return (
+        func,
+        _described(args),
+        _described(tuple(sorted(kwargs.items()))),
+        torch.get_num_threads(),
+    )
+
+
+def workspace_bytes(signatures: Iterable[tuple]) -> dict[tuple, int]:
+    """Each signature's workspace in bytes, probing those not yet known (see the module
+    docstring)."""
+    wanted = set(signatures)
+    unknown = [s for s in wanted if s not in _known]
+    if unknown:
+        _known.update(_probe(unknown))
+    return {s: _known[s] for s in wanted}
+
+
+def _described(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return ("tensor", tuple(value.shape), tuple(value.stride()), value.dtype)
+    if isinstance(value, (list, tuple)):
+        return tuple(_described(v) for v in value)
+    return value
+
+
+def _real(value: Any) -> Any:
+    """A described argument as a real one (tensors: zeros of its sizes, strides and dtype)."""
+    if isinstance(value, tuple) and value[:1] == ("tensor",):
+        _, shape, stride, dtype = value
+        return torch.empty_strided(shape, stride, dtype=dtype).zero_()
+    if isinstance(value, tuple):
+        return [_real(v) for v in value]
+    return value
+
+
+def _probe(signatures: list[tuple]) -> dict[tuple, int]:
+    """Run each call once under the profiler's memory reports; its workspace from the trace."""
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiler:
+        for index, (func, args, kwargs, threads) in enumerate(signatures):
+            before = torch.get_num_threads()
+            torch.set_num_threads(threads)
+            real_args, real_kwargs = _real(args), dict(_real(kwargs))
+            with torch.no_grad(), record_function(f"{_RANGE}{index}"):
+                try:
+                    out = func(*real_args, **real_kwargs)
+                except RuntimeError:  # see the module docstring: counted as none
+                    out = None
+            del out, real_args, real_kwargs
+            torch.set_num_threads(before)
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "trace.json")
+        profiler.export_chrome_trace(path)
+        with open(path) as file:
+            trace = json.load(file)["traceEvents"]
+    memory = sorted(
+        (e["ts"], e["args"].get("Ev Idx", 0), e["args"]["Bytes"])
+        for e in trace
+        if e.get("name") == "[memory]" and e["args"].get("Device Type") == 0
+    )
+    found = {}
+    for event in trace:
+        name = event.get("name", "")
+        if event.get("ph") != "X" or not name.startswith(_RANGE):
+            continue
+        start, end = event["ts"], event["ts"] + event["dur"]
+        live, peak = 0, 0
+        for ts, _, nbytes in memory:
+            if start <= ts <= end:
+                live += nbytes
+                peak = max(peak, live)
+        found[signatures[int(name.removeprefix(_RANGE))]] = max(0, peak - live)
+    return found
