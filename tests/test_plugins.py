@@ -112,6 +112,21 @@ def test_every_task_declares_its_sections_metrics_and_synthetic_batch(name):
     assert next(iter(synthetic.train_batches(0))) is not None
 
 
+def test_a_technique_reads_what_it_needs_of_a_task_or_the_default_it_declares():
+    """`TASK_NEEDS` belong to the techniques, not to the `Task` interface: a task that sets
+    none is read each technique's default, one that sets one is read its own."""
+    from tune_lowmem.models.segments import GENERIC_STRATEGIES
+    from tune_lowmem.techniques.checkpointing import Checkpointing
+
+    needs = {name: t for t in techniques() for name in t.TASK_NEEDS}
+    assert {"CHECKPOINT_STRATEGIES", "MICROBATCH_MODES", "PAPER_UPDATES"} <= set(needs)
+    for name, technique in needs.items():
+        assert not hasattr(Task, name), name
+        assert technique.task_needs(Task, name) == technique.TASK_NEEDS[name]
+    tv = get_task("tv-cifar10")
+    assert Checkpointing.task_needs(tv, "CHECKPOINT_STRATEGIES") == GENERIC_STRATEGIES
+
+
 def test_every_registered_technique_has_config_validation_and_memory_contribution():
     config = TrialConfig.from_dict({"task": "wrn-cifar10", "model.depth": 10, "device": "cpu"})
     task = get_task(config.task)

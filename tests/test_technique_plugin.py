@@ -39,10 +39,22 @@ def test_the_package_names_no_plugin_technique():
 
 
 # The layers every technique passes through, which know techniques only by their interface.
-AGNOSTIC = ("config.py", "train.py", "space.py", "store", "memory")
+AGNOSTIC = ("config.py", "train.py", "space.py", "store", "memory", "tasks")
+# What concrete tasks still read of a built-in technique (its module, config section or key), by
+# file: left to move out of them (issue 42), each entry to go once its file reads it no more.
+NOT_YET_AGNOSTIC = {
+    "tasks/classification.py": {
+        "import techniques.microbatch",
+        "attribute microbatch",
+        "attribute precision",
+        "string microbatch.size",
+    },
+    "tasks/translation/task.py": {"attribute microbatch"},
+    "tasks/translation/export.py": {"import techniques.packed"},
+}
 
 
-def test_the_config_store_training_loop_and_profiler_name_no_technique():
+def test_the_config_store_tasks_training_loop_and_profiler_name_no_technique():
     """Their code imports no technique module but the interface (`techniques.base`), and reads
     no built-in technique's config section or key (`config.sparsity`, "sparsity.storage")."""
     import ast
@@ -53,14 +65,22 @@ def test_the_config_store_training_loop_and_profiler_name_no_technique():
     paths = [p for part in AGNOSTIC for p in sorted((package / part).glob("**/*.py"))]
     paths += [package / part for part in AGNOSTIC if part.endswith(".py")]
     assert len(paths) > len(AGNOSTIC)
+    assert {package / name for name in NOT_YET_AGNOSTIC} <= set(paths)
     for path in paths:
+        found = set()
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and "techniques" in (node.module or ""):
-                assert node.module.endswith("techniques.base"), (path, node.module)
-            if isinstance(node, ast.Attribute):
-                assert node.attr not in BUILTIN_TECHNIQUES, (path, node.lineno, node.attr)
-            if isinstance(node, ast.Constant) and isinstance(node.value, str):
-                assert node.value.split(".")[0] not in BUILTIN_TECHNIQUES, (path, node.value)
+                modules = [node.module]  # from ..techniques import microbatch: each name
+                if node.module.endswith("techniques"):
+                    modules = [f"{node.module}.{alias.name}" for alias in node.names]
+                found |= {f"import {m}" for m in modules if not m.endswith("techniques.base")}
+            if isinstance(node, ast.Attribute) and node.attr in BUILTIN_TECHNIQUES:
+                found.add(f"attribute {node.attr}")
+            text = node.value if isinstance(node, ast.Constant) else None
+            if isinstance(text, str) and text.split(".")[0] in BUILTIN_TECHNIQUES:
+                found.add(f"string {text}")
+        name = path.relative_to(package).as_posix()
+        assert found == NOT_YET_AGNOSTIC.get(name, set()), name
 
 
 def test_an_installed_technique_is_a_config_field_profiled_and_trained(installed):

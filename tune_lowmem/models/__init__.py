@@ -1,2 +1,3 @@
 """Model builders: the paper's WideResNet and DynamicConv Transformer, torchvision's networks
-for 32x32 images, and `segments` for checkpointed segments. Models know no task or technique."""
+for 32x32 images, `segments` for checkpointed segments, and `layers` for the layer types
+that hold weight matrices. Models know no task or technique."""

@@ -6,8 +6,11 @@ A task class declares, as class attributes and class methods (known without buil
 - its config sections (`model`, `schedule`, `data`: frozen dataclasses with defaults and a
   ``validate(prefix)`` method) and any check across them (`validate_config`);
 - the metrics it reports, each with its direction and bounds (`METRICS`);
-- which checkpointing strategies and microbatching modes its model supports, which schedule
-  fields decide tensor shapes (for the profiler's cache), and what a microbatch counts.
+- which schedule fields decide tensor shapes (for the profiler's cache), and the optimizer
+  its recipe builds.
+A technique that needs more of a task (checkpointing its model's strategies, microbatching the
+modes its batches allow) declares it in its own `TASK_NEEDS`, with what a task that does not set
+it is read as; a task sets those as class attributes.
 
 An instance, built for one config and device, supplies data, model, loss, optimizer and
 schedule, evaluation, and a synthetic minibatch of real shape for the profiler. With
@@ -28,7 +31,7 @@ from torch import nn
 
 from ..config import TrialConfig
 from ..data import DataConfig
-from ..techniques.packed import PACKABLE
+from ..models.layers import weight_layer
 from ..validation import ConfigError
 
 
@@ -55,14 +58,7 @@ class Task:
     SCHEDULE_CONFIG: ClassVar[type]  # the `schedule` section's dataclass
     DATA_CONFIG: ClassVar[type] = DataConfig
     METRICS: ClassVar[Mapping[str, Metric]]  # what `evaluate` and the trainer report
-    CHECKPOINT_STRATEGIES: ClassVar[tuple[str, ...]] = ("none",)
-    MICROBATCH_MODES: ClassVar[tuple[str, ...]] = ("true",)
-    MICROBATCH_UNIT: ClassVar[str] = "examples"  # what microbatch.size counts
     SHAPE_FIELDS: ClassVar[tuple[str, ...]] = ("batch_size",)  # schedule fields fixing shapes
-    REWIRING_PERIOD_SCALE: ClassVar[float] = 1.0  # the sparsity schedule's periods, scaled
-    # the paper's run of this task in updates, which relative rewiring units scale from (the
-    # reference WideResNet run, 200 epochs x 450 updates, for tasks the paper did not train)
-    PAPER_UPDATES: ClassVar[int] = 200 * 450
     # the torch optimizer class `build_optimizer` returns, for techniques that replace its step
     # (the fused step needs torch.optim.SGD); None: not declared
     OPTIMIZER: ClassVar[type | None] = None
@@ -201,9 +197,8 @@ def conv_and_linear_weights(model: nn.Module) -> list[str]:
     seen = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
     names = []
     for name, module in model.named_modules():
-        # exact types (or their packed forms): a subclass such as MultiheadAttention's out_proj
-        # may be read by its weight alone, which a packed layer does not hold
-        if type(module) in PACKABLE and id(module.weight) not in seen:
+        # exact types, or what stands for one (`models.layers`)
+        if weight_layer(module) and id(module.weight) not in seen:
             seen.add(id(module.weight))
             names.append(f"{name}.weight" if name else "weight")
     return names

@@ -6,7 +6,8 @@ A technique is a `Technique` subclass registered by name: a line in
 `tune_lowmem.plugins.BUILTIN_TECHNIQUES`, or an entry point of the group
 ``tune_lowmem.techniques`` in any installed package (docs/plugins.md). It imports no model, no
 task module and no Ray; it asks the task (`tune_lowmem.tasks.base.Task`) for what it needs to
-know about the model.
+know about the model: what its interface documents, and what the technique declares in
+`TASK_NEEDS` (a task sets those as class attributes, or is read the declared default).
 
 Class methods answer for a config without building anything (validation, the profiler's cache
 key, what a run's peak holds beside its steps); an instance is bound to one trial and sees its
@@ -46,6 +47,9 @@ class Technique:
     EXACT: ClassVar[Mapping[str, tuple[Any, ...] | None]] = {}
     # Whether it is the one technique bound to every trial that runs the step (a `StepRunner`).
     RUNS_STEP: ClassVar[bool] = False
+    # What it reads of a task beyond the `Task` interface: class attribute -> what a task that
+    # does not set it is read as (`task_needs`).
+    TASK_NEEDS: ClassVar[Mapping[str, Any]] = {}
 
     def __init__(self, config: TrialConfig, task: Task):
         self.config = config
@@ -56,6 +60,11 @@ class Technique:
     @classmethod
     def settings(cls, config: TrialConfig) -> Any:
         return getattr(config, cls.NAME)
+
+    @classmethod
+    def task_needs(cls, task: Task, name: str) -> Any:
+        """The task's (class's or instance's) `name` of `TASK_NEEDS`, or its declared default."""
+        return getattr(task, name, cls.TASK_NEEDS[name])
 
     @classmethod
     def enabled(cls, config: TrialConfig) -> bool:

@@ -26,12 +26,10 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from ..models.segments import run_checkpointed
+from ..models.segments import GENERIC_STRATEGIES, run_checkpointed
 from ..validation import choice
 from . import settings
 from .base import EVERY, Technique
-
-GENERIC_STRATEGIES = ("none", "blocks-1", "blocks-2")
 
 
 class CheckpointedSequential(nn.Sequential):
@@ -105,6 +103,8 @@ class Checkpointing(Technique):
     NAME = "checkpoint"
     SETTINGS = settings.CHECKPOINT
     EXACT: ClassVar = {"checkpoint": EVERY}  # recomputation repeats the same operations
+    # the strategies the task's model supports (its own, or models.segments.GENERIC_STRATEGIES)
+    TASK_NEEDS: ClassVar = {"CHECKPOINT_STRATEGIES": ("none",)}
 
     @classmethod
     def enabled(cls, config) -> bool:
@@ -112,7 +112,7 @@ class Checkpointing(Technique):
 
     @classmethod
     def validate(cls, config, task) -> None:
-        choice(config.checkpoint, task.CHECKPOINT_STRATEGIES, "checkpoint")
+        choice(config.checkpoint, cls.task_needs(task, "CHECKPOINT_STRATEGIES"), "checkpoint")
 
     @classmethod
     def shape_settings(cls, config) -> dict[str, Any]:

@@ -10,7 +10,7 @@ as in the paper's Table 2.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -58,6 +58,9 @@ class Microbatching(Technique):
 
     NAME = "microbatch"
     SETTINGS = settings.MICROBATCH
+    # the modes the task's batches allow (simulated: its batch norms' statistics per group), and
+    # what microbatch.size counts (examples, or a translation task's tokens)
+    TASK_NEEDS: ClassVar = {"MICROBATCH_MODES": ("true",), "MICROBATCH_UNIT": "examples"}
 
     @classmethod
     def enabled(cls, config) -> bool:
@@ -65,8 +68,9 @@ class Microbatching(Technique):
 
     @classmethod
     def validate(cls, config, task) -> None:
-        if config.microbatch.mode not in task.MICROBATCH_MODES:
-            choice(config.microbatch.mode, task.MICROBATCH_MODES, "microbatch.mode")
+        modes = cls.task_needs(task, "MICROBATCH_MODES")
+        if config.microbatch.mode not in modes:
+            choice(config.microbatch.mode, modes, "microbatch.mode")
 
     @classmethod
     def shape_settings(cls, config) -> dict[str, Any]:

@@ -128,6 +128,8 @@ def scatter(values: torch.Tensor, where: torch.Tensor, shape: tuple[int, ...]) -
 class PackedLayer:
     """What the packed classes add to their torch layer; see the module docstring."""
 
+    STANDS_FOR: type[nn.Module]  # the torch layer it is the packed form of (`models.layers`)
+
     dense_shape: tuple[int, ...]
     layout: str  # csr or bitmap (best resolved per layer)
 
@@ -160,6 +162,8 @@ class PackedLayer:
 
 
 class PackedLinear(PackedLayer, nn.Linear):
+    STANDS_FOR = nn.Linear
+
     def compute(self, x, weight, bias):
         return F.linear(x, weight, bias)
 
@@ -198,15 +202,17 @@ class PackedConv(PackedLayer):
 
 
 class PackedConv1d(PackedConv, nn.Conv1d):
+    STANDS_FOR = nn.Conv1d
     DIMENSIONS = 1
 
 
 class PackedConv2d(PackedConv, nn.Conv2d):
+    STANDS_FOR = nn.Conv2d
     DIMENSIONS = 2
 
 
-PACKED = {nn.Linear: PackedLinear, nn.Conv1d: PackedConv1d, nn.Conv2d: PackedConv2d}
-PACKABLE = (*PACKED, *PACKED.values())  # the layer types a sparse weight may live in, packed or not
+# each layer type a sparse weight may live in (`models.layers.WEIGHT_LAYERS`) -> its packed form
+PACKED = {packed.STANDS_FOR: packed for packed in (PackedLinear, PackedConv1d, PackedConv2d)}
 
 
 class PackedOp(torch.autograd.Function):

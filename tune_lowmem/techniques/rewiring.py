@@ -29,9 +29,12 @@ from .sparsity_config import SparsityConfig
 # The reference's WRN schedule: (from epoch, of PAPER_EPOCHS) -> updates between rewirings.
 PAPER_PERIODS = ((0, 100), (25, 200), (80, 400), (140, 800))
 PAPER_EPOCHS = 200
-# The reference's run in updates (WRN-28-2: 200 epochs x 450); a task's own paper run, and its
-# period scale, are `Task.PAPER_UPDATES` and `Task.REWIRING_PERIOD_SCALE`.
+# The reference's run in updates (WRN-28-2: 200 epochs x 450).
 REFERENCE_UPDATES = 200 * 450
+# What sparsity reads of a task (`Technique.TASK_NEEDS`): the paper's run of the task in updates,
+# which relative rewiring units scale from (the reference run for a task the paper did not
+# train), and a scale of the schedule's periods.
+TASK_NEEDS = {"PAPER_UPDATES": REFERENCE_UPDATES, "REWIRING_PERIOD_SCALE": 1.0}
 # The knobs that do something only when rewiring happens: searching them needs rewiring.
 REWIRING_KNOBS = tuple(
     f"sparsity.{name}"
@@ -69,7 +72,7 @@ class RunLength:
     updates: int
     updates_per_epoch: int
     paper_updates: int = REFERENCE_UPDATES
-    scale: float = 1.0  # the task's period scale (`Task.REWIRING_PERIOD_SCALE`)
+    scale: float = 1.0  # the task's period scale (REWIRING_PERIOD_SCALE of TASK_NEEDS)
 
     @property
     def epochs(self) -> int:
@@ -81,8 +84,8 @@ class RunLength:
         return cls(
             task.total_updates(),
             task.updates_per_epoch(),
-            task.PAPER_UPDATES,
-            task.REWIRING_PERIOD_SCALE,
+            getattr(task, "PAPER_UPDATES", TASK_NEEDS["PAPER_UPDATES"]),
+            getattr(task, "REWIRING_PERIOD_SCALE", TASK_NEEDS["REWIRING_PERIOD_SCALE"]),
         )
 
 

@@ -38,7 +38,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from . import blockwise, packed, rewiring_checks, sparsity_config
+from . import blockwise, packed, rewiring, rewiring_checks, sparsity_config
 from .adam_state import QUANTIZED
 from .base import EVERY, Technique
 from .packed import dense_shape, layer_of, pack_layer
@@ -374,6 +374,7 @@ class Sparsity(Technique):
     NAME = "sparsity"
     SETTINGS = sparsity_config.SETTINGS
     EXACT: ClassVar = {"sparsity.storage": EVERY}  # a layout changes only the counted memory
+    TASK_NEEDS: ClassVar = rewiring.TASK_NEEDS
 
     def __init__(self, config, task):
         super().__init__(config, task)
