@@ -18,7 +18,7 @@ from tune_lowmem.search.exactness import ANSWERED_BY, TRAINED_AS
 from tune_lowmem.search.samplers import profiler_memory
 from tune_lowmem.search.scheduler import STOPPED, STOPPED_POINTS
 from tune_lowmem.space import SearchSpace
-from tune_lowmem.trainable import store_record
+from tune_lowmem.trainable import sweep_rows
 
 from .test_search import OBJECTIVES, TINY_BASE
 
@@ -120,9 +120,7 @@ def test_a_training_cut_short_by_a_stop_trains_again_when_asked_again(tmp_path):
 
 def store_completed(root: Path, space: SearchSpace, handed: dict, accuracy: float) -> None:
     config = space.trial_config(handed["params"]).to_flat()
-    record = store_record(
-        space,
-        "unit",
+    record = sweep_rows(space, "unit").row(
         "t0",
         "completed",
         config,

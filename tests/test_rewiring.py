@@ -19,7 +19,7 @@ from tune_lowmem.techniques.rewiring import (
 from tune_lowmem.techniques.sparsity import Sparsity
 from tune_lowmem.techniques.sparsity_config import SparsityConfig
 from tune_lowmem.train import Trainer
-from tune_lowmem.trainable import store_record
+from tune_lowmem.trainable import sweep_rows
 from tune_lowmem.validation import ConfigError
 
 RELATIVE = SparsityConfig(density=0.3)
@@ -95,9 +95,7 @@ def test_every_trial_stores_its_rewirings(tmp_path):
     for trial_id, density in (("sparse", 0.5), ("dense", 1.0)):
         config = tiny_wrn_config(**{"schedule.epochs": 1, "sparsity.density": density})
         history = Trainer(config).run()
-        record = store_record(
-            space,
-            "rw",
+        record = sweep_rows(space, "rw").row(
             trial_id,
             "completed",
             config.to_flat(),

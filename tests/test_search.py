@@ -24,7 +24,7 @@ from tune_lowmem.search import driver as search_driver
 from tune_lowmem.search import sweep_study as study
 from tune_lowmem.search.scheduler import RECORD, STOPPED, STOPPED_POINTS, write_json
 from tune_lowmem.space import SearchSpace
-from tune_lowmem.trainable import store_record
+from tune_lowmem.trainable import sweep_rows
 
 TINY_BASE = {
     "device": "cpu",
@@ -137,9 +137,7 @@ def store_completed(
     config = LR_SPACE.trial_config(handed["params"]).to_flat()
     store.write_trial(
         root,
-        store_record(
-            LR_SPACE,
-            "unit",
+        sweep_rows(LR_SPACE, "unit").row(
             trial_id,
             status,
             config,

@@ -22,6 +22,7 @@ import pytest
 from tune_lowmem.config import ConfigError, TrialConfig
 from tune_lowmem.store import (
     REMOVED_FIELDS,
+    SweepRows,
     TrialRecord,
     WriteFailed,
     later_fields,
@@ -221,6 +222,25 @@ def test_a_full_disk_names_the_file_and_keeps_the_old_row(tmp_path, monkeypatch)
     assert [p.name for p in folder.iterdir()] == ["t_00001.parquet"]  # no temporary file left
     monkeypatch.undo()
     assert read_trials(tmp_path)["metric.val_accuracy"].tolist() == [0.25]
+
+
+def test_a_sweeps_rows_are_built_from_what_its_trials_reported():
+    """`SweepRows.row`: reported memory names (the first version's too) become memory columns,
+    metrics that are not numbers are left out, and the sweep's objectives are named by column."""
+    rows = SweepRows("wrn", "nsga2", {"val_accuracy": "maximize", "memory_total_mb": "minimize"})
+    reported = {"val_accuracy": 0.9125, "test_accuracy": 0.9031, "diverged": False, "note": "x"}
+    memory = {"memory_total_mb": 404.8, "memory.measured_total_mb": 398.25, "flops_per_step": 7}
+    built = rows.row("t_00001", "completed", CONFIG.to_flat(), reported, memory, point=3)
+    assert built == record(
+        metrics={"val_accuracy": 0.9125, "test_accuracy": 0.9031},
+        memory={"predicted_total_mb": 404.8, "measured_total_mb": 398.25, "flops_per_step": 7},
+        started_at=None,
+        finished_at=None,
+        epochs_completed=0,
+        sampler="nsga2",
+        objectives={"metric.val_accuracy": "maximize", "memory.predicted_total_mb": "minimize"},
+    )
+    assert rows.row("t_00002", "stopped", {}).metrics == {}
 
 
 def test_trials_with_different_columns_read_together(tmp_path):

@@ -89,6 +89,11 @@ def memory_metrics(
     return values
 
 
+def sweep_rows(space: SearchSpace, sweep: str) -> store.SweepRows:
+    """What builds the store rows of `sweep`, a sweep of `space` (its sampler and objectives)."""
+    return store.SweepRows(sweep, space.sampler, space.objectives)
+
+
 def store_record(
     space: SearchSpace,
     sweep: str,
@@ -99,23 +104,8 @@ def store_record(
     memory: Mapping[str, Any],
     **fields: Any,
 ) -> store.TrialRecord:
-    """A store row of a trial of `space`: reported metric names mapped to the store's memory
-    columns, and the sweep's sampler and objectives beside them."""
-    memory_columns = {store_column(k).removeprefix("memory."): v for k, v in memory.items()}
-    numbers = {
-        k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
-    }
-    return store.TrialRecord(
-        sweep=sweep,
-        trial_id=trial_id,
-        status=status,
-        config=config,
-        metrics=numbers,
-        memory=memory_columns,
-        sampler=space.sampler,
-        objectives={store_column(m): d for m, d in space.objectives.items()},  # to choose on
-        **fields,
-    )
+    """`sweep_rows(space, sweep).row(...)`, as tests/test_memory_labels.py still calls it."""
+    return sweep_rows(space, sweep).row(trial_id, status, config, metrics, memory, **fields)
 
 
 def final_result(
@@ -303,9 +293,7 @@ class _Run:
 
     def _write(self, status: str, metrics: Mapping[str, Any], reason: str | None = None) -> None:
         history = self.trainer.history if self.trainer is not None else []
-        record = store_record(
-            self.space,
-            self.sweep,
+        record = sweep_rows(self.space, self.sweep).row(
             self.trial_id,
             status,
             self._flat_config(),

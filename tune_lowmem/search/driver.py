@@ -41,7 +41,7 @@ from ..plugins import module_directory
 from ..progress import ProgressPrinter, say
 from ..results import store_column
 from ..space import SearchSpace
-from ..trainable import store_record, train_trial
+from ..trainable import sweep_rows, train_trial
 from ..yaml_loading import load_file
 from . import journal, place
 from .generator import PlacedSearch
@@ -96,14 +96,10 @@ class RecordWorkerDeaths(Callback):
         reason = f"worker failed {self.space.max_failures + 1} times: {text}"[:500]
         now = datetime.now(UTC)
         config = self.space.trial_config(trial.config["params"]).to_flat()
-        record = store_record(
-            self.space,
-            self.sweep,
+        record = sweep_rows(self.space, self.sweep).row(
             trial.trial_id,
             "failed",
             config,
-            {},
-            {},
             point=trial.config["point"],
             failure_reason=reason,
             started_at=now,

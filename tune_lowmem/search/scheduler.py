@@ -298,7 +298,7 @@ class RecordStopped(Callback):
         self.space, self.sweep = space, sweep
 
     def on_trial_complete(self, iteration: int, trials: list, trial, **info) -> None:
-        from ..trainable import store_record
+        from ..trainable import sweep_rows
 
         result = trial.last_result or {}
         if result.get("trial_status") != "running":  # ended on its own: it stored its row
@@ -310,9 +310,7 @@ class RecordStopped(Callback):
         tune_keys = {*AUTO_RESULT_KEYS, "done", "trial_id", "node_id", "trial_status"}
         metrics = {k: v for k, v in result.items() if k not in memory and k not in tune_keys}
         now = datetime.now(UTC)
-        record = store_record(
-            self.space,
-            self.sweep,
+        record = sweep_rows(self.space, self.sweep).row(
             trial.trial_id,
             STOPPED,
             self.space.trial_config(trial.config["params"]).to_flat(),

@@ -19,7 +19,7 @@ from ..memory.predict import predict
 from ..memory.stored import accounted
 from ..results import MEMORY_OBJECTIVE, PREDICTED_METRICS
 from ..space import SearchSpace
-from ..trainable import failure_reason, memory_metrics, out_of_memory, store_record
+from ..trainable import failure_reason, memory_metrics, out_of_memory, sweep_rows
 
 
 @dataclass(frozen=True)
@@ -85,29 +85,24 @@ def write_screened(
         screening.config.to_flat() if screening.config is not None else {**space.base, **params}
     )
     reason = screening.reason
+    rows = sweep_rows(space, sweep)
     try:
-        record = store_record(
-            space,
-            sweep,
+        record = rows.row(
             trial_id,
             screening.status,
             config,
-            {},
-            memory,
+            memory=memory,
             point=point,
             failure_reason=reason,
             started_at=now,
             finished_at=now,
         )
     except ConfigError:  # an invalid point may not even fit the config columns' types
-        record = store_record(
-            space,
-            sweep,
+        record = rows.row(
             trial_id,
             screening.status,
             space.base,
-            {},
-            memory,
+            memory=memory,
             point=point,
             failure_reason=f"{reason} (params: {dict(params)})",
             started_at=now,

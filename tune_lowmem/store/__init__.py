@@ -37,7 +37,8 @@ A crash in between leaves a row in two files, and the readers keep one copy per 
 own file before a compacted one, the newest compacted one before older ones), so no row is ever
 lost or read twice; a trial file rewritten while compaction runs is kept, not removed.
 
-Modules: `records` (the row's columns and types, `TrialRecord`, errors), `write` (atomic
+Modules: `records` (the row's columns and types, `TrialRecord` and the `SweepRows` that build
+it from what a trial reported, errors), `write` (atomic
 writes), `read` (tolerant reads, old stores), `compaction` (merging as a sweep goes). The names
 below are the store's interface; import them from here.
 """
@@ -56,6 +57,7 @@ from .records import (
     TRIALS,
     VERSIONED_PACKAGES,
     StoreError,
+    SweepRows,
     TrialRecord,
     WriteFailed,
     check_name,
@@ -80,6 +82,7 @@ __all__ = [
     "TRIALS",
     "VERSIONED_PACKAGES",
     "StoreError",
+    "SweepRows",
     "TrialRecord",
     "WriteFailed",
     "check_name",

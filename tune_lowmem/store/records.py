@@ -1,5 +1,6 @@
-"""What a store row is: its columns and their types, the record a trial hands the store, the
-names that become file names, and the store's errors. Old stores' config fields (`later_fields`,
+"""What a store row is: its columns and their types, the record a trial hands the store (built
+from what the trial reported by `SweepRows.row`), the names that become file names, and the
+store's errors. Old stores' config fields (`later_fields`,
 `REMOVED_FIELDS`, `_JSON_LISTS`) are listed here, the one place the store knows technique and
 task field names."""
 
@@ -24,6 +25,7 @@ from ..results import (
     PAPER_CSR_METRIC,
     PREDICTED_METRICS,
     STORED_METRICS,
+    store_column,
 )
 
 SCHEMA_VERSION = 1
@@ -195,6 +197,46 @@ class TrialRecord:
                 )
         if self.point is not None:
             _check_count("point", self.point)
+
+
+@dataclass(frozen=True)
+class SweepRows:
+    """What every row of one sweep holds beside its trial's own values: the sweep, its Optuna
+    sampler and its objectives (reported metric name -> direction). `row` builds a trial's
+    record from what the trial reported."""
+
+    sweep: str
+    sampler: str | None = None
+    objectives: Mapping[str, str] = field(default_factory=dict)
+
+    def row(
+        self,
+        trial_id: str,
+        status: str,
+        config: Mapping[str, Any],
+        metrics: Mapping[str, Any] | None = None,
+        memory: Mapping[str, Any] | None = None,
+        **fields: Any,
+    ) -> TrialRecord:
+        """The record of one trial: its reported metrics that are numbers, its memory metrics
+        under their columns (`results.store_column`, old names included), and `fields` (the
+        rest of `TrialRecord`'s: failure_reason, started_at, point, ...)."""
+        numbers = {
+            k: v
+            for k, v in (metrics or {}).items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)
+        }
+        return TrialRecord(
+            sweep=self.sweep,
+            trial_id=trial_id,
+            status=status,
+            config=config,
+            metrics=numbers,
+            memory={store_column(k).removeprefix("memory."): v for k, v in (memory or {}).items()},
+            sampler=self.sampler,
+            objectives={store_column(m): d for m, d in self.objectives.items()},  # to choose on
+            **fields,
+        )
 
 
 def _check_count(field_name: str, count: Any) -> None:
