@@ -39,19 +39,20 @@ lost or read twice; a trial file rewritten while compaction runs is kept, not re
 
 Modules: `records` (the row's columns and types, `TrialRecord` and the `SweepRows` that build
 it from what a trial reported, errors), `write` (atomic
-writes), `read` (tolerant reads, old stores), `compaction` (merging as a sweep goes). The names
+writes), `read` (tolerant reads), `compat` (how stores of earlier versions read: every rule for
+older rows), `compaction` (merging as a sweep goes). The names
 below are the store's interface; import them from here.
 """
 
 from ..results import CUDA_PEAK_COLUMNS
 from .compaction import COMPACT_CHUNK, COMPACT_MAX_PARTS, COMPACT_MIN_FILES, compact
+from .compat import REMOVED_FIELDS, later_fields
 from .read import config_values, list_sweeps, read_epochs, read_trials, trial_config, trial_ids
 from .records import (
     EPOCHS,
     MEMORY_COLUMNS,
     MODELS,
     QUARANTINE,
-    REMOVED_FIELDS,
     SCHEMA_VERSION,
     STATUSES,
     TRIALS,
@@ -62,7 +63,6 @@ from .records import (
     WriteFailed,
     check_name,
     forget_reported_files,
-    later_fields,
     note_once,
 )
 from .write import model_file, write_model, write_trial

@@ -1,5 +1,5 @@
-"""Reading the store, tolerant of what it may meet: stores of earlier versions (their fields and
-list columns), files of other tools' writing, a file a compaction removes while it is read, and
+"""Reading the store, tolerant of what it may meet: stores of earlier versions (read by the rules
+of `compat`), files of other tools' writing, a file a compaction removes while it is read, and
 unreadable or clashing files (named once on stderr and left out). One copy per trial id: its own
 file before a compacted one, the newest compacted one before older ones."""
 
@@ -19,12 +19,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..config import TrialConfig, config_kinds
+from .compat import JSON_LISTS, later_fields, lists_from_json
 from .records import (
     _BASE_COLUMNS,
     _COMPACTED,
     _EPOCH_COLUMNS,
     _GROUPS,
-    _JSON_LISTS,
     _KEYS,
     _LIST,
     _NAME,
@@ -38,7 +38,6 @@ from .records import (
     StoreError,
     _one_line,
     check_name,
-    later_fields,
     note_once,
 )
 
@@ -206,7 +205,7 @@ def _odd_files(schemas: Mapping[Path, pa.Schema]) -> dict[Path, str]:
         return {}
 
     def counted(column: pa.Field) -> bool:  # JSON-text lists of old files read as lists
-        old_list = column.name in _JSON_LISTS and _normal(column.type) == pa.string()
+        old_list = column.name in JSON_LISTS and _normal(column.type) == pa.string()
         return column.type != pa.null() and not old_list
 
     votes: dict[str, dict[pa.DataType, int]] = {}
@@ -277,7 +276,7 @@ def _schema_and_rows(
         if columns is not None:  # the checks' own columns go again unless they were asked for
             data = data.select([n for n in data.column_names if n in _KEYS or _wanted(n, columns)])
         try:
-            return schema, _lists_from_json(data), None
+            return schema, lists_from_json(data), None
         except (ValueError, TypeError):
             problem = "a list column holds text that is not a JSON list"
     return schema, None, problem
@@ -353,16 +352,6 @@ def _allowed_types(name: str, base: Mapping[str, pa.DataType]):
     return None
 
 
-def _lists_from_json(data: pa.Table) -> pa.Table:
-    """Stores of the first version held tuple fields as JSON text: read as lists."""
-    for name in _JSON_LISTS:
-        if name in data.column_names and data[name].type == pa.string():
-            values = [None if v is None else json.loads(v) for v in data[name].to_pylist()]
-            index = data.column_names.index(name)
-            data = data.set_column(index, name, pa.array(values))
-    return data
-
-
 def _say_skipped(path: Path, problem: str) -> None:
     """A bad file, named once per command: the command goes on without it."""
     note_once(f"skipped {path}: {problem}; the file is left as it is")
@@ -377,7 +366,7 @@ def config_values(row: Mapping[str, Any]) -> dict[str, Any]:
     for column, value in row.items():
         if not column.startswith("config."):
             continue
-        if isinstance(value, str) and column in _JSON_LISTS:  # a store older than list columns
+        if isinstance(value, str) and column in JSON_LISTS:  # a store older than list columns
             value = json.loads(value)
         if isinstance(value, np.ndarray):
             value = value.tolist()

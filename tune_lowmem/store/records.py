@@ -1,8 +1,6 @@
 """What a store row is: its columns and their types, the record a trial hands the store (built
 from what the trial reported by `SweepRows.row`), the names that become file names, and the
-store's errors. Old stores' config fields (`later_fields`,
-`REMOVED_FIELDS`, `_JSON_LISTS`) are listed here, the one place the store knows technique and
-task field names."""
+store's errors. How older stores read is `compat`'s."""
 
 from __future__ import annotations
 
@@ -17,7 +15,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..config import ConfigError, older_store_values
+from ..config import ConfigError
 from ..results import (
     CUDA_PEAK_METRICS,
     FLOPS_METRIC,
@@ -60,25 +58,6 @@ VERSIONED_PACKAGES = {
 
 
 TRIALS, EPOCHS, MODELS = "trials", "epochs", "models"
-
-
-def later_fields() -> dict[str, Any]:
-    """Config fields newer than the first stores -> the value every older row implicitly had:
-    the built-in models' own, and what each technique declares (`Setting.older_stores`)."""
-    return {"model.init_checkpoint": None, "model.fused_norm": "none", **older_store_values()}
-
-
-# Config fields removed since, with the value every row that had them held.
-REMOVED_FIELDS = {"data.num_workers": 0}
-
-
-# Tuple fields of the first version's built-in tasks, which it stored as JSON text.
-_JSON_LISTS = (
-    "config.schedule.milestones",
-    "config.schedule.betas",
-    "config.model.encoder_kernels",
-    "config.model.decoder_kernels",
-)
 
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")

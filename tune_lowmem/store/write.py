@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 from ..config import ConfigError, TrialConfig, config_kinds
 from ..schema import Kind, scalar_fits
 from . import records
+from .compat import first_version_point
 from .read import _checked_file
 from .records import (
     _BASE_COLUMNS,
@@ -33,7 +34,6 @@ from .records import (
     WriteFailed,
     _file,
     check_name,
-    later_fields,
 )
 
 
@@ -187,23 +187,12 @@ def _numbers(values: list[Any], field_name: str) -> pa.Array:
 
 
 def _seed_group(config: Mapping[str, pa.Array]) -> str:
-    """The same point with another seed gets the same id: a hash of the typed config but seed.
-    Lists enter as the JSON text that stores before list columns held, and fields added later
-    (`later_fields`) count only when they differ from the value every older row had, and removed
-    ones (`records.REMOVED_FIELDS`) with the value they had, so ids stay the same across versions."""
-    later = later_fields()
-    point = {
-        key: _hashable(array[0].as_py())
-        for key, array in config.items()
-        if key != "seed" and not (key in later and array[0].as_py() == later[key])
-    }
-    for key, value in records.REMOVED_FIELDS.items():
-        point.setdefault(key, value)
+    """The same point with another seed gets the same id: a hash of the typed config but seed,
+    as the first version hashed it (`compat.first_version_point`), so ids stay the same across
+    versions."""
+    values = {key: array[0].as_py() for key, array in config.items() if key != "seed"}
+    point = first_version_point(values)
     return hashlib.sha256(json.dumps(point, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def _hashable(value: Any) -> Any:
-    return json.dumps(value) if isinstance(value, list) else value
 
 
 @functools.cache
