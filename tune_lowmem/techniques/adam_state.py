@@ -93,7 +93,6 @@ class AdamState(Technique):
 
     NAME = "adam_state"
     SETTINGS = settings.ADAM_STATE
-    LOSSY = True
 
     @classmethod
     def enabled(cls, config) -> bool:
