@@ -207,13 +207,18 @@ def shape_key(config: TrialConfig, lengths: tuple[int, int] | None = None) -> Tr
     return TrialConfig.from_dict(reduced)
 
 
-@functools.lru_cache(maxsize=512)
 def dry_run(
     key: TrialConfig, lengths: tuple[int, int] | None = None, workspace: bool = True
 ) -> DryRun:
     """One minibatch of `key`'s trainer on fake tensors: the passes of `passes`, then the rest of
     `Trainer.train_step` (see the module docstring), under one tracker; the step's and the
-    evaluation's peaks with operators' workspace when `workspace` (`StorageTracker.peak`)."""
+    evaluation's peaks with operators' workspace when `workspace` (`StorageTracker.peak`).
+    Cached: a call with the defaults left out is the same dry run as one that spells them."""
+    return _cached_dry_run(key, None if lengths is None else tuple(lengths), workspace)
+
+
+@functools.lru_cache(maxsize=512)
+def _cached_dry_run(key: TrialConfig, lengths: tuple[int, int] | None, workspace: bool) -> DryRun:
     device = torch.device(key.device)
     with _global_rng_kept():
         trainer = Trainer(key, task=synthetic_task(key, device, lengths))
@@ -300,6 +305,9 @@ def evaluation_peak(
         return None
     on_device = [t for t in batch_tensors(real) if t.device == held[0].device]
     return (_storage_bytes(on_device), *_peak(tracker, held, heap_bytes, workspace))
+
+
+dry_run.cache_clear = _cached_dry_run.cache_clear  # e.g. after the heap constant changes
 
 
 def _storage_bytes(tensors: list[torch.Tensor]) -> int:
