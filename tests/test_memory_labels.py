@@ -17,7 +17,7 @@ from tune_lowmem.memory.synthetic import synthetic_task
 from tune_lowmem.space import SearchSpace
 from tune_lowmem.techniques.packed import PackedLayer
 from tune_lowmem.train import Trainer
-from tune_lowmem.trainable import memory_metrics, store_record
+from tune_lowmem.trainable import memory_metrics, sweep_rows
 
 SPARSE = {"sparsity.density": 0.3}
 BITMAP = {**SPARSE, "sparsity.storage": "bitmap"}
@@ -80,7 +80,8 @@ def test_a_trial_row_records_stored_beside_accounted(tmp_path):
         )
         steps[trial_id] = held(measured, predicted).total_mb
         memory = memory_metrics(predicted, measured, accounted(config, "csr"))
-        record = store_record(space, "labels", trial_id, "completed", config.to_flat(), {}, memory)
+        rows = sweep_rows(space, "labels")
+        record = rows.row(trial_id, "completed", config.to_flat(), {}, memory)
         store.write_trial(tmp_path, record)
     rows = store.read_trials(tmp_path, "labels").set_index("trial_id")
     sparse, dense = rows.loc["sparse"], rows.loc["dense"]

@@ -94,20 +94,6 @@ def sweep_rows(space: SearchSpace, sweep: str) -> store.SweepRows:
     return store.SweepRows(sweep, space.sampler, space.objectives)
 
 
-def store_record(
-    space: SearchSpace,
-    sweep: str,
-    trial_id: str,
-    status: str,
-    config: Mapping[str, Any],
-    metrics: Mapping[str, Any],
-    memory: Mapping[str, Any],
-    **fields: Any,
-) -> store.TrialRecord:
-    """`sweep_rows(space, sweep).row(...)`, as tests/test_memory_labels.py still calls it."""
-    return sweep_rows(space, sweep).row(trial_id, status, config, metrics, memory, **fields)
-
-
 def final_result(
     space: SearchSpace,
     status: str,
