@@ -17,7 +17,9 @@ Protocol (written before any run; changing it means changing this file):
   allocator's model + optimizer + activation; and the activation parts alone. Secondary, the
   heap view: `predict`'s stored total with the calibrated heap objects against the tracker's
   measured stored total (`memory.measure`), which reads glibc's heap, on the evaluation points
-  predicted under `HEAP_VIEW_MAX_MB`.
+  predicted under `HEAP_VIEW_MAX_MB` (and, since the ladder's rungs were added, of at most
+  `HEAP_VIEW_MAX_IMAGES` images a minibatch: its probe after every operator of a batch-100 step
+  of 50 microbatches takes hours).
 - Measured steps: the prediction is a run's peak, and a sparse run's peak may be a step that
   rewires (`memory.predict.occasional_work`). So a point whose run rewires is measured in both
   views at two steps placed with `Trainer.seek`, its first update (a plain step, which leaves
@@ -78,6 +80,7 @@ CALIBRATION_FILE = Path(predict_module.__file__).with_name("calibration.json")
 FLOOR_MB = 1.0
 GOAL = 0.03
 HEAP_VIEW_MAX_MB = 5.0  # the tracker's heap view only where its extra real step is cheap
+HEAP_VIEW_MAX_IMAGES = 32  # and not at the ladder's batch 100 (the heap probe after each operator)
 DCT_LENGTHS = (30, 30)
 REFERENCE = 1024  # bytes per storage of calibration's counting dry run
 
@@ -304,7 +307,8 @@ def evaluate(name: str, flat: dict, heap: bool) -> dict:
         "error_run_peak": run_peak / run_held - 1,
         "error_run_tensor_peak": run_tensor_peak / run_tensors - 1,
     }
-    if heap and total / MB < HEAP_VIEW_MAX_MB:
+    batch = flat.get("schedule.batch_size", 0)
+    if heap and total / MB < HEAP_VIEW_MAX_MB and batch <= HEAP_VIEW_MAX_IMAGES:
         predicted = predict_module.predict(config, lengths)
         measured = max(
             stored_totals(predicted, measure(config, lengths, u))["measured_stored_total_mb"]
@@ -368,8 +372,9 @@ def main() -> None:
     else:
         calibrate(results)
     RESULTS.parent.mkdir(exist_ok=True)
-    size = {
-        name: predicted_storage(TrialConfig.from_dict(EVALUATION[name]))[2] for name in EVALUATION
+    size = {  # from shapes alone: no operator runs for real before the first point's heap view
+        name: predicted_storage(TrialConfig.from_dict(EVALUATION[name]), workspace=False)[2]
+        for name in EVALUATION
     }
     names = sorted(args.only or EVALUATION, key=size.__getitem__)
     for name in names:

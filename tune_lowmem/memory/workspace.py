@@ -1,11 +1,14 @@
 """Operators' internal buffers (workspace) on the CPU, predicted by running the operator once.
 
 A convolution on the CPU (oneDNN) reorders its weights, inputs and gradients into blocked layouts
-and frees the reorders before it returns, and batch norm's backward keeps per-channel scratch:
-bytes the allocator must find although no tensor holds them after the call, so the dispatch-level
-tracker never sees them. They depend on the kernel chosen for the call's sizes, strides, dtypes
-and threads, not on values. So for each distinct call of a `PROBED` operator in a dry run, the
-call is run once for real on the CPU, on zero tensors of the same sizes, strides and dtypes,
+and frees the reorders before it returns; batch norm's backward keeps per-channel scratch; a
+matrix product in half precision converts its operands; an elementwise operator whose operands
+differ in dtype (an fp16 gradient added into an fp32 Adam moment) converts the odd one into a
+buffer of the common dtype first. These are bytes the allocator must find although no tensor
+holds them after the call, so the dispatch-level tracker never sees them. They depend on the
+kernel chosen for the call's sizes, strides, dtypes and threads, not on values. So for each
+distinct such call in a dry run (`signature`), the call is run once for real on the CPU, on zero
+tensors of the same sizes, strides and dtypes,
 under torch.profiler's memory reports (its public Chrome-trace export): its workspace is the most
 bytes live during the call beyond those live when it returned (its inputs and outputs). A dry
 run adds each call's workspace to the bytes alive at that call (`StorageTracker.peak`).
@@ -27,25 +30,28 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-PROBED = frozenset(
+PROBED = frozenset(  # always
     {
         torch.ops.aten.convolution.default,
         torch.ops.aten.convolution_backward.default,
         torch.ops.aten.native_batch_norm_backward.default,
     }
 )
+PRODUCTS = frozenset(  # with an operand in half precision
+    {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default}
+)
+HALF = (torch.float16, torch.bfloat16)
 _RANGE = "tune_lowmem.workspace_probe "
 _known: dict[tuple, int] = {}  # signature -> workspace bytes
 
 
 def signature(func, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple | None:
-    """What decides a `PROBED` call's workspace on the CPU: the operator, each tensor argument's
-    sizes, strides and dtype, the other arguments, and the thread count; None for any other
-    call, or one on another device."""
-    if func not in PROBED:
-        return None
+    """What decides the workspace of a call that has some on the CPU (a `PROBED` operator, a
+    `PRODUCTS` one in half precision, a pointwise one whose operands of more than one element
+    differ in dtype): the operator, each tensor argument's sizes, strides and dtype, the other
+    arguments, and the thread count; None for any other call, or one on another device."""
     tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
-    if any(t.device.type != "cpu" for t in tensors):
+    if not _has_workspace(func, tensors) or any(t.device.type != "cpu" for t in tensors):
         return None
     return (
         func,
@@ -53,6 +59,16 @@ def signature(func, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple | None
         _described(tuple(sorted(kwargs.items()))),
         torch.get_num_threads(),
     )
+
+
+def _has_workspace(func, tensors: list[torch.Tensor]) -> bool:
+    if func in PROBED:
+        return True
+    if func in PRODUCTS:
+        return any(t.dtype in HALF for t in tensors)
+    if torch.Tag.pointwise in func.tags:
+        return len({t.dtype for t in tensors if t.numel() > 1}) > 1
+    return False
 
 
 def workspace_bytes(signatures: Iterable[tuple]) -> dict[tuple, int]:
