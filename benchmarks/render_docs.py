@@ -236,6 +236,8 @@ def sweep_scale(result: dict) -> str:
             f"- the driver's CPU time per finished trial: "
             f"{result['driver_cpu_s_per_trial_first_third']:.3f} s over the first third of the "
             f"samples, {result['driver_cpu_s_per_trial_last_third']:.3f} s over the last third;"
+            if "driver_cpu_s_per_trial_first_third" in result
+            else "- the driver's CPU time per finished trial: too few samples in a sweep this short;"
         ),
         (
             f"- a plain loop of the same kind of trials (screen, then train, no Ray, one at a time): "
