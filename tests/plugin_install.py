@@ -24,11 +24,11 @@ def install(folder: Path, distribution: str, group: str, entries: dict[str, str]
     return folder
 
 
-def launch(installed: Path, space: Path, store: Path) -> subprocess.CompletedProcess:
-    """`tune-lowmem launch` of `space` into `store` in a process that sees the plug-in's
-    metadata (`installed`) and the tests' modules on its import path, as an installed plug-in
-    package would be."""
-    paths = [str(installed), str(ROOT), os.environ.get("PYTHONPATH", "")]
+def launch(space: Path, store: Path, installed: Path | None = None) -> subprocess.CompletedProcess:
+    """`tune-lowmem launch` of `space` into `store` in a process that sees the tests' modules
+    and, when given, a plug-in's metadata (`installed`) on its import path, as an installed
+    plug-in package would be."""
+    paths = [str(installed or ""), str(ROOT), os.environ.get("PYTHONPATH", "")]
     return subprocess.run(
         [CLI, "launch", str(space), "--store", str(store)],
         check=False,

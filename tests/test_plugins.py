@@ -15,6 +15,7 @@ import pytest
 import torch
 import yaml
 
+from tests.plugin_install import launch
 from tune_lowmem import store
 from tune_lowmem.config import ConfigError, TrialConfig
 from tune_lowmem.memory.measure import measure
@@ -63,14 +64,7 @@ def test_a_user_task_runs_a_sweep_through_launch_and_answers_pareto(tmp_path):
     path = tmp_path / "blobs.yaml"
     path.write_text(yaml.safe_dump(space))
     store_root = tmp_path / "store"
-    run = subprocess.run(
-        [CLI, "launch", str(path), "--store", str(store_root)],
-        check=False,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    run = launch(path, store_root)
     assert run.returncode == 0, run.stderr[-3000:]
     rows = store.read_trials(store_root, "blobs")
     assert sorted(rows["status"]) == ["completed"] * 4

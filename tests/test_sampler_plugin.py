@@ -76,7 +76,7 @@ def test_an_uninstalled_sampler_is_not_a_sampler():
 def test_an_installed_sampler_sweeps_a_space_through_launch(installed, tmp_path):
     path = tmp_path / "cheapest.yaml"
     path.write_text(yaml.safe_dump({**SPACE, "max_concurrent": 1}))
-    run = launch(installed, path, tmp_path / "store")
+    run = launch(path, tmp_path / "store", installed)
     assert run.returncode == 0, run.stderr[-3000:]
     rows = store.read_trials(tmp_path / "store", "cheapest").sort_values("point")
     assert (rows["status"] == "completed").all() and set(rows["sampler"]) == {NAME}

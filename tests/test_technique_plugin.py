@@ -124,7 +124,7 @@ def test_an_installed_technique_is_searched_by_a_real_sweep(installed, tmp_path)
     }
     path = tmp_path / "int8.yaml"
     path.write_text(yaml.safe_dump(space))
-    run = launch(installed, path, tmp_path / "store")
+    run = launch(path, tmp_path / "store", installed)
     assert run.returncode == 0, run.stderr[-3000:]
     rows = store.read_trials(tmp_path / "store", "int8").set_index("config.int8_activations")
     assert sorted(rows.index) == [False, True]
