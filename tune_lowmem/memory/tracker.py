@@ -5,8 +5,9 @@ storage seen for the first time starts a `Life`; a weak reference to the storage
 the storage is freed. Time is the index of the operator call, so a storage is alive at event
 ``k`` when ``born <= k < died``. Memory a kernel uses internally (workspace) never appears as an
 operator output, so the storages leave it out, as the paper's accounting does; the tracker notes
-the calls that have some on the CPU (`workspace.signature`: convolutions, batch norm's backward),
-and `peak(workspace=True)` adds each one's (`workspace.workspace_bytes`) at its event.
+the calls that have some on the CPU (`workspace.signature`: convolutions, batch norm's backward,
+half-precision products, pointwise operators of mixed dtypes), and `peak(workspace=True)` adds
+each one's (`workspace.workspace_bytes`) at its event.
 
 The same tracker serves both ways of knowing memory: under `FakeTensorMode` the storages are
 shapes only (the prediction); with real tensors they are the bytes a real step allocates (the

@@ -8,15 +8,16 @@ buffer of the common dtype first. These are bytes the allocator must find althou
 holds them after the call, so the dispatch-level tracker never sees them. They depend on the
 kernel chosen for the call's sizes, strides, dtypes and threads, not on values. So for each
 distinct such call in a dry run (`signature`), the call is run once for real on the CPU, on zero
-tensors of the same sizes, strides and dtypes,
-under torch.profiler's memory reports (its public Chrome-trace export): its workspace is the most
-bytes live during the call beyond those live when it returned (its inputs and outputs). A dry
-run adds each call's workspace to the bytes alive at that call (`StorageTracker.peak`).
+tensors of the same sizes, strides and dtypes, under torch.profiler's memory reports (its public
+Chrome-trace export): its workspace is the most bytes live during the call beyond those live
+when it returned (its inputs and outputs). A dry run adds each call's workspace to the bytes
+alive at that call (`StorageTracker.peak`).
 
 Calls are cached by signature and thread count; every call not yet known is probed in one
 profiler session. A call the CPU refuses on the fake tensors' dtypes is counted as having none:
 under autocast, batch norm's backward gets its saved statistics in bf16 from the fake kernel
-where the real one keeps them in fp32 (a few bytes a channel). A GPU's workspace (cuBLAS, cuDNN) is not the CPU's and is not probed here.
+where the real one keeps them in fp32 (a few bytes a channel). A GPU's workspace (cuBLAS, cuDNN)
+is not the CPU's and is not probed here.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -123,6 +125,7 @@ def _probe(signatures: list[tuple]) -> dict[tuple, int]:
         for e in trace
         if e.get("name") == "[memory]" and e["args"].get("Device Type") == 0
     )
+    times = [ts for ts, _, _ in memory]
     found = {}
     for event in trace:
         name = event.get("name", "")
@@ -130,9 +133,8 @@ def _probe(signatures: list[tuple]) -> dict[tuple, int]:
             continue
         start, end = event["ts"], event["ts"] + event["dur"]
         live, peak = 0, 0
-        for ts, _, nbytes in memory:
-            if start <= ts <= end:
-                live += nbytes
-                peak = max(peak, live)
+        for _, _, nbytes in memory[bisect_left(times, start) : bisect_right(times, end)]:
+            live += nbytes
+            peak = max(peak, live)
         found[signatures[int(name.removeprefix(_RANGE))]] = max(0, peak - live)
     return found
