@@ -17,8 +17,8 @@ from tune_lowmem.search.exact import training_key
 from tune_lowmem.search.exactness import ANSWERED_BY, TRAINED_AS
 from tune_lowmem.search.samplers import profiler_memory
 from tune_lowmem.search.scheduler import STOPPED, STOPPED_POINTS
+from tune_lowmem.search.trainable import sweep_rows
 from tune_lowmem.space import SearchSpace
-from tune_lowmem.trainable import sweep_rows
 
 from .test_search import OBJECTIVES, TINY_BASE
 

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.gpu
 HELD_TO_SHARE = """
 import torch
 from tune_lowmem.memory.share import hold_to_share
-from tune_lowmem.trainable import out_of_memory
+from tune_lowmem.search.trainable import out_of_memory
 device = torch.device("cuda")
 fraction = hold_to_share(0.05, device)
 limit = fraction * torch.cuda.get_device_properties(device).total_memory

@@ -21,7 +21,7 @@ from tune_lowmem.memory.share import (
     peak_memory_mb,
     trial_share,
 )
-from tune_lowmem.trainable import result_from_row
+from tune_lowmem.search.trainable import result_from_row
 
 
 @pytest.mark.parametrize("predicted", [1.0, 250.0, 3_000.0, 20_000.0])

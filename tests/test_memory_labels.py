@@ -14,10 +14,10 @@ from tune_lowmem.memory.accounting import state_tensors
 from tune_lowmem.memory.predict import predict
 from tune_lowmem.memory.stored import accounted, held
 from tune_lowmem.memory.synthetic import synthetic_task
+from tune_lowmem.search.trainable import memory_metrics, sweep_rows
 from tune_lowmem.space import SearchSpace
 from tune_lowmem.techniques.packed import PackedLayer
 from tune_lowmem.train import Trainer
-from tune_lowmem.trainable import memory_metrics, sweep_rows
 
 SPARSE = {"sparsity.density": 0.3}
 BITMAP = {**SPARSE, "sparsity.storage": "bitmap"}
@@ -106,7 +106,7 @@ def test_a_trial_row_records_stored_beside_accounted(tmp_path):
 
 def test_the_launch_front_labels_its_memory_columns():
     """The front `launch` and `resume` end with says how each memory column counts."""
-    from tune_lowmem.progress import front_table
+    from tune_lowmem.search.progress import front_table
 
     front = pd.DataFrame(
         {

@@ -3,12 +3,14 @@ rate and the time left, on the one summary line after each trial."""
 
 from __future__ import annotations
 
+import pickle
 import re
 
 from ray.tune.experiment import Trial
 
 from tests.test_plugins import TINY_TASK
-from tune_lowmem.progress import ProgressPrinter
+from tune_lowmem.search import legacy
+from tune_lowmem.search.progress import ProgressPrinter
 from tune_lowmem.space import SearchSpace
 from tune_lowmem.store import TrialRecord, write_trial
 
@@ -36,7 +38,7 @@ def trials(done: int, running: int) -> list[Trial]:
 def watching(tmp_path, monkeypatch) -> tuple[list[float], ProgressPrinter]:
     """A printer set up as a driver starts, and the clock it reads (moved by the test)."""
     clock = [1000.0]
-    monkeypatch.setattr("tune_lowmem.progress.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("tune_lowmem.search.progress.time.monotonic", lambda: clock[0])
     printer = ProgressPrinter(SPACE, "watched", lambda: tmp_path)
     printer.setup()
     return clock, printer
@@ -75,3 +77,13 @@ def test_a_screened_point_counts_as_all_its_seeds(tmp_path, monkeypatch):
     clock[0] += 60
     line = printer.summary(trials(1, 0))
     assert "1 infeasible" in line and "| 3/40 done" in line  # 2 seeds screened, 1 trained
+
+
+def test_a_sweep_launched_while_progress_stood_at_the_root_unpickles_its_printer():
+    """Such a sweep's Tune files pickle the callback as `tune_lowmem.progress.ProgressPrinter`;
+    `resume` leads that name to this module before Tune unpickles them."""
+    pickled = pickle.dumps(ProgressPrinter, protocol=0)
+    old = pickled.replace(b"tune_lowmem.search.progress", b"tune_lowmem.progress")
+    assert old != pickled
+    legacy.old_module_names()
+    assert pickle.loads(old) is ProgressPrinter

@@ -7,6 +7,7 @@ import pytest
 from tests.conftest import tiny_wrn_config
 from tune_lowmem import store
 from tune_lowmem.config import TrialConfig
+from tune_lowmem.search.trainable import sweep_rows
 from tune_lowmem.space import SearchSpace
 from tune_lowmem.tasks.translation import DynamicConvIwslt14
 from tune_lowmem.techniques.rewiring import (
@@ -19,7 +20,6 @@ from tune_lowmem.techniques.rewiring import (
 from tune_lowmem.techniques.sparsity import Sparsity
 from tune_lowmem.techniques.sparsity_config import SparsityConfig
 from tune_lowmem.train import Trainer
-from tune_lowmem.trainable import sweep_rows
 from tune_lowmem.validation import ConfigError
 
 RELATIVE = SparsityConfig(density=0.3)

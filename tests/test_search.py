@@ -23,8 +23,8 @@ from tune_lowmem.search import ScreenedSearcher, launch, place, resume, sweep_fo
 from tune_lowmem.search import driver as search_driver
 from tune_lowmem.search import sweep_study as study
 from tune_lowmem.search.scheduler import RECORD, STOPPED, STOPPED_POINTS, write_json
+from tune_lowmem.search.trainable import sweep_rows
 from tune_lowmem.space import SearchSpace
-from tune_lowmem.trainable import sweep_rows
 
 TINY_BASE = {
     "device": "cpu",

@@ -16,9 +16,7 @@ from ray import tune
 
 from tune_lowmem import store
 from tune_lowmem.memory.predict import predict
-from tune_lowmem.space import SearchSpace
-from tune_lowmem.train import Trainer
-from tune_lowmem.trainable import (
+from tune_lowmem.search.trainable import (
     CHECKPOINT_FILE,
     FULL_COLLECTION_EVERY,
     final_result,
@@ -26,6 +24,8 @@ from tune_lowmem.trainable import (
     result_from_row,
     train_trial,
 )
+from tune_lowmem.space import SearchSpace
+from tune_lowmem.train import Trainer
 
 TINY_BASE = {
     "device": "cpu",
@@ -155,7 +155,8 @@ def test_a_stored_trial_reports_its_row_again(tmp_path):
 TORN_DOWN = """
 import atexit, json, sys, threading, time
 import torch
-from tune_lowmem import store, trainable
+from tune_lowmem import store
+from tune_lowmem.search import trainable
 from tune_lowmem.space import SearchSpace
 
 root, exiting, space = sys.argv[1], sys.argv[2] == "exiting", SearchSpace.from_dict(json.loads(sys.argv[3]))

@@ -50,8 +50,8 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
 def print_outcome(outcome) -> None:
     """The end of launch and resume: the Pareto front and where everything is."""
     from ..analysis.counted import labelled
-    from ..progress import front_table
     from ..search import status_counts
+    from ..search.progress import front_table
 
     counts = status_counts(outcome.trials)
     print(

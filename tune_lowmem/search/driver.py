@@ -38,18 +38,18 @@ from .. import pareto, preflight, store
 from ..analysis import baselines
 from ..config import ConfigError
 from ..plugins import module_directory
-from ..progress import ProgressPrinter, say
 from ..results import store_column
 from ..space import SearchSpace
-from ..trainable import sweep_rows, train_trial
 from ..yaml_loading import load_file
-from . import journal, place
+from . import journal, legacy, place
 from .generator import PlacedSearch
 from .place import sweep_folder
+from .progress import ProgressPrinter, say
 from .samplers import build_sampler
 from .scheduler import RecordStopped
 from .searcher import ScreenedSearcher
 from .stopping import build_scheduler
+from .trainable import sweep_rows, train_trial
 from .tune_state import tune_saved
 
 SPACE_FILE = "space.yaml"
@@ -286,6 +286,7 @@ def resume(name: str, store_root: str | Path = "runs", address: str | None = Non
         if tune_saved(folder):
             say(f"sweep {name}: resuming from {folder}")
             place.bind(name, root)  # before Tune unpickles the searcher and the callbacks
+            legacy.old_module_names()  # and the modules older sweeps pickled under
             journal.repair(folder / journal.JOURNAL)
             # resume_errored keeps an errored trial's id (restart_errored would give it a new
             # one): one that errored without a row (its write failed) runs again; one whose row

@@ -21,9 +21,9 @@ from typing import Any
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
 
-from ..progress import say
 from ..store import WriteFailed
 from .place import sweep_folder
+from .progress import say
 
 JOURNAL = "optuna.journal"
 LOCK_SUFFIX = ".lock"  # what Optuna's file locks create beside the journal

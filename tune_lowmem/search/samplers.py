@@ -75,8 +75,8 @@ def profiler_memory(space: SearchSpace, objective: str | None = None) -> MemoryO
     """A point's memory `objective` (the space's `known_objective` unless named) from the
     profiler, through the searcher's own screening (so the budget and invalid configs read as
     None, never as a memory), once per `memory_key`."""
-    from ..trainable import memory_metrics
     from .screening import screen
+    from .trainable import memory_metrics
 
     objective = objective or known_objective(space)
     known: dict[str, float | None] = {}

@@ -298,7 +298,7 @@ class RecordStopped(Callback):
         self.space, self.sweep = space, sweep
 
     def on_trial_complete(self, iteration: int, trials: list, trial, **info) -> None:
-        from ..trainable import sweep_rows
+        from .trainable import sweep_rows
 
         result = trial.last_result or {}
         if result.get("trial_status") != "running":  # ended on its own: it stored its row

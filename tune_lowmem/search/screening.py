@@ -19,7 +19,7 @@ from ..memory.predict import predict
 from ..memory.stored import accounted
 from ..results import MEMORY_OBJECTIVE, PREDICTED_METRICS
 from ..space import SearchSpace
-from ..trainable import failure_reason, memory_metrics, out_of_memory, sweep_rows
+from .trainable import failure_reason, memory_metrics, out_of_memory, sweep_rows
 
 
 @dataclass(frozen=True)

@@ -39,15 +39,15 @@ from optuna.trial import FixedTrial, FrozenTrial, TrialState
 from ray.tune.search import Searcher
 
 from .. import store
-from ..progress import say
 from ..results import MEASURED_METRICS, PREDICTED_METRICS, store_column
 from ..space import SearchSpace, worst_value
-from ..trainable import memory_metrics, result_from_row
 from . import journal, place
 from .exactness import Exactness, answered_by, trained_params
+from .progress import say
 from .samplers import build_sampler
 from .scheduler import STOPPED, STOPPED_POINTS, projected
 from .screening import Screening, budgeted_memory_mb, screen, write_screened
+from .trainable import memory_metrics, result_from_row
 from .tune_state import tune_trials
 
 SCREENED_PREFIXES = {"infeasible": "infeasible-", "failed": "invalid-"}

@@ -21,10 +21,10 @@ import pandas as pd
 from ray.tune import Callback
 from ray.tune.experiment import Trial
 
-from . import pareto, store
-from .analysis.counted import labelled
-from .results import store_column
-from .space import SearchSpace
+from .. import pareto, store
+from ..analysis.counted import labelled
+from ..results import store_column
+from ..space import SearchSpace
 
 BEST_SHOWN = 3  # points of the running Pareto front printed after each finished trial
 

@@ -5,7 +5,7 @@ One Tune trial trains one `TrialConfig` (a point of the search space with one se
 1. if the store already holds this trial (its worker died after writing it, or the driver was
    killed before it heard), the stored result is reported again and nothing trains;
 2. otherwise the `Trainer` runs the point (the searcher screened it by predicted memory before
-   handing it out: see `search.screening`), resumed from `tune.get_checkpoint()` when Tune
+   handing it out: see `screening`), resumed from `tune.get_checkpoint()` when Tune
    restarts the trial, and every epoch is reported with `tune.report`, with a checkpoint of the
    trainer's state once `resume_checkpoint_s` seconds have passed since the last one (never with
    the final epoch, whose durable record is the store row); the measured memory of one real step
@@ -18,7 +18,7 @@ One Tune trial trains one `TrialConfig` (a point of the search space with one se
    raises, stores nothing, and runs again when the sweep is resumed. So does an error met while
    the worker process exits under the trial (its driver died: `worker_exiting`). The row is
    written as soon as the trial ends, never waiting on Tune's snapshot: after a killed driver
-   the store, not Tune's older snapshot, says which (point, seed) ran (`search.searcher`). A
+   the store, not Tune's older snapshot, says which (point, seed) ran (`searcher`). A
    completed trial's final weights are kept beside its row (`store.model_file`), for
    `tune-lowmem export`.
 
@@ -43,15 +43,15 @@ from typing import Any
 import pandas as pd
 import torch
 
-from . import store
-from .config import TrialConfig
-from .memory import MemoryReport
-from .memory.allocations import measured_run_peak
-from .memory.measure import measure
-from .memory.predict import predict
-from .memory.share import hold_to_share, peak_memory_mb, trial_share
-from .memory.stored import accounted, stored_totals
-from .results import (
+from .. import store
+from ..config import TrialConfig
+from ..memory import MemoryReport
+from ..memory.allocations import measured_run_peak
+from ..memory.measure import measure
+from ..memory.predict import predict
+from ..memory.share import hold_to_share, peak_memory_mb, trial_share
+from ..memory.stored import accounted, stored_totals
+from ..results import (
     CUDA_PEAK_METRICS,
     MEASURED_METRICS,
     MEMORY_OBJECTIVE,
@@ -60,8 +60,8 @@ from .results import (
     STORED_METRICS,
     store_column,
 )
-from .space import SearchSpace
-from .train import Trainer, resolve_device
+from ..space import SearchSpace
+from ..train import Trainer, resolve_device
 
 CHECKPOINT_FILE = "trainer.pt"
 FULL_COLLECTION_EVERY = 64  # trials of a worker process between collections of its frozen objects
