@@ -74,8 +74,8 @@ def run_trial(plan_file: Path, hidden: int, root: Path) -> str:
     from tune_lowmem.memory.predict import predict
     from tune_lowmem.memory.share import hold_to_share, peak_memory_mb, trial_share
     from tune_lowmem.memory.stepping import at_peak
-    from tune_lowmem.results import store_column
     from tune_lowmem.search.trainable import failure_reason, memory_metrics, out_of_memory
+    from tune_lowmem.store import store_column
     from tune_lowmem.train import Trainer, resolve_device
 
     config, resources = packing_trial(json.loads(plan_file.read_text()), hidden)

@@ -1,7 +1,7 @@
-"""One home for the names of what a trial reports: the memory columns, the memory objective,
-the directions an objective takes, and where a reported metric lives in the store
-(`store_column`). The search, the trainable, the store and the analysis all read them here; it
-imports nothing, so each of them can.
+"""One home for the names of what a trial reports: the memory columns, the memory objective and
+the directions an objective takes. The search, the trainable, the store and the analysis all
+read them here; it imports nothing, so each of them can. Where a reported metric lives in the
+store is `store.store_column`.
 """
 
 from __future__ import annotations
@@ -34,15 +34,3 @@ PAPER_CSR_METRIC = "memory.paper_csr_total_mb"
 CUDA_PEAK_METRICS = tuple(f"memory.{column}" for column in CUDA_PEAK_COLUMNS)  # GPU trials
 MEMORY_OBJECTIVE = "memory.predicted_total_mb"
 MEASURED_TOTAL = "memory.measured_total_mb"
-# Names of the first version, still read in old spaces and sweep folders.
-LEGACY_METRICS = {
-    **{f"memory_{part}_mb": f"memory.predicted_{part}_mb" for part in PARTS},
-    "flops_per_step": "memory.flops_per_step",
-    **{f"measured_{part}_mb": f"memory.measured_{part}_mb" for part in PARTS},
-}
-
-
-def store_column(metric: str) -> str:
-    """The column of the store's trials table that holds a reported metric."""
-    metric = LEGACY_METRICS.get(metric, metric)
-    return metric if metric.startswith("memory.") else f"metric.{metric}"

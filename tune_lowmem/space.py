@@ -57,13 +57,13 @@ from .config import ConfigError, TrialConfig
 from .plugins import DEFAULT_SAMPLER, get_sampler, sampler_needs, techniques
 from .results import (
     DIRECTIONS,
-    LEGACY_METRICS,
     MEASURED_METRICS,
     PREDICTED_METRICS,
 )
 from .scheduler_settings import FIELDS as SCHEDULER_FIELDS
 from .scheduler_settings import SchedulerSettings, scheduler_settings
 from .store import check_name
+from .store.compat import FIRST_METRICS
 from .validation import (
     Field,
     checked,
@@ -608,7 +608,7 @@ def _objectives(raw: dict[str, Any], task: str) -> dict[str, str]:
     known = (*get_task(task).metric_names(), *PREDICTED_METRICS, *MEASURED_METRICS)
     objectives = {}
     for metric, direction in raw.items():
-        name = LEGACY_METRICS.get(metric, metric)
+        name = FIRST_METRICS.get(metric, metric)
         require(
             name in known,
             f"objectives.{metric}",

@@ -18,6 +18,7 @@ import pandas as pd
 
 from ..config import ConfigError
 from ..results import MEMORY_OBJECTIVE
+from ..store.compat import old_memory_column
 from ..yaml_loading import load_file
 
 VALIDATION, TEST = "metric.val_", "metric.test_"
@@ -39,16 +40,7 @@ def column(name: str) -> str:
     """The store column of an objective as a space names it (old names included)."""
     if name.startswith(("metric.", "memory.")):
         return name
-    if name == "flops_per_step":
-        return "memory.flops_per_step"
-    for old, new in (
-        ("memory_", "predicted_"),
-        ("predicted_", "predicted_"),
-        ("measured_", "measured_"),
-    ):
-        if name.startswith(old) and name.endswith("_mb"):
-            return f"memory.{new}{name.removeprefix(old)}"
-    return f"metric.{name}"
+    return old_memory_column(name) or f"metric.{name}"
 
 
 def stored(root: str | Path, trials: pd.DataFrame) -> dict[str, str]:

@@ -39,7 +39,7 @@ from optuna.trial import FixedTrial, FrozenTrial, TrialState
 from ray.tune.search import Searcher
 
 from .. import store
-from ..results import MEASURED_METRICS, PREDICTED_METRICS, store_column
+from ..results import MEASURED_METRICS, PREDICTED_METRICS
 from ..space import SearchSpace, worst_value
 from . import journal, place
 from .exactness import Exactness, answered_by, trained_params
@@ -62,7 +62,7 @@ def objective_names(space: SearchSpace) -> list[str]:
     """The objectives as Optuna's metric names: the memory ones by their store column's name
     (``memory.predicted_total_mb``), the others by their own (``val_accuracy``)."""
     memory = (*PREDICTED_METRICS, *MEASURED_METRICS)
-    return [store_column(name) if name in memory else name for name in space.objectives]
+    return [store.store_column(name) if name in memory else name for name in space.objectives]
 
 
 @dataclass

@@ -58,7 +58,6 @@ from ..results import (
     PAPER_CSR_METRIC,
     PREDICTED_METRICS,
     STORED_METRICS,
-    store_column,
 )
 from ..space import SearchSpace
 from ..train import Trainer, resolve_device
@@ -344,7 +343,7 @@ def result_from_row(space: SearchSpace, row: Mapping[str, Any]) -> dict[str, Any
 
     metrics = {k.removeprefix("metric."): value(k) for k in row if k.startswith("metric.")}
     memory = {
-        name: value(store_column(name))
+        name: value(store.store_column(name))
         for name in (
             *PREDICTED_METRICS,
             *MEASURED_METRICS,

@@ -64,6 +64,7 @@ from .records import (
     check_name,
     forget_reported_files,
     note_once,
+    store_column,
 )
 from .write import model_file, write_model, write_trial
 
@@ -95,6 +96,7 @@ __all__ = [
     "note_once",
     "read_epochs",
     "read_trials",
+    "store_column",
     "trial_config",
     "trial_ids",
     "write_model",

@@ -23,8 +23,8 @@ from ..results import (
     PAPER_CSR_METRIC,
     PREDICTED_METRICS,
     STORED_METRICS,
-    store_column,
 )
+from .compat import FIRST_METRICS
 
 SCHEMA_VERSION = 1
 
@@ -46,6 +46,13 @@ MEMORY_COLUMNS: dict[str, pa.DataType] = {
         *CUDA_PEAK_METRICS,
     )
 }
+
+
+def store_column(metric: str) -> str:
+    """The column of the store's trials table that holds a reported metric (the first
+    version's names read as today's)."""
+    metric = FIRST_METRICS.get(metric, metric)
+    return metric if metric.startswith("memory.") else f"metric.{metric}"
 
 
 VERSIONED_PACKAGES = {
@@ -198,7 +205,7 @@ class SweepRows:
         **fields: Any,
     ) -> TrialRecord:
         """The record of one trial: its reported metrics that are numbers, its memory metrics
-        under their columns (`results.store_column`, old names included), and `fields` (the
+        under their columns (`store_column`, old names included), and `fields` (the
         rest of `TrialRecord`'s: failure_reason, started_at, point, ...)."""
         numbers = {
             k: v
