@@ -48,7 +48,7 @@ from tune_lowmem.memory.predict import (
     dry_run,
     occasional_work,
     predict,
-    run_peak_objects,
+    run_peak_storage,
     shape_key,
 )
 from tune_lowmem.memory.stepping import peak_steps
@@ -218,8 +218,7 @@ THIS_MACHINE = ("run_peak_mb", "x_run_peak")  # with this CPU's workspace: not f
 def run_peak_mb(config: TrialConfig, workspace: bool = True) -> float:
     """The predicted run's peak in MB, tensor storage (with this CPU's operators' workspace when
     `workspace`), the CPU heap's objects left out: what torch's allocator can be held to."""
-    report = predict(config, workspace=workspace)
-    return (report.run_peak_bytes - run_peak_objects(config, workspace=workspace)) / MB
+    return run_peak_storage(config, workspace=workspace) / MB
 
 
 def predicted_fields(config: TrialConfig, baseline: TrialConfig | None) -> dict:

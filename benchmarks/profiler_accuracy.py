@@ -245,7 +245,7 @@ def predicted_storage(config: TrialConfig, workspace: bool = True) -> tuple[int,
     lengths = lengths_of(config)
     report = predict_module.predict(config, lengths, workspace)
     objects = predict_module.heap_object_bytes(config, lengths)
-    run_peak = report.run_peak_bytes - predict_module.run_peak_objects(config, lengths, workspace)
+    run_peak = predict_module.run_peak_storage(config, lengths, workspace)
     return report.total_bytes - objects, report.activation_bytes - objects, run_peak
 
 

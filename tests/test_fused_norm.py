@@ -82,6 +82,29 @@ def test_fused_norm_keeps_parameters_and_evaluation():
         fused.set_fused_norm("half")
 
 
+def test_evaluation_runs_each_block_in_the_chunks_it_trains_in():
+    """In eval mode under no_grad (an evaluation pass) a fused block computes batch chunk by
+    chunk, as its training units do, so its convolutions run at a chunk's batch: the outputs
+    are the plain model's."""
+    plain, fused = WideResNet(depth=10, width=1), WideResNet(depth=10, width=1)
+    fused.set_fused_norm("block")
+    fused.load_state_dict(plain.state_dict())
+    plain_sizes, fused_sizes = batch_sizes_seen(plain), batch_sizes_seen(fused)
+    x = torch.randn(4, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(fused.eval()(x), plain.eval()(x))
+    assert plain_sizes == [4] and fused_sizes == [1, 1, 1, 1]
+
+
+def batch_sizes_seen(model: WideResNet) -> list[int]:
+    """The batch sizes the first block's first convolution is called with, appended as called."""
+    sizes: list[int] = []
+    model.blocks[0].conv1.register_forward_hook(
+        lambda module, args, out: sizes.append(args[0].shape[0])
+    )
+    return sizes
+
+
 def conv_flops(fused: str) -> tuple[int, int, dict[str, int]]:
     """Forward and backward FLOPs of WRN-10-2 (batch 2), and the forward FLOPs of each conv."""
     torch.manual_seed(0)

@@ -11,7 +11,7 @@ from torch.profiler import profile
 from tests.conftest import tiny_wrn_config
 from tune_lowmem.config import TrialConfig
 from tune_lowmem.memory.allocations import measure_allocations
-from tune_lowmem.memory.predict import predict, run_peak_objects
+from tune_lowmem.memory.predict import predict, run_peak_storage
 from tune_lowmem.memory.stepping import peak_steps
 from tune_lowmem.train import Trainer
 from tune_lowmem.validation import ConfigError
@@ -127,9 +127,7 @@ def test_the_predicted_run_peak_is_the_allocators(flat):
     kernels' internal temporaries, each within 1% (the allocator also sees the few small tensors
     a step makes outside the model, such as the random state)."""
     config = tiny_wrn_config(**flat)
-    held = predict(config).run_peak_bytes - run_peak_objects(config)
-    tensors = predict(config, workspace=False).run_peak_bytes
-    tensors -= run_peak_objects(config, workspace=False)
+    held, tensors = run_peak_storage(config), run_peak_storage(config, workspace=False)
     measured = [measure_allocations(config, None, update) for update in peak_steps(config)]
     assert all(m.evaluation_peak_bytes is not None for m in measured)
     assert held == pytest.approx(max(m.run_peak_bytes for m in measured), rel=0.01)

@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     from ..memory import baseline_config
     from ..memory.allocations import measure_allocations
     from ..memory.measure import measure
-    from ..memory.predict import heap_object_bytes, predict, run_peak_objects
+    from ..memory.predict import heap_object_bytes, predict, run_peak_storage
     from ..memory.stepping import at_peak, peak_steps
     from ..memory.stored import stored_totals
     from ..memory.synthetic import synthetic_task
@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     sparse = totals["predicted_stored_total_mb"] != reports["predicted"].total_mb
     print(describe(config, task))
     print(table(reports, baselines, totals, sparse, objects))
-    print(run_peak_note(reports["predicted"], run_peaks, run_peak_objects(config, lengths)))
+    print(run_peak_note(reports["predicted"], run_peaks, run_peak_storage(config, lengths)))
     print(
         SPARSE_NOTE
         if sparse
@@ -111,14 +111,14 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_peak_note(predicted, measured, objects: int) -> str:
-    """The run's peak, the figure a search under a budget holds a trial to: predicted (tensor
-    storage and operators' workspace apart from the CPU heap's objects) and, when measured,
-    torch's allocator's over a step and an evaluation, with and without kernels' internal
-    temporaries."""
+def run_peak_note(predicted, measured, storage: int) -> str:
+    """The run's peak, the figure a search under a budget holds a trial to: predicted (and its
+    tensor storage with operators' workspace, the CPU heap's objects left out: `storage`) and,
+    when measured, torch's allocator's over a step and an evaluation, with and without kernels'
+    internal temporaries."""
     said = (
         f"the run's peak (each step with its minibatch, an evaluation batch): predicted "
-        f"{predicted.run_peak_bytes / MB:.3f} MB ({(predicted.run_peak_bytes - objects) / MB:.3f} "
+        f"{predicted.run_peak_bytes / MB:.3f} MB ({storage / MB:.3f} "
         "MB of tensor storage and operators' workspace)"
     )
     if measured is None:

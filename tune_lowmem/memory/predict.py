@@ -152,9 +152,15 @@ def parts(run: DryRun, layout: str | None = None, occasional: bool = False) -> M
 
 def run_peak(run: DryRun, occasional: bool) -> tuple[int, int]:
     """The most bytes the run holds at once, as (tensor storage, the CPU heap's objects then):
+    the largest of `run_peaks` counting both."""
+    return max(run_peaks(run, occasional), key=sum)
+
+
+def run_peaks(run: DryRun, occasional: bool) -> list[tuple[int, int]]:
+    """Each moment that may be the run's peak, as (tensor storage, the CPU heap's objects then):
     its peak step (weights, buffers, optimizer state and the minibatch it trains on, with the
     step's own tensors, gradients counted as they are made), its occasional work (with the
-    step's gradients) or an evaluation (the weights, buffers and optimizer state, the evaluation
+    step's gradients) and an evaluation (the weights, buffers and optimizer state, the evaluation
     batch and its pass's peak; `Trainer.run` drops the gradients first). A checkpoint adds
     nothing (`Trainer.save` moves one storage at a time to the host)."""
     held = run.held_bytes
@@ -166,16 +172,19 @@ def run_peak(run: DryRun, occasional: bool) -> tuple[int, int]:
     if run.evaluation is not None:
         batch, storage, eval_objects = run.evaluation
         peaks.append((held + batch + storage, eval_objects))
-    return max(peaks, key=sum)
+    return peaks
 
 
-def run_peak_objects(
+def run_peak_storage(
     config: TrialConfig, lengths: tuple[int, int] | None = None, workspace: bool = True
 ) -> int:
-    """What `predict`'s run peak counts beyond tensor storage: the CPU heap's objects then."""
+    """The most tensor storage (with operators' workspace when `workspace`) the run holds at
+    once, the CPU heap's objects left out: what torch's allocator, which never serves those
+    objects, can be held to. Its moment may differ from `run_peak`'s, whose heap objects can
+    make a smaller storage the larger total (a step's autograd graph against an evaluation's)."""
     lengths = None if lengths is None else tuple(lengths)
     run = dry_run(shape_key(config, lengths), lengths, workspace)
-    return run_peak(run, occasional_work(config))[1]
+    return max(storage for storage, _ in run_peaks(run, occasional_work(config)))
 
 
 def occasional_work(config: TrialConfig) -> bool:

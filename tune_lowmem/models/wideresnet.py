@@ -65,11 +65,31 @@ class BasicBlock(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.fused_norm != "none" and self.training and torch.is_grad_enabled():
             return self.fused_forward(x)
+        if self.fused_norm != "none" and not self.training and not torch.is_grad_enabled():
+            return self.chunked_evaluation(x)
+        return self.plain_forward(x)
+
+    def plain_forward(self, x: torch.Tensor) -> torch.Tensor:
         pre = F.relu(self.bn1(x))
         residual = x if self.shortcut is None else self.shortcut(pre)
         out = self.conv1(pre)
         out = self.conv2(F.relu(self.bn2(out)))
         return out + residual
+
+    def chunked_evaluation(self, x: torch.Tensor) -> torch.Tensor:
+        """The plain block over batch chunks, as the fused units train: in eval mode batch norm
+        uses its running statistics, so each image's output is its own and the chunks compute
+        the same function (within a convolution's reassociation at another batch), each
+        convolution at the batch the training step runs it, one chunk's temporaries alive at a
+        time. So an evaluation at the training microbatch holds no more than the step."""
+        out, start = None, 0
+        for part in x.chunk(DEFAULT_CHUNKS):
+            result = self.plain_forward(part)
+            if out is None:
+                out = result.new_empty((x.shape[0], *result.shape[1:]))
+            out[start : start + part.shape[0]] = result
+            start += part.shape[0]
+        return out
 
     def fused_forward(self, x: torch.Tensor) -> torch.Tensor:
         """The same function through `fused_norm`: the whole block as one unit storing its input
