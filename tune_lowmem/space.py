@@ -8,12 +8,12 @@ mistake raises `ConfigError` naming the field, e.g.
 ``params.sparsity.density.low: 0 is not allowed; loguniform needs low > 0``.
 
 Each key's own check and default stand in one table (`_SPACE_FIELDS`; a param's keys in
-`_PARAM_FIELDS`, the resources' in `_RESOURCE_FIELDS`, the scheduler's in `scheduler_settings`),
+`params.FIELDS`, the resources' in `_RESOURCE_FIELDS`, the scheduler's in `scheduler_settings`),
 read in one call; `SearchSpace.from_dict` then checks what a key must be beside the others, in
-this file's order: what the distributions alone decide (conditions, what the sampler needs of
-them), then the base config and what needs its fields, and last the costly proofs over the
-configs the sweep can run, each built once (each param value valid, a validation split where
-one is needed, each technique's own knobs).
+this order: what the distributions alone decide (the conditions, `constraints`; what the sampler
+needs of them), then the base config and what needs its fields, and last the costly proofs over
+the configs the sweep can run, each built once (`constraints.proofs`: each param value valid, a
+validation split where one is needed, each technique's own knobs).
 
 The schema (see search_spaces/quickstart.yaml for a full example)::
 
@@ -44,17 +44,17 @@ The schema (see search_spaces/quickstart.yaml for a full example)::
 
 from __future__ import annotations
 
-import itertools
 import math
-import operator
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import constraints
 from .config import ConfigError, TrialConfig
-from .plugins import DEFAULT_SAMPLER, get_sampler, sampler_needs, techniques
+from .constraints import Condition  # the name a pickled space's conditions hold
+from .params import GRID_LIMIT, Param, param_specs
+from .plugins import DEFAULT_SAMPLER, get_sampler, sampler_needs
 from .results import (
     DIRECTIONS,
     MEASURED_METRICS,
@@ -67,8 +67,6 @@ from .store.compat import FIRST_METRICS
 from .validation import (
     Field,
     checked,
-    choice,
-    is_int,
     is_number,
     mapping,
     nonnegative_float,
@@ -81,28 +79,14 @@ from .validation import (
     require,
     section,
 )
-from .yaml_loading import load_file, load_text
+from .yaml_loading import load_file
 
-PARAM_TYPES = ("uniform", "loguniform", "int", "choice")
 UNKNOWN_WORST = 1e9  # what a never-trained point is told for a metric without bounds
 
 _NOT_SEARCHABLE = {
     "task": "the task fixes the model and schedule sections; set it in base",
     "seed": "seeds come from seeds_per_point (0..k-1)",
 }
-_OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
-    "<=": operator.le,
-    ">=": operator.ge,
-    "==": operator.eq,
-    "!=": operator.ne,
-    "<": operator.lt,
-    ">": operator.gt,
-    "not in": lambda a, b: a not in b,
-    "in": lambda a, b: a in b,
-}
-_CONDITION = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(<=|>=|==|!=|<|>|not in|in)\s*(.+?)\s*$")
-_GRID_LIMIT = 1_000_000
-_PROBE_COMBINATIONS = 256  # other params' probe values tried before a value is declared impossible
 
 
 def worst_value(metric: str, direction: str, task: str | None = None) -> float:
@@ -114,55 +98,6 @@ def worst_value(metric: str, direction: str, task: str | None = None) -> float:
     if known is not None and known.direction == direction:
         return known.worst(UNKNOWN_WORST)
     return -UNKNOWN_WORST if direction == "maximize" else UNKNOWN_WORST
-
-
-@dataclass(frozen=True)
-class Param:
-    """One searched field and its distribution."""
-
-    name: str
-    kind: str
-    low: float | int | None = None
-    high: float | int | None = None
-    step: float | int | None = None
-    values: tuple = ()
-
-    def probes(self) -> list[Any]:
-        """Values that must each give a valid config: every choice, every integer (few), the ends."""
-        if self.kind == "choice":
-            return list(self.values)
-        if self.kind == "int":
-            grid = range(self.low, self.high + 1, self.step or 1)
-            return list(grid) if len(grid) <= 64 else [self.low, self.high]
-        return [float(self.low), float(self.high)]
-
-    def suggest(self, trial) -> Any:
-        if self.kind == "choice":
-            return trial.suggest_categorical(self.name, list(self.values))
-        if self.kind == "int":
-            return trial.suggest_int(self.name, self.low, self.high, step=self.step or 1)
-        return trial.suggest_float(
-            self.name, self.low, self.high, step=self.step, log=self.kind == "loguniform"
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        if self.kind == "choice":
-            return {"type": "choice", "values": list(self.values)}
-        spec = {"type": self.kind, "low": self.low, "high": self.high}
-        return spec if self.step is None else {**spec, "step": self.step}
-
-
-@dataclass(frozen=True)
-class Condition:
-    """``child`` is sampled only when ``parent <op> value`` holds for the sampled parent."""
-
-    parent: str
-    op: str
-    value: Any
-    text: str
-
-    def holds(self, parent_value: Any) -> bool:
-        return bool(_OPERATORS[self.op](parent_value, self.value))
 
 
 @dataclass(frozen=True)
@@ -238,10 +173,11 @@ class SearchSpace:
     def from_dict(cls, raw: Mapping[str, Any]) -> SearchSpace:
         """Each key by its own rules (`_SPACE_FIELDS`), then what it must be beside the others:
         first what the distributions alone decide (conditions, the sampler's points), then the
-        base a valid config, what needs its fields, and last the costly proofs (`_proofs`)."""
+        base a valid config, what needs its fields, and last the costly proofs
+        (`constraints.proofs`)."""
         values = read_section(raw, _SPACE_FIELDS, "")
         distributions = tuple(values["params"].values())
-        conditions = _conditions(values["conditions"], distributions)
+        conditions = constraints.conditions(values["conditions"], distributions)
         sampler = values["sampler"]
         grid = "grid" in sampler_needs(get_sampler(sampler))  # what it declares it needs
         num_samples = _num_samples(values["num_samples"], sampler, grid, distributions, conditions)
@@ -251,7 +187,7 @@ class SearchSpace:
         searched = {p.name for p in distributions}
         scheduler = scheduler_settings(values["scheduler"], base, searched)
         params = _params(values["params"], base)
-        _proofs(params, base, objectives)
+        constraints.proofs(params, base, objectives)
         return cls(
             **{
                 **values,
@@ -349,51 +285,6 @@ def _megabytes(value: Any, field_name: str) -> float | None:
     )
 
 
-def _choice_values(values: Any, field_name: str) -> tuple:
-    """A choice param's values: a non-empty list of distinct finite scalars."""
-    require(
-        isinstance(values, list) and len(values) > 0,
-        field_name,
-        f"{values!r} is not allowed; a non-empty list is required",
-    )
-    for value in values:
-        require(
-            value is None or isinstance(value, (str, int, float, bool)),
-            field_name,
-            f"{value!r} is not allowed; numbers, text, true/false or null are required",
-        )
-    for i, value in enumerate(values):
-        require(
-            not (isinstance(value, float) and not math.isfinite(value)),
-            field_name,
-            f"{value!r} is not allowed; finite numbers are required",
-        )
-        same = [other for other in values[:i] if other == value]
-        if same:
-            raise ConfigError(
-                field_name,
-                f"{same[0]!r} and {value!r} are the same choice "
-                "(they compare equal); distinct values are required",
-            )
-    return tuple(values)
-
-
-def _range_fields(
-    kind: str, number: Callable[[Any], bool], what: str, *, stepped: bool = True
-) -> dict[str, Field]:
-    """low and high, both required and each `what`, and (`stepped`) an optional step > 0."""
-
-    def end(value: Any, field_name: str) -> Any:
-        return checked(value, number(value), field_name, what)
-
-    def step(value: Any, field_name: str) -> Any:
-        ok = value is None or (number(value) and value > 0)
-        return checked(value, ok, field_name, f"{what} > 0")
-
-    ends = Field(end, required=f"required for type {kind}")
-    return {"low": ends, "high": ends, **({"step": Field(step)} if stepped else {})}
-
-
 def _sampler(value: Any, field_name: str) -> str:
     """A registered sampler's name (`plugins.get_sampler`: a built-in one or an entry point's)."""
     get_sampler(value)
@@ -408,55 +299,6 @@ def _optional_flag(value: Any, field_name: str) -> bool | None:
     return checked(value, value is None or isinstance(value, bool), field_name, "true or false")
 
 
-def _param_specs(raw: Any, field_name: str) -> dict[str, Param]:
-    """Each searched field's distribution, read by its type's keys."""
-    raw = mapping(raw, field_name)
-    require(bool(raw), field_name, "at least one searched field is required")
-    return {
-        name: _param(name, mapping(spec, f"{field_name}.{name}"), f"{field_name}.{name}")
-        for name, spec in raw.items()
-    }
-
-
-def _param(name: str, spec: dict[str, Any], prefix: str) -> Param:
-    """One param by its type's keys (`_PARAM_FIELDS`), then its range as a whole."""
-    kind = choice(spec.get("type"), PARAM_TYPES, f"{prefix}.type")
-    others = {k: v for k, v in spec.items() if k != "type"}
-    values = read_section(others, _PARAM_FIELDS[kind], f"{prefix}.")
-    if kind == "choice":
-        return Param(name, kind, values=values["values"])
-    low, high, step = values["low"], values["high"], values.get("step")
-    require(
-        low < high,
-        f"{prefix}.high",
-        f"{high!r} is not allowed; an empty range: high > low ({low!r}) is required",
-    )
-    if kind == "loguniform":
-        require(low > 0, f"{prefix}.low", f"{low!r} is not allowed; loguniform needs low > 0")
-    if step is not None:
-        count = (high - low) / step
-        require(
-            math.isfinite(count) and abs(count - round(count)) < 1e-9,
-            f"{prefix}.step",
-            f"{step!r} is not allowed; high - low ({high - low!r}) must be a multiple of it",
-        )
-    if kind == "int" or step is not None:  # a grid of values: a sampler must be able to list it
-        count = round((high - low) / (step or 1)) + 1
-        require(
-            count <= _GRID_LIMIT,
-            f"{prefix}.{'high' if step is None else 'step'}",
-            f"{high if step is None else step!r} is not allowed; the range has {count:.3g} values, "
-            f"at most {_GRID_LIMIT} are allowed",
-        )
-    return Param(name, kind, low=low, high=high, step=step)
-
-
-_PARAM_FIELDS = {  # a param's keys besides its type
-    "uniform": _range_fields("uniform", is_number, "a finite number"),
-    "loguniform": _range_fields("loguniform", is_number, "a finite number", stepped=False),
-    "int": _range_fields("int", is_int, "an integer"),
-    "choice": {"values": Field(_choice_values)},
-}
 _RESOURCE_FIELDS = {
     "cpu": Field(positive_int, 1),
     "gpu": Field(_gpu, 0),
@@ -466,7 +308,7 @@ _SPACE_FIELDS = {  # the file's top level; what needs other keys is checked in `
     "name": Field(check_name, required="required"),
     "description": Field(_text, "", blank_is_default=True),
     "base": Field(mapping, required="required"),
-    "params": Field(_param_specs, required="required"),
+    "params": Field(param_specs, required="required"),
     "conditions": Field(mapping, {}, blank_is_default=True),
     "objectives": Field(mapping, required="required"),
     "memory_budget_mb": Field(optional_positive_float),
@@ -485,67 +327,6 @@ _SPACE_FIELDS = {  # the file's top level; what needs other keys is checked in `
 
 
 # ---- what a key must be beside the others --------------------------------------------------
-
-
-def _conditions(raw: dict[str, Any], params: tuple[Param, ...]) -> dict[str, Condition]:
-    order = {p.name: i for i, p in enumerate(params)}
-    by_name = {p.name: p for p in params}
-    conditions = {}
-    for child, text in raw.items():
-        prefix = f"conditions.{child}"
-        require(child in order, prefix, f"not a searched param; params: {', '.join(order)}")
-        match = _CONDITION.match(text) if isinstance(text, str) else None
-        require(
-            match is not None,
-            prefix,
-            f"{text!r} is not allowed; 'PARAM OP VALUE' with OP one of {', '.join(_OPERATORS)} is required",
-        )
-        parent, op, value_text = match.groups()
-        require(
-            parent in order and order[parent] < order[child],
-            prefix,
-            f"{parent!r} is not allowed; a param listed before {child} in params is required",
-        )
-        condition = Condition(parent, op, load_text(value_text, prefix), text)
-        probes = _condition_probes(by_name[parent], condition.value)
-        try:
-            truths = [condition.holds(v) for v in probes]
-        except TypeError:
-            raise ConfigError(
-                prefix,
-                f"{text!r} cannot compare {parent}'s values {probes!r} with {condition.value!r}",
-            ) from None
-        require(
-            any(truths),
-            prefix,
-            f"{text!r} can never hold: {parent} takes {_describe_values(by_name[parent])}",
-        )
-        conditions[child] = condition
-    return conditions
-
-
-def _condition_probes(param: Param, value: Any) -> list[Any]:
-    """Values of `param` that decide whether a condition on it can ever hold: every choice, or a
-    range's ends and the condition's own values that lie in it (on the step grid)."""
-    if param.kind == "choice":
-        return param.probes()
-    inside = [
-        v
-        for v in (value if isinstance(value, list) else [value])
-        if is_number(v)
-        and param.low <= v <= param.high
-        and (
-            param.kind != "int"
-            or (float(v).is_integer() and (v - param.low) % (param.step or 1) == 0)
-        )
-    ]
-    return [param.low, param.high, *inside]
-
-
-def _describe_values(param: Param) -> str:
-    if param.kind == "choice":
-        return f"only {list(param.values)!r}"
-    return f"values in [{param.low!r}, {param.high!r}]"
 
 
 def _num_samples(
@@ -569,9 +350,9 @@ def _num_samples(
     )
     size = math.prod(len(p.values) for p in params)
     require(
-        size <= _GRID_LIMIT,
+        size <= GRID_LIMIT,
         "params",
-        f"the grid has {size} points; at most {_GRID_LIMIT} are allowed",
+        f"the grid has {size} points; at most {GRID_LIMIT} are allowed",
     )
     if value is None:
         return size
@@ -661,65 +442,3 @@ def _params(specs: dict[str, Param], base: dict[str, Any]) -> tuple[Param, ...]:
                 f"not a field of the {base['task']} TrialConfig; allowed: {', '.join(fields)}",
             )
     return tuple(specs.values())
-
-
-def _proofs(params: tuple[Param, ...], base: dict[str, Any], objectives: Mapping[str, str]) -> None:
-    """The costly proofs over the configs the sweep can run, each built once: every probe
-    value valid, a validation split wherever a val_* objective needs one, and last what each
-    technique's own knobs need of a space."""
-    alone = _probe(params, base)
-    tries = [("base", {}, TrialConfig.from_dict(base))]
-    # a data value valid only beside other params' values is `_probe`'s to judge
-    tries += [(f"params.{n}", {n: v}, c) for (n, v), c in alone.items() if n.startswith("data.")]
-    _validation_split(objectives, base["task"], tries)
-    probes = {p.name: p.probes() for p in params}
-    for technique in techniques():
-        technique.check_space(probes, base, _PROBE_COMBINATIONS)
-
-
-def _probe(params: tuple[Param, ...], base: dict[str, Any]) -> dict[tuple[str, Any], TrialConfig]:
-    """Each probe value must give a valid config, alone over the base or with some values of
-    the other params (those valid alone: one other param's first, then combinations), so that
-    no value can only ever fail. The configs of the values valid alone, by (param, value)."""
-    alone = {
-        (p.name, v): TrialConfig.attempt({**base, p.name: v}) for p in params for v in p.probes()
-    }
-    valid = {key: built for key, built in alone.items() if isinstance(built, TrialConfig)}
-    refused = {key: error for key, error in alone.items() if key not in valid}
-    for (name, value), error in refused.items():
-        others = [
-            [(o.name, v) for v in o.probes() if (o.name, v) in valid]
-            for o in params
-            if o.name != name
-        ]
-        pairs = ([pair] for values in others for pair in values)
-        combos = itertools.chain(
-            pairs, itertools.islice(itertools.product(*others), _PROBE_COMBINATIONS)
-        )
-        tried = (TrialConfig.attempt({**base, **dict(c), name: value}) for c in combos)
-        if all(isinstance(config, ConfigError) for config in tried):
-            raise ConfigError(f"params.{name}", f"{value!r} gives no valid config: {error}")
-    return valid
-
-
-def _validation_split(
-    objectives: Mapping[str, str],
-    task_name: str,
-    tries: list[tuple[str, dict[str, Any], TrialConfig]],
-) -> None:
-    """A val_* objective needs a validation split in every config the sweep can run: `tries`
-    are (field, its values over the base, the config they give)."""
-    from .tasks import get_task
-
-    needs = [m for m in objectives if m.startswith("val_")]
-    if not needs:
-        return
-    task = get_task(task_name)
-    for field_name, change, config in tries:
-        if task.validation_empty(config):
-            shown = ", ".join(f"{k}={v!r}" for k, v in change.items()) or "the base data section"
-            raise ConfigError(
-                field_name,
-                f"{shown} leaves no validation split, so objective {needs[0]} "
-                "can never be measured; hold out data (data.val_size > 0, data.split: search)",
-            )
