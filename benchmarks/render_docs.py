@@ -329,13 +329,34 @@ def search_replay(result: dict) -> str:
 
 
 def ask_time(result: dict) -> str:
-    """Median seconds of the first ask and of the later ones, wall clock and CPU."""
+    """Median seconds of the first ask and of the later ones, wall clock and CPU; then, where
+    recorded, the median ask after each number of points told."""
     header = ["space", "asks", "first ask (wall / CPU s)", "later asks, median (wall / CPU s)"]
     cells = [
         f"{result[f'{which}_ask_wall_s']:.1f} / {result[f'{which}_ask_cpu_s']:.1f}"
         for which in ("first", "later")
     ]
     rows = table(header, [[result["space"], result["points"], *cells]])
+    scale = result.get("at_scale")
+    if scale:
+        header = [
+            "points told",
+            "asks",
+            "median ask (wall / CPU s)",
+            "its memory predictions (CPU s)",
+        ]
+        rows += [""] + table(
+            header,
+            [
+                [
+                    f"{at['told']:,}",
+                    result["scale_asks"],
+                    f"{at['median_ask_wall_s']:.2f} / {at['median_ask_cpu_s']:.2f}",
+                    f"{at['median_predicting_cpu_s']:.2f}",
+                ]
+                for at in scale
+            ],
+        )
     return "\n".join([*rows, "", describe(result["machine"])]) + "\n"
 
 

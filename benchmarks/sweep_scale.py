@@ -1,7 +1,7 @@
 """Cost per trial over a long sweep: does a trial cost the same at trial 2,000 as at trial 1?
 
-A sweep (`tune_lowmem.search.launch`, real Ray Tune on a local Ray, real Optuna TPE, the real
-Parquet store) of a tiny user task (`tests/tiny_task.py`: an MLP on Gaussian blobs, about 0.2 s of
+A sweep (`tune_lowmem.search.launch`, real Ray Tune on a local Ray, real Optuna TPE or the
+project's known-memory sampler (`--sampler`), the real Parquet store) of a tiny user task (`tests/tiny_task.py`: an MLP on Gaussian blobs, about 0.2 s of
 training per trial), two trials at a time. While it runs, a thread samples every few seconds
 the driver's resident memory and how many files the sweep's store folders hold. At its end:
 
@@ -13,6 +13,8 @@ the driver's resident memory and how many files the sweep's store folders hold. 
   sweep's overhead per trial against it.
 
     nice -n 10 .venv/bin/python benchmarks/sweep_scale.py --trials 2000
+    nice -n 10 .venv/bin/python benchmarks/sweep_scale.py --trials 2000 --sampler known-memory \
+        --key known_memory_2000
     .venv/bin/python benchmarks/sweep_scale.py --trials 300 --profile /tmp/driver.pstats
 
 Prints the figures and writes them to benchmarks/results/sweep_scale.json (``--out``), the
@@ -55,7 +57,7 @@ BLOCK = 20  # trials per block; a window's cost is the median of its blocks' cos
 SWEEP = "scale"
 
 
-def space_dict(trials: int, concurrent: int) -> dict:
+def space_dict(trials: int, concurrent: int, sampler: str) -> dict:
     return {
         "name": SWEEP,
         "base": {"task": "tests.tiny_task:TinyBlobs", "device": "cpu", "schedule": {"epochs": 2}},
@@ -66,7 +68,7 @@ def space_dict(trials: int, concurrent: int) -> dict:
             "model.hidden": {"type": "int", "low": 8, "high": 48},
         },
         "objectives": {"val_accuracy": "maximize", "memory.predicted_total_mb": "minimize"},
-        "sampler": "tpe",
+        "sampler": sampler,
         "sampler_seed": 0,
         "num_samples": trials,
         "max_concurrent": concurrent,
@@ -133,6 +135,11 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=2000)
     parser.add_argument("--window", type=int, default=200)
     parser.add_argument("--concurrent", type=int, default=2)
+    parser.add_argument(
+        "--sampler",
+        default="tpe",
+        help="the space's sampler: tpe, or known-memory (the quickstart's and joint spaces')",
+    )
     parser.add_argument("--loop-trials", type=int, default=100)
     parser.add_argument("--sample-s", type=float, default=5.0)
     parser.add_argument("--profile", type=Path, help="write the driver's cProfile here")
@@ -155,7 +162,7 @@ def main() -> None:
     watch = None if args.analyse else Watch.start(args.concurrent, args.allow_load)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "scale.yaml"
-        path.write_text(yaml.safe_dump(space_dict(args.trials, args.concurrent)))
+        path.write_text(yaml.safe_dump(space_dict(args.trials, args.concurrent, args.sampler)))
         space = SearchSpace.load(path)
         probe = [space.sample(_random_trial(i)) for i in range(args.loop_trials)]
         loop_before = plain_loop(space, probe[: args.loop_trials // 2])
@@ -274,6 +281,7 @@ def figures(rows, loop_times: list[float], measured: dict, args: argparse.Namesp
         "trained_trials": len(finished),
         "statuses": rows["status"].value_counts().to_dict(),
         "concurrent": args.concurrent,
+        "sampler": args.sampler,
         "window": window,
         "first_window_s_per_trial": round(first, 4),
         "last_window_s_per_trial": round(last, 4),

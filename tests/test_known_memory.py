@@ -9,7 +9,15 @@ import pytest
 
 from tune_lowmem.config import ConfigError
 from tune_lowmem.search import replay
-from tune_lowmem.search.known_memory import KnownMemorySampler, expected_improvement, front_points
+from tune_lowmem.search.gaussian_process import GaussianProcess
+from tune_lowmem.search.known_memory import (
+    KnownMemorySampler,
+    RandomDraw,
+    expected_improvement,
+    front_indices,
+    front_points,
+    near_front,
+)
 from tune_lowmem.search.samplers import build_sampler, memory_key, profiler_memory
 from tune_lowmem.search.scheduler import STOPPED_POINTS
 from tune_lowmem.space import SearchSpace
@@ -332,3 +340,69 @@ def test_once_every_training_was_asked_a_stopped_one_is_asked_once_more():
     for trial, params in again:
         study.tell(trial, [accuracy(params), memory(params)])
     assert sampler.choose(study.get_trials(), 8, {2, 4}) is None  # each asked once more only
+
+
+def told_study(space: SearchSpace, sampler: KnownMemorySampler, points: int) -> optuna.Study:
+    """A study of `points` random points of `space`, told at once (seed 0)."""
+    study = optuna.create_study(directions=list(OBJECTIVES.values()), sampler=sampler)
+    draw = RandomDraw(np.random.default_rng(0))
+    history = []
+    for _ in range(points):
+        params = space.sample(draw)
+        history.append(
+            optuna.trial.create_trial(
+                params=params,
+                distributions={name: sampler.distributions[name] for name in params},
+                values=[accuracy(params), memory(params)],
+            )
+        )
+    study.add_trials(history)
+    return study
+
+
+def test_past_n_modelled_each_model_learns_a_bounded_subset_holding_the_front(monkeypatch):
+    """An exact Gaussian process's fit grows as n^3: past `n_modelled` trials an ask fits each
+    model on a bounded subset, which holds the whole front and the most recent trials."""
+    space, _ = table_space()
+    sampler = KnownMemorySampler(space, seed=0, n_candidates=64, n_modelled=8, memory=memory)
+    study = told_study(space, sampler, 40)
+    trials = study.get_trials()
+    fitted = []
+    fit = GaussianProcess.fit
+    monkeypatch.setattr(
+        GaussianProcess, "fit", lambda inputs, *a: fitted.append(len(inputs)) or fit(inputs, *a)
+    )
+    space.sample(study.ask())
+    assert len(fitted) == 2 and max(fitted) <= 8  # accuracy, then the memory it guesses
+    kept = sampler.modelled(trials, 8)
+    values = np.array([accuracy(t.params) for t in trials])
+    front = front_indices(values, np.log10([memory(t.params) for t in trials]))
+    assert len(front) <= 4 and len(kept) == 8
+    assert {trials[i].number for i in front} | {38, 39} <= {t.number for t in kept}
+    assert sampler.modelled(trials[:8], 4) == trials[:8]  # up to n_modelled: every trial
+
+
+def test_below_n_modelled_an_ask_is_that_of_a_model_of_every_trial():
+    """The cap changes nothing up to `n_modelled` trials: the same points as without one (the
+    last ask at the cap itself)."""
+    space, _ = table_space()
+    asked = [
+        [
+            t.params
+            for t in run_study(
+                space,
+                KnownMemorySampler(space, seed=2, n_candidates=64, n_modelled=cap, memory=memory),
+                8,
+            ).get_trials()
+        ]
+        for cap in (7, 10**6)
+    ]
+    assert asked[0] == asked[1]
+
+
+def test_near_front_takes_layers_front_first_and_spreads_the_last_one():
+    values = np.array([0.1, 0.5, 0.9, 0.4, 0.8, 0.05])
+    log_memory = np.array([0.0, 0.5, 1.0, 0.6, 1.1, 0.1])
+    assert near_front(values, log_memory, 3) == [0, 1, 2]  # the front, by memory
+    assert near_front(values, log_memory, 5) == [0, 1, 2, 5, 4]  # then the next layer's ends
+    assert near_front(values, log_memory, 9) == [0, 1, 2, 5, 3, 4]

@@ -30,6 +30,9 @@ steps, closed form under a Gaussian. Hypervolume is on log memory (savings are r
   front lies along it.
 - Trials running in parallel (asked, not told) join the model at its own predicted mean
   (a kriging believer), so parallel asks do not pile onto one spot.
+- Bounded models: each learns from at most `n_modelled` trials (`modelled`: every one up to
+  that many; past it, those nearest the front, the most recent and a seeded draw), so a long
+  sweep's ask costs what its hundredth did; the front is every told point's.
 - Conditional params: inactive ones get a neutral encoding (a numeric at its range's middle, a
   choice with no one-hot bit set).
 
@@ -86,6 +89,7 @@ class KnownMemorySampler(BaseSampler):
         n_startup_trials: int = 4,
         n_candidates: int = 512,
         n_predicted: int = 4,
+        n_modelled: int = 64,
     ):
         if len(space.objectives) != 2 or sum(name in KNOWN for name in space.objectives) != 1:
             raise ConfigError(
@@ -93,15 +97,22 @@ class KnownMemorySampler(BaseSampler):
                 f"sampler known-memory needs two objectives, one of them a predicted memory "
                 f"({', '.join(KNOWN)}); got {', '.join(space.objectives)}",
             )
-        if n_startup_trials < 0 or n_candidates < 1 or n_predicted < 1:
+        if n_startup_trials < 0 or n_candidates < 1 or n_predicted < 1 or n_modelled < 2:
             raise ValueError(
-                "n_startup_trials must be at least 0, n_candidates and n_predicted at least 1"
+                "n_startup_trials must be at least 0, n_candidates and n_predicted at least 1, "
+                "n_modelled at least 2"
             )
         self.space, self.seed = space, seed
         self.known = known_objective(space)
         self.learned = next(name for name in space.objectives if name != self.known)
         self.n_startup_trials, self.n_candidates = n_startup_trials, n_candidates
-        self.n_predicted = n_predicted
+        self.n_predicted, self.n_modelled = n_predicted, n_modelled
+        # the most points that train alike: each asked point's variants in the memory model
+        self.most_variants = math.prod(
+            max(1, sum(exact(p.name, v) for v in p.values))
+            for p in space.params
+            if p.kind == "choice"
+        )
         self.memory = memory
         self.rng = np.random.default_rng(seed)
         self.fallback = RandomSampler(seed=seed)
@@ -145,8 +156,9 @@ class KnownMemorySampler(BaseSampler):
         asked = [t for t in trials if t.number != number and t.params]
         told = [t for t in asked if t.state == TrialState.COMPLETE and self.informative(t)]
         seen = {training_key(t.params) for t in asked}
+        kept = self.modelled(told, self.n_modelled)
         trainings: dict[str, dict[str, Any]] = {}
-        for candidate in self.candidates(told):
+        for candidate in self.candidates(kept):
             trainings.setdefault(training_key(candidate), candidate)
         options = [self.variants(c) for k, c in trainings.items() if k not in seen]
         options = options or self.asked_again(asked, stopped)
@@ -155,7 +167,7 @@ class KnownMemorySampler(BaseSampler):
         if len(told) < max(self.n_startup_trials, 2):  # the model needs two values at least
             return self.spread(options, asked)
         pending = [t.params for t in asked if t.state == TrialState.RUNNING]
-        return self.best_improvement(options, told, asked, pending)
+        return self.best_improvement(options, told, kept, asked, pending)
 
     def asked_again(
         self, asked: Sequence[FrozenTrial], stopped: AbstractSet[int]
@@ -238,15 +250,15 @@ class KnownMemorySampler(BaseSampler):
             weighed = [weighed[int(self.rng.choice(np.flatnonzero(np.isclose(gaps, gaps.max()))))]]
         return self.cheapest(options[weighed[0][0]])[0]
 
-    def best_improvement(self, options, told, asked, pending) -> dict[str, Any] | None:
+    def best_improvement(self, options, told, kept, asked, pending) -> dict[str, Any] | None:
         """The training of the largest expected hypervolume improvement, at its cheapest variant,
         of the `n_predicted` trainings whose improvement is largest at the memory a model of the
-        asked points' memories guesses (optimistically: its mean less one standard deviation)."""
-        sign = 1.0 if self.space.objectives[self.learned] == "maximize" else -1.0
-        values = np.array([sign * self.told(t, self.learned) for t in told])
+        asked points' memories guesses (optimistically: its mean less one standard deviation).
+        The front is every told point's; the model learns the `kept` ones (`modelled`)."""
+        values = self.signed_values(told)
         memories = np.array([self.told(t, self.known) for t in told])
         model = GaussianProcess.fit(
-            np.array([self.encode(t.params) for t in told]), values, self.rng
+            np.array([self.encode(t.params) for t in kept]), self.signed_values(kept), self.rng
         )
         if pending:  # a kriging believer: the running points at the model's own mean
             encoded = np.array([self.encode(p) for p in pending])
@@ -275,8 +287,10 @@ class KnownMemorySampler(BaseSampler):
         """Each training's variants' log memories as a Gaussian process of the log memories of
         the asked points and their variants (predicted when the point was chosen) guesses them
         (every param a feature), less one standard deviation: a training far from every asked
-        point may be cheap."""
-        points = {point_key(v): v for t in asked for v in self.variants(t.params)}
+        point may be cheap. Past `n_modelled` asked points, the variants of those `modelled`
+        keeps, as many as bring at most `n_modelled` points."""
+        kept = self.modelled(asked, max(2, self.n_modelled // self.most_variants))
+        points = {point_key(v): v for t in kept for v in self.variants(t.params)}
         known = [(p, m) for p in points.values() if (m := self.memory_of(p))]
         if len(known) < 2:  # nothing to learn from: every variant alike
             return [np.zeros(len(variants)) for variants in options]
@@ -289,6 +303,38 @@ class KnownMemorySampler(BaseSampler):
         mean, std = model.predict(np.array([self.encode(v, every=True) for v in flat]))
         bounds = np.cumsum([0] + [len(variants) for variants in options])
         return [(mean - std)[low:high] for low, high in itertools.pairwise(bounds)]
+
+    def signed_values(self, told: Sequence[FrozenTrial]) -> np.ndarray:
+        """The learned objective's told values, negated if minimised: larger is better."""
+        sign = 1.0 if self.space.objectives[self.learned] == "maximize" else -1.0
+        return np.array([sign * self.told(t, self.learned) for t in told])
+
+    def modelled(self, trials: Sequence[FrozenTrial], count: int) -> list[FrozenTrial]:
+        """The trials a model learns from: all of them up to `n_modelled`; past it, `count` of
+        them: half those nearest the front (`near_front`), a quarter the most recent, the rest a
+        seeded draw of the others.
+
+        Why: an exact Gaussian process's fit costs n^3 for n points, so a model of every trial
+        would make a long sweep's ask grow without end (minutes at 2,000); a bounded one keeps
+        it a fixed cost. The improvement is decided at the front (the candidates are its points'
+        changes), the recent points are where the sweep searches now (and beside the running
+        ones), and the draw keeps the length scales fitted over the whole space. Studies up to
+        `n_modelled` (the quickstart's, the replay benchmark's) ask as every trial's model
+        would."""
+        if len(trials) <= self.n_modelled:
+            return list(trials)
+        told = [i for i, t in enumerate(trials) if t.values and self.informative(t)]
+        log_memory = np.log10([self.told(trials[i], self.known) for i in told])
+        front = near_front(self.signed_values([trials[i] for i in told]), log_memory, count // 2)
+        chosen = dict.fromkeys(told[i] for i in front)
+        for i in range(len(trials) - 1, -1, -1):  # the most recent
+            if len(chosen) >= count // 2 + count // 4:
+                break
+            chosen.setdefault(i)
+        rest = [i for i in range(len(trials)) if i not in chosen]
+        drawn = self.rng.choice(len(rest), size=count - len(chosen), replace=False)
+        chosen.update(dict.fromkeys(rest[i] for i in drawn))
+        return [trials[i] for i in sorted(chosen)]
 
     # ---- candidates and their encoding ---------------------------------------------------
 
@@ -439,11 +485,31 @@ class Completing(RandomDraw):
 def front_points(values: np.ndarray, log_memory: np.ndarray) -> list[tuple[float, float]]:
     """The non-dominated (log memory, value) pairs, value maximised, memory minimised, by
     increasing memory (and so increasing value)."""
-    front: list[tuple[float, float]] = []
-    for memory, value in sorted(zip(log_memory, values), key=lambda p: (p[0], -p[1])):
-        if not front or value > front[-1][1]:
-            front.append((float(memory), float(value)))
+    return [(float(log_memory[i]), float(values[i])) for i in front_indices(values, log_memory)]
+
+
+def front_indices(values: np.ndarray, log_memory: np.ndarray) -> list[int]:
+    """The indices of `front_points`' pairs, in its order (of equal pairs, the first)."""
+    front: list[int] = []
+    for i in np.lexsort((-np.asarray(values), np.asarray(log_memory))).tolist():
+        if not front or values[i] > values[front[-1]]:
+            front.append(i)
     return front
+
+
+def near_front(values: np.ndarray, log_memory: np.ndarray, count: int) -> list[int]:
+    """The indices of `count` points (all, if fewer) nearest the front: its non-dominated layers,
+    the front first, then the front of the rest, and so on; of the layer that does not fit whole,
+    points evenly spaced along it (its ends kept)."""
+    left, chosen = np.arange(len(values)), []
+    while left.size and len(chosen) < count:
+        layer = left[front_indices(values[left], log_memory[left])]
+        room = count - len(chosen)
+        if len(layer) > room:
+            layer = layer[np.linspace(0, len(layer) - 1, room).round().astype(int)]
+        chosen += layer.tolist()
+        left = np.setdiff1d(left, layer)
+    return chosen
 
 
 def expected_improvement(
