@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from tune_lowmem import optim
 from tune_lowmem.optim import FairseqAdam
 
 
@@ -59,3 +60,32 @@ def test_half_weights_stay_finite_where_half_moments_would_divide_by_zero():
     assert torch.isfinite(param).all()
     assert torch.equal(param.detach(), wide.detach().half())
     assert float(param[0]) == 1.0 and float(param[1]) < 1.0
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_the_update_runs_chunk_by_chunk_with_the_whole_parameters_values(monkeypatch, dtype):
+    """A parameter of 10 elements updated 4 at a time: three chunks, none over 4 elements, and
+    bit for bit the weights and moments of one update of the whole parameter."""
+    torch.manual_seed(0)
+    start, grads = torch.randn(2, 5).to(dtype), [torch.randn(2, 5).to(dtype) for _ in range(3)]
+
+    def trained(chunk: int) -> tuple[torch.Tensor, dict, list[int]]:
+        monkeypatch.setattr(optim, "CHUNK", chunk)
+        param = torch.nn.Parameter(start.clone())
+        optimizer = FairseqAdam([param], lr=1e-2, weight_decay=0.1)
+        sizes = []
+        rule = optimizer.moments.apply
+        optimizer.moments.apply = lambda p, g, s, r: rule(
+            p, g, s, lambda *t: (sizes.append(t[0].numel()), r(*t))
+        )
+        for grad in grads:
+            param.grad = grad.clone()
+            optimizer.step()
+        return param.detach(), optimizer.state[param], sizes
+
+    whole, whole_state, whole_sizes = trained(1 << 30)
+    chunked, chunked_state, chunked_sizes = trained(4)
+    assert whole_sizes == [10] * 3 and chunked_sizes == [4, 4, 2] * 3
+    assert torch.equal(chunked, whole)
+    for key in ("exp_avg", "exp_avg_sq"):
+        assert torch.equal(chunked_state[key], whole_state[key])

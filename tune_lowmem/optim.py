@@ -16,12 +16,28 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 
 # (parameter, gradient, first moment, second moment) -> None: the update, in place
 Rule = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], None]
+# Elements a step updates at once: its temporaries (the second moment's root, an fp16 gradient's
+# fp32 conversions inside the mixed-dtype in-place operators) are a chunk's, never a whole
+# parameter's (18 MB each for the DC-Transformer's fp16 embeddings).
+CHUNK = 1 << 18
+
+
+def chunks(*tensors: torch.Tensor) -> Iterator[tuple[torch.Tensor, ...]]:
+    """Aligned flat views of at most `CHUNK` elements of same-shaped tensors, so that an in-place
+    elementwise update of each chunk is the update of the whole, bit for bit; the tensors whole
+    when one of them is not contiguous (no flat view of it)."""
+    if not all(t.is_contiguous() for t in tensors):
+        yield tensors
+        return
+    flat = [t.view(-1) for t in tensors]
+    for start in range(0, tensors[0].numel(), CHUNK):
+        yield tuple(t[start : start + CHUNK] for t in flat)
 
 
 class Moments:
@@ -38,8 +54,10 @@ class Moments:
         }
 
     def apply(self, param: torch.Tensor, grad: torch.Tensor, state: dict, rule: Rule) -> None:
-        """Run `rule` on the parameter, its gradient and its moments, and keep the result."""
-        rule(param, grad, state["exp_avg"], state["exp_avg_sq"])
+        """Run `rule` on the parameter, its gradient and its moments, chunk by chunk (`chunks`),
+        and keep the result."""
+        for pieces in chunks(param, grad, state["exp_avg"], state["exp_avg_sq"]):
+            rule(*pieces)
 
 
 class FairseqAdam(torch.optim.AdamW):

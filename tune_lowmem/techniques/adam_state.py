@@ -6,7 +6,7 @@
 - ``bf16``: LOSSY, in bf16 (2 bytes each instead of 4), where the moments would be fp32 (fp32
   weights, the amp modes, and fp16 weights, whose moments are fp32: `optim.Moments`; pure bf16
   weights' moments are bf16 already); each step widens them to fp32, updates and rounds back to
-  nearest;
+  nearest, a chunk of `optim.CHUNK` elements at a time;
 - ``int8``: LOSSY, 8-bit blockwise-quantized after bitsandbytes' 8-bit Adam
   (`techniques.blockwise`: one byte per element plus an fp32 scale per block of 256, 1.016 bytes
   per element; the second moment kept as its square root under the unsigned dynamic code). Each
@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from ..optim import FairseqAdam, Moments, Rule
+from ..optim import FairseqAdam, Moments, Rule, chunks
 from ..validation import choice, require
 from . import blockwise, settings
 from .base import Technique
@@ -45,10 +45,13 @@ class Bf16Moments(Moments):
         return {key: t.to(torch.bfloat16) for key, t in super().create(param).items()}
 
     def apply(self, param: torch.Tensor, grad: torch.Tensor, state: dict, rule: Rule) -> None:
-        exp_avg, exp_avg_sq = state["exp_avg"].float(), state["exp_avg_sq"].float()
-        rule(param, grad, exp_avg, exp_avg_sq)
-        state["exp_avg"].copy_(exp_avg)
-        state["exp_avg_sq"].copy_(exp_avg_sq)
+        for piece, grad_piece, *moments in chunks(
+            param, grad, state["exp_avg"], state["exp_avg_sq"]
+        ):
+            wide = [moment.float() for moment in moments]  # a chunk's fp32 copies
+            rule(piece, grad_piece, *wide)
+            for moment, values in zip(moments, wide, strict=True):
+                moment.copy_(values)
 
 
 class Int8Moments(Moments):
