@@ -5,11 +5,14 @@ candidates it weighs (a profiler dry run per new shape key, seconds each on a CP
 `--points` asks of the space's own sampler (`sampler: known-memory` forced; the space's options only if it names it) in
 a plain Optuna study, one at a time, each point told a stand-in accuracy at once (no training),
 and prints the median seconds (wall clock and CPU) of the first ask and of the later ones, over `--repeats` sweeps
-(each with the profiler's caches emptied first). `--summary` writes them as JSON, with the
-machine's state (`machine.Watch`: a loaded machine's figures are refused unless `--allow-load`).
+(each with the profiler's caches emptied first). With `--told N ...`, then `--scale-asks` asks
+after N random points of the space told at once, for each N: a long sweep's ask, whose models
+learn from a bounded part of its trials (`KnownMemorySampler.modelled`), with the CPU its
+memory predictions took apart (`Timed`). `--summary` writes them as JSON, with the machine's
+state (`machine.Watch`: a loaded machine's figures are refused unless `--allow-load`).
 
     PYTHONPATH=$PWD OMP_NUM_THREADS=1 nice python benchmarks/ask_time.py \\
-        --summary benchmarks/results/ask_time.json
+        --told 100 500 1000 2000 --summary benchmarks/results/ask_time.json
 """
 
 from __future__ import annotations
