@@ -350,9 +350,36 @@ def summarise(points: list[dict]) -> dict:
     return summary
 
 
+def rerun_of(names: list[str]) -> dict:
+    """The result file with `names` to be measured again under the calibration it holds: the
+    other points kept as they are, the rerun's command noted beside the full run's."""
+    unknown = sorted(set(names) - set(EVALUATION))
+    if unknown:
+        raise SystemExit(
+            f"--only: {unknown} are not evaluation points; allowed: {list(EVALUATION)}"
+        )
+    results = json.loads(RESULTS.read_text())
+    constant = results["calibration"]["heap_bytes_per_storage"]
+    if constant != predict_module.HEAP_BYTES_PER_STORAGE:
+        raise SystemExit(
+            f"the result file's points were predicted with HEAP_BYTES_PER_STORAGE {constant}, "
+            f"memory/calibration.json holds {predict_module.HEAP_BYTES_PER_STORAGE}: run all points"
+        )
+    rerun = {
+        "command": " ".join([results["command"], "--only", *map(repr, names)]),
+        "points": names,
+    }
+    results["reruns"] = [*results.get("reruns", []), rerun]
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", nargs="+", help="evaluate only these points (no calibration)")
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        help="measure these points again, in place in the result file (no calibration)",
+    )
     parser.add_argument("--no-heap", action="store_true", help="skip the tracker's heap view")
     args = parser.parse_args()
     shared = set(map(json.dumps, CALIBRATION.values())) & set(map(json.dumps, EVALUATION.values()))
@@ -368,18 +395,18 @@ def main() -> None:
         "points": [],
     }
     if args.only:
-        results["calibration"] = {"heap_bytes_per_storage": predict_module.HEAP_BYTES_PER_STORAGE}
+        results = rerun_of(args.only)
     else:
         calibrate(results)
     RESULTS.parent.mkdir(exist_ok=True)
     size = {  # from shapes alone: no operator runs for real before the first point's heap view
         name: predicted_storage(TrialConfig.from_dict(EVALUATION[name]), workspace=False)[2]
-        for name in EVALUATION
+        for name in args.only or EVALUATION
     }
-    names = sorted(args.only or EVALUATION, key=size.__getitem__)
+    names = sorted(size, key=size.__getitem__)
     for name in names:
         point = evaluate(name, EVALUATION[name], heap=not args.no_heap)
-        results["points"].append(point)
+        results["points"] = [p for p in results["points"] if p["name"] != name] + [point]
         results["summary"] = summarise(results["points"])
         RESULTS.write_text(json.dumps(results, indent=1) + "\n")
         print(

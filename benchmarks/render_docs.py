@@ -61,6 +61,7 @@ def profiler_accuracy(result: dict) -> str:
             "evaluation points measured; `HEAP_BYTES_PER_STORAGE` = "
             f"{calibration['heap_bytes_per_storage']}."
         ),
+        *(f"Measured again: `{rerun['command']}`." for rerun in result.get("reruns", [])),
         "",
     ]
     views = {
