@@ -9,13 +9,16 @@ two thirds are, the driver is SIGKILLed; then `tune-lowmem resume` finishes the 
 
     nice -n 10 .venv/bin/python benchmarks/cluster_sweep.py --points 500
 
-Prints the outcome and writes it to benchmarks/results/cluster_sweep.json (``--out``).
+Prints the outcome and writes it to benchmarks/results/cluster_sweep.json (``--out``), with the
+machine's state (`machine.Watch`: its wall times are the three nodes', which share this
+machine's cores, so a loaded machine's are refused unless ``--allow-load``, then labelled).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -30,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the cluster helper and the tiny task live in tests/
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from machine import Watch, add_arguments, describe
 from sweep_scale import space_dict
 
 from tests.ray_cluster import LocalCluster
@@ -37,12 +41,13 @@ from tune_lowmem import store
 from tune_lowmem.search import sweep_study
 
 SWEEP = "cluster"
+NODES = 3  # the head and two workers, one CPU each
 CLI = str(Path(sys.executable).with_name("tune-lowmem"))
 
 
 def space(points: int) -> dict:
     """The tiny task's space of `sweep_scale`, three trials at a time, a failed worker retried."""
-    return {**space_dict(points, 3), "name": SWEEP, "max_failures": 2}
+    return {**space_dict(points, 3, "tpe"), "name": SWEEP, "max_failures": 2}
 
 
 def stored(root: Path) -> int:
@@ -68,7 +73,9 @@ def main() -> None:
     parser.add_argument(
         "--keep", action="store_true", help="keep the store and logs (printed) for inspection"
     )
+    add_arguments(parser)
     args = parser.parse_args()
+    watch = Watch.start(min(NODES, os.cpu_count() or 1), args.allow_load)
     folder = Path(tempfile.mkdtemp(prefix="cs-", dir="/tmp"))  # short: Ray's socket paths
     cluster = LocalCluster(folder / "ray", env={"PYTHONPATH": str(ROOT)})
     root = folder / "storage"
@@ -138,6 +145,8 @@ def main() -> None:
             print(f"kept {folder}")
         else:
             shutil.rmtree(folder, ignore_errors=True)
+    result["machine"] = watch.stop()
+    print(describe(result["machine"]))
     for key, value in result.items():
         print(f"{key}: {value}")
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import describe
+from machine import describe, unrecorded
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -280,6 +280,8 @@ def cluster_sweep(result: dict) -> str:
         f"- Optuna was told: {told};",
         f"- rows by node: {by_node};",
         f"- the store's files at the end: {files}.",
+        "",
+        describe(result.get("machine", unrecorded("its wall times' load was not recorded"))),
     ]
     return "\n".join(lines) + "\n"
 
