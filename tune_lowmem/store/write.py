@@ -78,22 +78,17 @@ def _trial_table(record: TrialRecord) -> pa.Table:
     config = _config_columns(record.config)
     started, finished = record.started_at, record.finished_at
     wall = (finished - started).total_seconds() if started and finished else None
-    values = {
+    derived = {
         "schema_version": records.SCHEMA_VERSION,
-        "trial_id": record.trial_id,
-        "status": record.status,
-        "failure_reason": record.failure_reason,
         "seed_group": _seed_group(config),
-        "started_at": started,
-        "finished_at": finished,
         "wall_seconds": wall,
-        "epochs_completed": record.epochs_completed,
-        "node_id": record.node_id,
-        "sampler": record.sampler,
-        "point": record.point,
         "objectives": json.dumps(dict(record.objectives)) if record.objectives else None,
     }
-    columns = {name: pa.array([values[name]], kind) for name, kind in _BASE_COLUMNS.items()}
+    # every other base column is the record's field of its name (a new one: both in `records`)
+    columns = {
+        name: pa.array([derived[name] if name in derived else getattr(record, name)], kind)
+        for name, kind in _BASE_COLUMNS.items()
+    }
     columns.update((f"config.{key}", array) for key, array in config.items())
     for name in sorted(record.metrics):
         columns[f"metric.{check_name(name, 'metrics')}"] = _numbers(
