@@ -129,6 +129,12 @@ def fused_block(
     )
 
 
+def chunkwise(fn, x: torch.Tensor, chunks: int = DEFAULT_CHUNKS) -> torch.Tensor:
+    """`fn` of each batch chunk of `x`, written into one output as it comes (one chunk's
+    temporaries alive at a time): a per-image function at the batch the fused units run at."""
+    return _gather(((start, stop, fn(part)) for start, stop, part in _chunks(x, chunks)), len(x))
+
+
 class BatchNormReluConv(torch.autograd.Function):
     """Forward: conv(relu(bn(x))) chunk by chunk. Saved: x and the statistics."""
 

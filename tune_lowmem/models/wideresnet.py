@@ -16,7 +16,7 @@ from torch import nn
 
 from ..validation import choice, positive_int, require
 from .chain import StageCost, least_memory, run_plan
-from .fused_norm import DEFAULT_CHUNKS, batch_statistics, bn_relu_conv, fused_block
+from .fused_norm import DEFAULT_CHUNKS, batch_statistics, bn_relu_conv, chunkwise, fused_block
 from .segments import run_checkpointed
 
 NESTED = "-nested"
@@ -82,14 +82,7 @@ class BasicBlock(nn.Module):
         the same function (within a convolution's reassociation at another batch), each
         convolution at the batch the training step runs it, one chunk's temporaries alive at a
         time. So an evaluation at the training microbatch holds no more than the step."""
-        out, start = None, 0
-        for part in x.chunk(DEFAULT_CHUNKS):
-            result = self.plain_forward(part)
-            if out is None:
-                out = result.new_empty((x.shape[0], *result.shape[1:]))
-            out[start : start + part.shape[0]] = result
-            start += part.shape[0]
-        return out
+        return chunkwise(self.plain_forward, x)
 
     def fused_forward(self, x: torch.Tensor) -> torch.Tensor:
         """The same function through `fused_norm`: the whole block as one unit storing its input
