@@ -1,9 +1,10 @@
 """Cost per trial over a long sweep: does a trial cost the same at trial 2,000 as at trial 1?
 
 A sweep (`tune_lowmem.search.launch`, real Ray Tune on a local Ray, real Optuna TPE or the
-project's known-memory sampler (`--sampler`), the real Parquet store) of a tiny user task (`tests/tiny_task.py`: an MLP on Gaussian blobs, about 0.2 s of
-training per trial), two trials at a time. While it runs, a thread samples every few seconds
-the driver's resident memory and how many files the sweep's store folders hold. At its end:
+project's known-memory sampler (`--sampler`), the real Parquet store) of a tiny user task
+(`tests/tiny_task.py`: an MLP on Gaussian blobs, about 0.2 s of training per trial), two trials at
+a time. While it runs, a thread samples every few seconds the driver's resident memory and how
+many files the sweep's store folders hold. At its end:
 
 - cost per trial: the time between trial completions (store rows' ``finished_at``), as the median
   over blocks of 20 consecutive trials, for the first and the last `--window` trials;
