@@ -1,9 +1,9 @@
 """The CIFAR-10 input pipeline's images/s against what the training step consumes, side by side.
 
-The pipeline (cifar10.train_batches: shuffle, pad-crop-flip augmentation, normalisation) works
-on whole batches of uint8 tensors already on the trial's device, so on CUDA it runs there too:
-no host-to-device copy per step, hence no pinned memory or prefetch thread to need. Rounds
-alternate the two; figures are medians. It writes no result file; the machine's state
+The pipeline (cifar10.train_batches and `Minibatch.images`: shuffle, gather, pad-crop-flip
+augmentation) works on the host's uint8 split; the task moves each microbatch's images to the
+device and normalises them there, inside the step the second figure times. Rounds alternate the
+two; figures are medians. It writes no result file; the machine's state
 (`machine.Watch`) is printed with the figures.
 
     .venv/bin/python benchmarks/data_loading.py [--depth 16 --width 2 --batch 100 --rounds 5]
@@ -54,8 +54,8 @@ def main() -> None:
     for round_ in range(args.rounds):
         started = time.perf_counter()
         served = sum(
-            int(labels.shape[0])
-            for _, labels in cifar10.train_batches(split, args.batch, round_, config.seed)
+            int(batch.images().shape[0])
+            for batch in cifar10.train_batches(split, args.batch, round_, config.seed)
         )
         loading.append(served / (time.perf_counter() - started))
         started = time.perf_counter()

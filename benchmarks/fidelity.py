@@ -322,7 +322,7 @@ def lockstep(trainer, recipe: Recipe = RECIPE) -> dict:
     model = WRN(recipe.depth, recipe.width)
     model.load_state_dict(independent_state(trainer.model))  # strict: each has its counterpart
     batches = [  # the project serves uint8 minibatches; the plain loop normalises its own way
-        [(prepare(x), y) for x, y in trainer.task.train_batches(epoch)]
+        [(prepare(b.images()), b.labels) for b in trainer.task.train_batches(epoch)]
         for epoch in range(recipe.epochs)
     ]
     ours = [(m["train_loss"], m["val_accuracy"]) for m in trainer.run()]

@@ -348,11 +348,11 @@ def interleaved(first, second, batch, rounds: tuple[int, int, int], device) -> t
     return statistics.median(t[0] for t in times), statistics.median(t[1] for t in times)
 
 
-def plain_step(model, optimizer):
-    """The loop a user would write: forward, loss, backward, step."""
+def plain_step(model, optimizer, task):
+    """The loop a user would write: the minibatch to the device, forward, loss, backward, step."""
 
     def step(batch):
-        images, labels = batch
+        images, labels = task.on_device((batch.images(), batch.labels))
         optimizer.zero_grad(set_to_none=True)
         F.cross_entropy(model(images), labels).backward()
         optimizer.step()
@@ -368,7 +368,7 @@ def step_part(size: Size, emit) -> str:
     reference = synthetic_task(config_of(size.step, {}, size.device), device)
     batch = next(iter(reference.train_batches(0)))
     model = reference.build_model().to(device)
-    plain = plain_step(model, reference.build_optimizer(model))
+    plain = plain_step(model, reference.build_optimizer(model), reference)
     ratios = {}
     for label, fields in STEP_CONFIGS[: size.step_configs]:
         config = config_of(size.step, fields, size.device)

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from machine import Watch, add_arguments, describe
 
 from tune_lowmem.config import TrialConfig
+from tune_lowmem.data import cifar10
 from tune_lowmem.models.wideresnet import WideResNet
 from tune_lowmem.techniques.packed import scatter
 from tune_lowmem.train import Trainer
@@ -53,8 +54,8 @@ class HandWrittenLoop:
             weight_decay=s.weight_decay,
         )
 
-    def train_step(self, batch) -> None:
-        images, labels = batch
+    def train_step(self, batch: cifar10.Minibatch) -> None:
+        images, labels = cifar10.normalize(batch.images()), batch.labels
         self.optimizer.zero_grad(set_to_none=True)
         F.cross_entropy(self.model(images), labels).backward()
         self.optimizer.step()

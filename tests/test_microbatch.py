@@ -1,13 +1,14 @@
 import torch
 from torch import nn
 
+from tune_lowmem.data.batch import split_rows
 from tune_lowmem.models.wideresnet import WideResNet
 from tune_lowmem.techniques import microbatch
 
 
 def accumulated_grads(model, x, y, size):
     model.zero_grad()
-    for xb, yb in microbatch.split((x, y), size):
+    for xb, yb in split_rows((x, y), size):
         loss = nn.functional.cross_entropy(model(xb), yb, reduction="sum") / x.shape[0]
         loss.backward()
     return {n: p.grad.clone() for n, p in model.named_parameters()}
@@ -20,10 +21,10 @@ def data(n=12):
 
 def test_split_is_aligned_and_complete():
     x, y = data(10)
-    parts = microbatch.split((x, y), 4)
+    parts = split_rows((x, y), 4)
     assert [p[0].shape[0] for p in parts] == [4, 4, 2]
     assert torch.equal(torch.cat([p[1] for p in parts]), y)
-    assert microbatch.split((x, y), None) == [(x, y)]
+    assert split_rows((x, y), None) == [(x, y)]
 
 
 def test_true_microbatching_equals_full_batch_without_batch_statistics():
@@ -50,7 +51,7 @@ def test_in_train_mode_batch_norm_statistics_are_per_microbatch():
     bn = nn.BatchNorm2d(3)
     x = torch.cat([torch.zeros(2, 3, 4, 4), torch.ones(2, 3, 4, 4) * 10]) + torch.randn(4, 3, 4, 4)
     whole = bn(x)
-    per_micro = torch.cat([bn(part) for (part,) in microbatch.split((x,), 2)])
+    per_micro = torch.cat([bn(part) for (part,) in split_rows((x,), 2)])
     # Each microbatch is normalised by its own mean: each half is centred at zero on its own.
     assert per_micro[:2].mean().abs() < 1e-5 and per_micro[2:].mean().abs() < 1e-5
     assert whole[:2].mean() < -0.5  # the full batch's statistics put the first half far below zero
@@ -61,7 +62,7 @@ def test_simulated_microbatching_matches_true_microbatching_forward():
     torch.manual_seed(0)
     model = WideResNet(depth=10, width=1)
     x, _ = data()
-    true_out = torch.cat([model(xb) for (xb,) in microbatch.split((x,), 4)])
+    true_out = torch.cat([model(xb) for (xb,) in split_rows((x,), 4)])
     running_true = model.blocks[0].bn1.running_mean.clone()
     torch.manual_seed(0)
     simulated = microbatch.apply_simulated(WideResNet(depth=10, width=1), 4)

@@ -136,9 +136,10 @@ def test_the_predicted_run_peak_is_the_allocators(flat):
 
 
 def test_the_device_holds_one_microbatch_of_input_at_a_time():
-    """The minibatch stays on the host as uint8; each microbatch becomes the model's float input
-    on the device only when its pass runs (a CPU trial's device is the host, so the floats show
-    as the step's own allocations): no float tensor of the whole minibatch's images is made."""
+    """The minibatch is rows of the host split and their augmentation draws; each microbatch's
+    images are gathered, augmented and made the model's float input on the device only when its
+    pass runs (a CPU trial's device is the host, so these show as the step's own allocations): no
+    tensor of the whole minibatch's images is made, uint8 or float."""
     from torch.overrides import TorchFunctionMode
 
     class ImageInputs(TorchFunctionMode):
@@ -148,17 +149,18 @@ def test_the_device_holds_one_microbatch_of_input_at_a_time():
 
         def __torch_function__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
-            image = isinstance(out, torch.Tensor) and tuple(out.shape[1:]) == (3, 32, 32)
-            if image and out.dtype == torch.float32:
-                self.rows.append(out.shape[0])
+            image = isinstance(out, torch.Tensor) and out.dim() == 4
+            if image and tuple(out.shape[1:3]) in ((3, 32), (3, 40)):
+                self.rows.append(out.shape[0])  # images, padded or not, of any dtype
             return out
 
     trainer = Trainer(tiny_wrn_config(**{"microbatch.size": 5}))  # batch 20: four microbatches
     batch = next(iter(trainer.task.train_batches(0)))
-    assert batch[0].dtype == torch.uint8 and batch[0].shape[0] == 20
+    assert len(batch.index) == 20 and batch.split is trainer.task.data.train
     with ImageInputs() as seen:
         trainer.train_step(batch)
     assert seen.rows and max(seen.rows) == 5
+    assert len(seen.rows) > 4 * 3  # each microbatch's gather, pad, crop and flip, then its floats
 
 
 def test_evaluating_at_a_large_batch_raises_the_run_peak_above_the_step():

@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tune_lowmem.data.batch import split_rows
 from tune_lowmem.tasks.base import Metric, Task
-from tune_lowmem.techniques.microbatch import split
 from tune_lowmem.validation import positive_float, positive_int
 
 
@@ -117,7 +117,7 @@ class TinyBlobs(Task):
         return x.to(self.device), torch.randint(0, m.classes, (size,)).to(self.device)
 
     def microbatches(self, batch):
-        return split(batch, self.config.microbatch.size)
+        return split_rows(batch, self.config.microbatch.size)
 
     def loss(self, model: nn.Module, microbatch):
         x, y = microbatch

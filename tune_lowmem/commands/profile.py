@@ -214,7 +214,7 @@ def _label(row: str, part: str, sparse: bool) -> str:
 def peak_note(config, predicted, measured, task, objects: int) -> str:
     """What the measured peak holds beyond the predicted (stored) total: the input minibatch,
     which neither part counts, and the rest, said by device."""
-    from ..tasks.base import batch_tensors
+    from ..data.batch import batch_tensors
 
     batch = sum(t.nbytes for t in batch_tensors(next(iter(task.train_batches(0)))))
     rest = measured.peak_bytes - predicted.total_bytes - batch

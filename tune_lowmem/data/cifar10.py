@@ -1,12 +1,13 @@
-"""CIFAR-10 as uint8 tensors in host memory, with the standard augmentation done on whole batches.
+"""CIFAR-10 as uint8 tensors in host memory, with the standard augmentation drawn per minibatch.
 
 Sources: torchvision's CIFAR10 folder (`cifar-10-batches-py`, downloaded when the network
 allows) or the JPEG layout `cifar10-jpeg/{train,test}/<class>/NNNN.jpg` (also as its .tar.gz).
 JPEGs are decoded once and cached as a .npz keyed by the source's content (the same data laid
 again elsewhere or later is not decoded again); no epoch ever decodes an image. The splits stay on the host and
-minibatches are served as augmented uint8: the task moves each microbatch to its device and
-normalises it there (`normalize`), so a device holds one microbatch of input at a time and never
-the data set.
+minibatches are served as rows of a split with their augmentation drawn (`Minibatch`): the task
+gathers and augments each microbatch's images, moves them to its device and normalises them there
+(`normalize`), so a device holds one microbatch of input at a time and never the minibatch or the
+data set.
 """
 
 from __future__ import annotations
@@ -15,13 +16,14 @@ import hashlib
 import io
 import tarfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from . import DataConfig, cache_dir, data_root, to_device
+from .batch import HOST_DATA
 
 CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 MEAN = (0.4914, 0.4822, 0.4465)
@@ -177,37 +179,71 @@ def normalize(images: torch.Tensor) -> torch.Tensor:
     return images.float().div_(255.0).sub_(mean).div_(std)
 
 
-def augment(images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """4-pixel zero pad, random 32x32 crop and random horizontal flip, per image, on uint8 (N, 3, 32, 32)."""
+def draw_augmentation(count: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each of `count` images' crop offsets into its 4-pixel padded copy, (count, 2) rows then
+    columns in 0..8, and whether it is flipped, (count,) bool: drawn for a whole minibatch."""
+    rows = torch.randint(0, 9, (count,), generator=generator)
+    cols = torch.randint(0, 9, (count,), generator=generator)
+    flips = torch.rand(count, generator=generator) < 0.5
+    return torch.stack([rows, cols], dim=1), flips
+
+
+def augment(images: torch.Tensor, offsets: torch.Tensor, flips: torch.Tensor) -> torch.Tensor:
+    """4-pixel zero pad, the 32x32 crop at each image's `offsets` and its horizontal flip where
+    `flips`, on uint8 (N, 3, 32, 32): each image's own, so any rows' slice augments alike."""
     n, _, h, w = images.shape
+    device = images.device
     padded = torch.nn.functional.pad(images, (4, 4, 4, 4))
-    dy = to_device(torch.randint(0, 9, (n,), generator=generator), images.device)
-    dx = to_device(torch.randint(0, 9, (n,), generator=generator), images.device)
-    rows = (dy[:, None] + torch.arange(h, device=images.device))[:, None, :, None]
-    cols = (dx[:, None] + torch.arange(w, device=images.device))[:, None, None, :]
-    batch = torch.arange(n, device=images.device)[:, None, None, None]
-    channel = torch.arange(3, device=images.device)[None, :, None, None]
+    offsets, flips = to_device(offsets, device), to_device(flips, device)
+    rows = (offsets[:, 0, None] + torch.arange(h, device=device))[:, None, :, None]
+    cols = (offsets[:, 1, None] + torch.arange(w, device=device))[:, None, None, :]
+    batch = torch.arange(n, device=device)[:, None, None, None]
+    channel = torch.arange(3, device=device)[None, :, None, None]
     cropped = padded[batch, channel, rows, cols]
-    flip = to_device(torch.rand(n, generator=generator) < 0.5, images.device)
-    return torch.where(flip[:, None, None, None], cropped.flip(3), cropped)
+    return torch.where(flips[:, None, None, None], cropped.flip(3), cropped)
+
+
+@dataclass(frozen=True)
+class Minibatch:
+    """A training minibatch as the rows of a host split it takes and their augmentation, drawn
+    when it is made: `images` gathers and augments only its own rows, so a microbatch of it
+    (`data.batch.split_rows`) copies a microbatch's images and never the minibatch's, which on a
+    CPU trial (the host is the device) would be held through the whole step."""
+
+    split: Split = field(metadata=HOST_DATA)  # the data set's host copy, referred to
+    index: torch.Tensor  # (n,) rows of `split`
+    labels: torch.Tensor  # (n,) int64, gathered
+    offsets: torch.Tensor | None  # (n, 2) crop offsets (`draw_augmentation`); None: no augment
+    flips: torch.Tensor | None  # (n,) bool
+
+    def images(self) -> torch.Tensor:
+        """The rows' augmented uint8 images (N, 3, 32, 32): the values augmenting the minibatch
+        whole gives them."""
+        images = self.split.images[self.index]
+        return images if self.offsets is None else augment(images, self.offsets, self.flips)
+
+
+def minibatch(
+    split: Split, index: torch.Tensor, generator: torch.Generator, augment_images: bool
+) -> Minibatch:
+    """The rows `index` of `split` as a minibatch, with their augmentation drawn now."""
+    drawn = draw_augmentation(len(index), generator) if augment_images else (None, None)
+    return Minibatch(split, index, split.labels[index], *drawn)
 
 
 def train_batches(
     split: Split, batch_size: int, epoch: int, seed: int, augment_images: bool = True
-) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """One epoch of shuffled, augmented uint8 minibatches on the host (`normalize` makes them the
-    model's input); the same for the same (seed, epoch).
+) -> Iterator[Minibatch]:
+    """One epoch of shuffled minibatches of the host split (`Minibatch.images` gives their
+    augmented uint8 images, `normalize` makes those the model's input); the same for the same
+    (seed, epoch).
 
     The last incomplete batch is dropped so that every step sees exactly `batch_size` images.
     """
     generator = torch.Generator().manual_seed(seed * 100_003 + epoch)
     order = torch.randperm(len(split), generator=generator)
     for start in range(0, len(split) - batch_size + 1, batch_size):
-        idx = order[start : start + batch_size]
-        images = split.images[idx]
-        if augment_images:
-            images = augment(images, generator)
-        yield images, split.labels[idx]
+        yield minibatch(split, order[start : start + batch_size], generator, augment_images)
 
 
 def eval_batches(split: Split, batch_size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:

@@ -32,7 +32,8 @@ mode, no_grad, `Task.evaluation_pass` on a synthetic batch of evaluation's shape
 its own: `evaluation_peak_bytes` is the most bytes live during it, and `run_peak_bytes` the
 larger of the step's and the evaluation's peaks, everything live included (the weights, the
 state, the inputs, kernels' workspace): the run's peak to hold the prediction's against. The
-data set's copy is not in it (synthetic batches are made one at a time).
+data set's host copy is not in it: a minibatch that refers to one (`data.batch.HOST_DATA`; a
+synthetic one stands for it) has that copy's allocations left out of every figure.
 
 What it leaves out: the CPU heap's C++ objects (tensors', storages', the autograd graph's),
 which come from `malloc` directly rather than torch's allocator; the CUDA context and the
@@ -55,7 +56,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from ..config import TrialConfig
-from ..tasks.base import batch_tensors
+from ..data.batch import batch_tensors, host_data_tensors
 from ..torch_private import decomposes
 from ..train import resolve_device
 from . import stepping
@@ -146,14 +147,16 @@ def measure_allocations(
             ]
         )
         batch_storages = _storages(batch_tensors(batch))
+        host_data = set(_storages(host_data_tensors(batch)))
         del batch
         evaluates = evaluate_once(trainer)
     events, operators, ranges = _trace(profiler, DEVICE_TYPES[device.type])
     (start, end), evaluation = ranges[STEP], ranges.get(EVALUATION)
     held = set(model) | set(optimizer)
+    data = _allocated_before(events, start, host_data)
     temporaries = _temporaries(events, operators)
-    with_workspace = _replay(events, start, end, held)
-    replay = _replay(events, start, end, held, temporaries)
+    with_workspace = _replay(events, start, end, held, data)
+    replay = _replay(events, start, end, held, temporaries | data)
     if evaluates:
         evaluated = (
             _replay(events, *evaluation, set())["peak"],
@@ -272,6 +275,15 @@ def _kernels(calls: list[dict]) -> dict[int, list[tuple[float, float]]]:
         if (not spans or call["ts"] >= spans[-1][1]) and not decomposes(call["name"]):
             spans.append((call["ts"], call["ts"] + call["dur"]))
     return kernels
+
+
+def _allocated_before(events: list[Event], start: float, addresses: set[int]) -> set[int]:
+    """Indices of the allocations of the storages at `addresses` live when the step starts (the
+    latest made at each address before it): the data set's host copy, which no figure counts."""
+    made = {
+        e[3]: i for i, e in enumerate(events) if e[0] < start and e[4] > 0 and e[3] in addresses
+    }
+    return set(made.values())
 
 
 def _temporaries(events: list[Event], operators: dict[int, list[tuple[float, float]]]) -> set[int]:

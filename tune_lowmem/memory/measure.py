@@ -14,7 +14,8 @@ those are). Sampling at operator boundaries leaves a kernel's internal workspace
 paper's accounting does; on a GPU `peak_bytes` includes it. Model and optimizer parts count the
 trainer's real parameters, gradients and optimizer state with the paper's rules (`accounting`;
 compressed weights as held). The minibatch exists before the step and is not counted in
-the activation part, as in the prediction.
+the activation part, as in the prediction; the data set's host copy it refers to is counted in
+no figure.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from collections.abc import Callable, Iterable
 import torch
 
 from ..config import TrialConfig
-from ..tasks.base import batch_tensors
+from ..data.batch import batch_tensors, host_data_tensors
 from ..train import Trainer
 from . import accounting, stepping
 from .report import MemoryReport
@@ -49,13 +50,14 @@ def measure(
         stepping.warm_up(trainer, batches)
     batch = stepping.ready(trainer, batches, update)
     existing = [*_held(trainer), *batch_tensors(batch)]
+    host_data = host_data_tensors(batch)  # the data set's host copy: the tracker's, not counted
     probe = allocator_probe(device)
     gc.collect()  # before the peak is reset: garbage alive at the reset would stay in the peak
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
     reads_heap = device.type != "cuda"  # glibc's heap, which holds the tracker's records too
-    with _no_collection(), StorageTracker(existing, probe, reads_heap) as tracker:
+    with _no_collection(), StorageTracker([*existing, *host_data], probe, reads_heap) as tracker:
         stepping.take(trainer, batch, update)
     held = _held(trainer)
     if probe is None:

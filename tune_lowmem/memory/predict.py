@@ -67,9 +67,9 @@ import torch
 from torch import nn
 
 from ..config import TrialConfig
+from ..data.batch import batch_tensors, host_data_tensors, map_tensors
 from ..finite import finite_flag
 from ..plugins import techniques
-from ..tasks.base import batch_tensors, map_tensors
 from ..torch_private import FakeTensorMode, default_foreach
 from ..train import Trainer
 from . import accounting
@@ -249,8 +249,10 @@ def _cached_dry_run(key: TrialConfig, lengths: tuple[int, int] | None, workspace
             technique.attach(optimizer)
             technique.begin_step(len(run))  # the last pass run is the step's last microbatch
         _warm_up(model, optimizer, precision)
-        fakes = [map_tensors(fake_mode.from_tensor, microbatches[index]) for index in run]
-        existing = [t for microbatch in fakes for t in batch_tensors(microbatch)]
+        fakes = [
+            map_tensors(fake_mode.from_tensor, microbatches[index], host_data=True) for index in run
+        ]
+        existing = [t for fake in fakes for t in (*batch_tensors(fake), *host_data_tensors(fake))]
         existing += [*model.parameters(), *model.buffers(), *accounting.state_tensors(optimizer)]
         with StorageTracker(existing) as tracker:
             for index, microbatch in zip(run, fakes, strict=True):
@@ -267,7 +269,8 @@ def _cached_dry_run(key: TrialConfig, lengths: tuple[int, int] | None, workspace
     occasional = functools.partial(occasional_peak, key, lengths, with_grad, heap)
     evaluation = evaluation_peak(task, model, optimizer, precision, fake_mode, heap, workspace)
     # the host minibatch is on the trial's device only when that is the host (a task moves each
-    # microbatch to the device in `loss`, where the tracker counts the copy as the step's)
+    # microbatch to the device in `loss`, where the tracker counts the copy as the step's); the
+    # host data it refers to is not the step's
     input_bytes = _storage_bytes([t for t in batch_tensors(batch) if t.device == device])
     flops_per_step = sum(flops[s] for s in shapes)
     held = [*model.parameters(), *model.buffers(), *accounting.state_tensors(optimizer)]

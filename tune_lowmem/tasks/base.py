@@ -202,23 +202,3 @@ def conv_and_linear_weights(model: nn.Module) -> list[str]:
             seen.add(id(module.weight))
             names.append(f"{name}.weight" if name else "weight")
     return names
-
-
-def batch_tensors(batch: Any) -> list[torch.Tensor]:
-    """The tensors of a minibatch: a tuple of tensors or a dataclass holding them."""
-    return [part for part in _parts(batch) if torch.is_tensor(part)]
-
-
-def map_tensors(fn, batch: Any) -> Any:
-    """The minibatch with `fn` applied to each of its tensors (e.g. to make them fake)."""
-    parts = [fn(part) if torch.is_tensor(part) else part for part in _parts(batch)]
-    if dataclasses.is_dataclass(batch):
-        names = [f.name for f in dataclasses.fields(batch)]
-        return dataclasses.replace(batch, **dict(zip(names, parts, strict=True)))
-    return tuple(parts)
-
-
-def _parts(batch: Any) -> list[Any]:
-    if dataclasses.is_dataclass(batch):
-        return [getattr(batch, f.name) for f in dataclasses.fields(batch)]
-    return list(batch)

@@ -19,8 +19,8 @@ from torch import nn
 
 from ..config import TrialConfig
 from ..data import cifar10, to_device
+from ..data.batch import split_rows
 from ..models.wideresnet import BasicBlock, WideResNet, WideResNetConfig
-from ..techniques import microbatch
 from ..techniques.base import EVERY
 from ..validation import (
     auto_or_positive_int,
@@ -156,8 +156,12 @@ class Cifar10Classification(Task):
             self.config.data.augment,
         )
 
-    def synthetic_batch(self, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        return self._synthetic_images(self.config.schedule.batch_size, generator)
+    def synthetic_batch(self, generator: torch.Generator) -> cifar10.Minibatch:
+        """A minibatch of random images, its own split standing for the data set's host copy,
+        augmented as the config's data would be."""
+        count = self.config.schedule.batch_size
+        split = cifar10.Split(*self._synthetic_images(count, generator))
+        return cifar10.minibatch(split, torch.arange(count), generator, self.config.data.augment)
 
     def _synthetic_images(self, count: int, generator: torch.Generator):
         """`count` random uint8 images and labels on the host, as the data pipeline serves them."""
@@ -172,18 +176,19 @@ class Cifar10Classification(Task):
         images, labels = batch
         return cifar10.normalize(to_device(images, self.device)), to_device(labels, self.device)
 
-    def microbatches(self, batch):
+    def microbatches(self, batch: cifar10.Minibatch) -> list[cifar10.Minibatch]:
         if self.config.microbatch.mode != "true":
             return [batch]
-        return microbatch.split(batch, self.config.microbatch.size)
+        return split_rows(batch, self.config.microbatch.size)
 
-    def loss(self, model: nn.Module, microbatch_: tuple[torch.Tensor, torch.Tensor]):
-        images, labels = self.on_device(microbatch_)
+    def loss(self, model: nn.Module, microbatch: cifar10.Minibatch):
+        """The microbatch's images are gathered and augmented here, as it moves to the device."""
+        images, labels = self.on_device((microbatch.images(), microbatch.labels))
         logits = model(images)
         return F.cross_entropy(logits.float(), labels, reduction="sum"), float(labels.shape[0])
 
-    def normaliser(self, batch) -> float:
-        return float(batch[1].shape[0])
+    def normaliser(self, batch: cifar10.Minibatch) -> float:
+        return float(batch.labels.shape[0])
 
     def eval_batch(self) -> int:
         """Images per evaluation batch: `schedule.eval_batch_size`, or when it is auto the

@@ -1,7 +1,7 @@
 """Microbatching: true (sequential microbatches, gradients accumulated) or simulated.
 
 True microbatching is done by the training loop over the task's `microbatches` (for tensor
-batches, `split`); the update equals one step over the whole minibatch except for batch-norm
+batches, `data.batch.split_rows`); the update equals one step over the whole minibatch except for batch-norm
 statistics, which are per microbatch. Simulated microbatching keeps the whole minibatch in memory
 and only reproduces that statistical effect: `apply_simulated` makes every batch norm normalise
 microbatch-sized groups of its input (Composer's "ghost batch norm"), so the two can be compared,
@@ -18,13 +18,6 @@ from torch import nn
 from ..validation import choice
 from . import settings
 from .base import Technique
-
-
-def split(tensors: tuple[torch.Tensor, ...], size: int | None) -> list[tuple[torch.Tensor, ...]]:
-    """Cut each tensor of a minibatch along dim 0 into aligned chunks of `size` rows."""
-    if size is None or size >= tensors[0].shape[0]:
-        return [tensors]
-    return list(zip(*(t.split(size) for t in tensors)))
 
 
 class GroupBatchNorm2d(nn.BatchNorm2d):
