@@ -12,7 +12,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tune_lowmem.data.batch import split_rows
 from tune_lowmem.tasks.base import Metric, Task
 from tune_lowmem.validation import positive_float, positive_int
 
@@ -115,9 +114,6 @@ class TinyBlobs(Task):
         size, m = self.config.schedule.batch_size, self.config.model
         x = torch.randn(size, m.features, generator=generator)
         return x.to(self.device), torch.randint(0, m.classes, (size,)).to(self.device)
-
-    def microbatches(self, batch):
-        return split_rows(batch, self.config.microbatch.size)
 
     def loss(self, model: nn.Module, microbatch):
         x, y = microbatch

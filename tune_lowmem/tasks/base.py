@@ -31,6 +31,7 @@ from torch import nn
 
 from ..config import TrialConfig
 from ..data import DataConfig
+from ..data.batch import split_rows
 from ..models.layers import weight_layer
 from ..validation import ConfigError
 
@@ -70,6 +71,11 @@ class Task:
         self.config = config
         self.device = device
         self.synthetic = synthetic
+        # The most of a minibatch one forward and backward pass takes, in the unit microbatching
+        # counts (examples, or a translation task's tokens): what the technique that cuts
+        # minibatches sets on the trial's task; None, the whole minibatch. `microbatches` cuts at
+        # it, and an evaluation batch left `auto` follows it.
+        self.microbatch_size: int | None = None
 
     # ---- what the config layer asks of the class --------------------------------------------
 
@@ -157,8 +163,9 @@ class Task:
         )
 
     def microbatches(self, batch: Any) -> list[Any]:
-        """The minibatch cut into microbatches (one element when microbatching is off)."""
-        return [batch]
+        """The minibatch cut into microbatches of `microbatch_size` (one element when it is
+        None): by default the rows of its tensors (`data.batch.split_rows`)."""
+        return split_rows(batch, self.microbatch_size)
 
     def loss(self, model: nn.Module, microbatch: Any) -> tuple[torch.Tensor, float]:
         """Summed training loss of a microbatch, and the number of items it sums over."""

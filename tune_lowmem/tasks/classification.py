@@ -19,7 +19,6 @@ from torch import nn
 
 from ..config import TrialConfig
 from ..data import cifar10, to_device
-from ..data.batch import split_rows
 from ..models.wideresnet import BasicBlock, WideResNet, WideResNetConfig
 from ..techniques.base import EVERY
 from ..validation import (
@@ -101,14 +100,10 @@ class Cifar10Classification(Task):
     OPTIMIZER = torch.optim.SGD
     IMAGE_SHAPE: ClassVar[tuple[int, int, int]] = (3, 32, 32)
 
+    MICROBATCH_OF = "batch_size"
+
     @classmethod
     def validate_config(cls, config: TrialConfig) -> None:
-        size, batch = config.microbatch.size, config.schedule.batch_size
-        require(
-            size is None or batch % size == 0,
-            "microbatch.size",
-            f"{size} is not allowed; a divisor of schedule.batch_size {batch} is required",
-        )
         classes = config.model.num_classes
         require(
             classes == len(cifar10.CLASSES),
@@ -176,11 +171,6 @@ class Cifar10Classification(Task):
         images, labels = batch
         return cifar10.normalize(to_device(images, self.device)), to_device(labels, self.device)
 
-    def microbatches(self, batch: cifar10.Minibatch) -> list[cifar10.Minibatch]:
-        if self.config.microbatch.mode != "true":
-            return [batch]
-        return split_rows(batch, self.config.microbatch.size)
-
     def loss(self, model: nn.Module, microbatch: cifar10.Minibatch):
         """The microbatch's images are gathered and augmented here, as it moves to the device."""
         images, labels = self.on_device((microbatch.images(), microbatch.labels))
@@ -197,7 +187,7 @@ class Cifar10Classification(Task):
         its tensors fit under the training step's; its convolutions' workspace may take it a
         little above, and the run's peak (`memory.predict.run_peak`) counts the larger."""
         schedule = self.config.schedule
-        return schedule.eval_batch_size or self.config.microbatch.size or schedule.batch_size
+        return schedule.eval_batch_size or self.microbatch_size or schedule.batch_size
 
     def synthetic_evaluation_batch(self, generator: torch.Generator):
         return self._synthetic_images(self.eval_batch(), generator)

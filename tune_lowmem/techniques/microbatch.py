@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from ..validation import choice
+from ..validation import choice, require
 from . import settings
 from .base import Technique
 
@@ -47,13 +47,24 @@ def apply_simulated(model: nn.Module, group_size: int) -> nn.Module:
 
 
 class Microbatching(Technique):
-    """The `microbatch` section; the task cuts its own batches (it knows what a batch holds)."""
+    """The `microbatch` section. True microbatching sets the size on the trial's task
+    (`Task.microbatch_size`), which cuts its own batches (it knows what a batch holds)."""
 
     NAME = "microbatch"
     SETTINGS = settings.MICROBATCH
-    # the modes the task's batches allow (simulated: its batch norms' statistics per group), and
-    # what microbatch.size counts (examples, or a translation task's tokens)
-    TASK_NEEDS: ClassVar = {"MICROBATCH_MODES": ("true",), "MICROBATCH_UNIT": "examples"}
+    # the modes the task's batches allow (simulated: its batch norms' statistics per group),
+    # what microbatch.size counts (examples, or a translation task's tokens), and the schedule
+    # field of the minibatch's size that it must divide (None: no such rule, as for a budget)
+    TASK_NEEDS: ClassVar = {
+        "MICROBATCH_MODES": ("true",),
+        "MICROBATCH_UNIT": "examples",
+        "MICROBATCH_OF": None,
+    }
+
+    def __init__(self, config, task):
+        super().__init__(config, task)
+        if config.microbatch.mode == "true":
+            task.microbatch_size = config.microbatch.size
 
     @classmethod
     def enabled(cls, config) -> bool:
@@ -64,6 +75,13 @@ class Microbatching(Technique):
         modes = cls.task_needs(task, "MICROBATCH_MODES")
         if config.microbatch.mode not in modes:
             choice(config.microbatch.mode, modes, "microbatch.mode")
+        field, size = cls.task_needs(task, "MICROBATCH_OF"), config.microbatch.size
+        batch = None if field is None else getattr(config.schedule, field)
+        require(
+            batch is None or size is None or batch % size == 0,
+            "microbatch.size",
+            f"{size} is not allowed; a divisor of schedule.{field} {batch} is required",
+        )
 
     @classmethod
     def shape_settings(cls, config) -> dict[str, Any]:

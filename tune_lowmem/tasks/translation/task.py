@@ -269,7 +269,7 @@ class DynamicConvIwslt14(Task):
         return iwslt14.collate(text, range(pairs))
 
     def microbatches(self, batch: iwslt14.Batch) -> list[iwslt14.Batch]:
-        size = self.config.microbatch.size
+        size = self.microbatch_size
         return [batch] if size is None else iwslt14.split_microbatches(batch, size)
 
     def loss(self, model: nn.Module, batch: iwslt14.Batch) -> tuple[torch.Tensor, float]:
@@ -320,7 +320,7 @@ class DynamicConvIwslt14(Task):
         same budget saved every layer's for its backward; the losses are per-token sums, the same
         at any budget within float reassociation."""
         schedule = self.config.schedule
-        return schedule.eval_max_tokens or self.config.microbatch.size or schedule.max_tokens
+        return schedule.eval_max_tokens or self.microbatch_size or schedule.max_tokens
 
     def synthetic_evaluation_batch(self, generator: torch.Generator) -> iwslt14.Batch:
         """The synthetic sentence pairs that fill an evaluation batch's token budget."""
