@@ -52,7 +52,6 @@ AGNOSTIC = (
 # What concrete tasks still read of a built-in technique (its module, config section or key), by
 # file: left to move out of them (issue 42), each entry to go once its file reads it no more.
 NOT_YET_AGNOSTIC = {
-    "tasks/classification.py": {"attribute microbatch", "attribute precision"},
     "tasks/translation/export.py": {"import techniques.packed"},
 }
 

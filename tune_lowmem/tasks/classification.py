@@ -225,25 +225,10 @@ class WideResNetCifar10(Cifar10Classification):
     MODEL_CONFIG = WideResNetConfig
     CHECKPOINT_STRATEGIES = WideResNet.CHECKPOINT_STRATEGIES
     EXACT: ClassVar = {"model.fused_norm": EVERY}  # fused BN-ReLU units: the same function
-
-    @classmethod
-    def validate_config(cls, config: TrialConfig) -> None:
-        """The fused BN-ReLU units compute in the storage dtype and normalise whole batches:
-        neither autocast nor simulated microbatching's group batch norm reaches them."""
-        super().validate_config(config)
-        fused = config.model.fused_norm
-        require(
-            fused == "none" or not config.precision.startswith("amp-"),
-            "model.fused_norm",
-            f"{fused!r} is not allowed with precision {config.precision} (autocast); allowed: none",
-        )
-        simulated = config.microbatch.mode == "simulated" and config.microbatch.size is not None
-        require(
-            fused == "none" or not simulated,
-            "model.fused_norm",
-            f"{fused!r} is not allowed with simulated microbatching (group batch norm); "
-            "allowed: none",
-        )
+    # the fused units compute in the storage dtype and normalise whole batches: neither autocast
+    # nor simulated microbatching's group batch norm reaches them
+    AUTOCAST_REACHES: ClassVar = {"model.fused_norm": ("none",)}
+    SIMULATED_REACHES: ClassVar = {"model.fused_norm": ("none",)}
 
     def build_model(self) -> nn.Module:
         return WideResNet.from_config(self.config.model)

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from torch import nn
 
+from ..validation import require
+
 # The trial's task (`tune_lowmem.tasks.base.Task`), which sits above the techniques: they use
 # only what its interface documents, and import no task module.
 Task = Any
@@ -65,6 +67,19 @@ class Technique:
     def task_needs(cls, task: Task, name: str) -> Any:
         """The task's (class's or instance's) `name` of `TASK_NEEDS`, or its declared default."""
         return getattr(task, name, cls.TASK_NEEDS[name])
+
+    @classmethod
+    def require_reached(cls, config: TrialConfig, task: Task, need: str, doing: str) -> None:
+        """Refuse a value of a task's param that the task declares out of this technique's
+        reach (`TASK_NEEDS[need]`: dotted param -> the values it reaches), naming the param;
+        `doing` says what the technique does (e.g. "precision amp-fp16 (autocast)")."""
+        flat = config.to_flat()
+        for param, reached in cls.task_needs(task, need).items():
+            require(
+                flat[param] in reached,
+                param,
+                f"{flat[param]!r} is not allowed with {doing}; allowed: {', '.join(reached)}",
+            )
 
     @classmethod
     def enabled(cls, config: TrialConfig) -> bool:

@@ -59,6 +59,8 @@ class Microbatching(Technique):
         "MICROBATCH_MODES": ("true",),
         "MICROBATCH_UNIT": "examples",
         "MICROBATCH_OF": None,
+        # a task's params -> the values simulated microbatching's group batch norm reaches
+        "SIMULATED_REACHES": {},
     }
 
     def __init__(self, config, task):
@@ -82,6 +84,9 @@ class Microbatching(Technique):
             "microbatch.size",
             f"{size} is not allowed; a divisor of schedule.{field} {batch} is required",
         )
+        if config.microbatch.mode == "simulated" and size is not None:
+            doing = "simulated microbatching (group batch norm)"
+            cls.require_reached(config, task, "SIMULATED_REACHES", doing)
 
     @classmethod
     def shape_settings(cls, config) -> dict[str, Any]:

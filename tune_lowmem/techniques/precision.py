@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -151,6 +151,9 @@ class Precision(StepRunner):
 
     NAME = "precision"
     SETTINGS = settings.PRECISION
+    # a task's params -> the values autocast reaches (a model part that computes in its storage
+    # dtype is out of its reach); {}: every value of every param
+    TASK_NEEDS: ClassVar = {"AUTOCAST_REACHES": {}}
 
     def __init__(self, config, task):
         super().__init__(config, task)
@@ -175,6 +178,9 @@ class Precision(StepRunner):
             f"{config.precision_update!r} is not allowed with precision {config.precision}; "
             "allowed: nearest (stochastic and kahan need precision bf16)",
         )
+        if config.precision.startswith("amp-"):
+            doing = f"precision {config.precision} (autocast)"
+            cls.require_reached(config, task, "AUTOCAST_REACHES", doing)
 
     @classmethod
     def shape_settings(cls, config) -> dict[str, Any]:
