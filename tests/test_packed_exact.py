@@ -182,3 +182,27 @@ def test_torchvision_packed_equals_masked_dense_within_rounding(case, flat, monk
     kept = [name for name in packed if not name.endswith(":grad")]
     packed, reference = ({n: views[n] for n in kept} for views in (packed, reference))
     assert differences(packed, reference, exact=False) == []
+
+
+def test_the_portable_state_is_the_packed_models_with_its_weights_dense(monkeypatch):
+    """What an export hands a tool that knows no packed layer (every technique's
+    `portable_state`, as `tune-lowmem export` applies them): the plain model's keys, each packed
+    weight scattered to its dense shape."""
+    import torch
+
+    from tune_lowmem.models.wideresnet import WideResNet
+    from tune_lowmem.plugins import techniques
+    from tune_lowmem.techniques.packed import SHAPE
+
+    config = tiny_wrn_config(**REWIRING)
+    packed = trainer(config, False, monkeypatch)
+    state = packed.model.state_dict()
+    for technique in techniques():
+        state = technique.portable_state(state)
+    assert state.keys() == WideResNet.from_config(config.model).state_dict().keys()
+    held = packed.model.state_dict()
+    weights = [key.removesuffix(SHAPE) + "weight" for key in held if key.endswith(SHAPE)]
+    dense = dense_views(packed)
+    assert weights and all(held[w].dim() == 1 for w in weights)  # packed: the nonzeros only
+    assert all(torch.equal(state[name], dense[name]) for name in state if name in dense)
+    assert all(state[w].shape == dense[w].shape and state[w].dim() == 4 for w in weights)

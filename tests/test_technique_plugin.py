@@ -49,11 +49,6 @@ AGNOSTIC = (
     "memory",
     "tasks",
 )
-# What concrete tasks still read of a built-in technique (its module, config section or key), by
-# file: left to move out of them (issue 42), each entry to go once its file reads it no more.
-NOT_YET_AGNOSTIC = {
-    "tasks/translation/export.py": {"import techniques.packed"},
-}
 
 
 def test_the_config_store_tasks_training_loop_and_profiler_name_no_technique():
@@ -67,7 +62,6 @@ def test_the_config_store_tasks_training_loop_and_profiler_name_no_technique():
     paths = [p for part in AGNOSTIC for p in sorted((package / part).glob("**/*.py"))]
     paths += [package / part for part in AGNOSTIC if part.endswith(".py")]
     assert len(paths) > len(AGNOSTIC)
-    assert {package / name for name in NOT_YET_AGNOSTIC} <= set(paths)
     for path in paths:
         found = set()
         for node in ast.walk(ast.parse(path.read_text())):
@@ -82,7 +76,7 @@ def test_the_config_store_tasks_training_loop_and_profiler_name_no_technique():
             if isinstance(text, str) and text.split(".")[0] in BUILTIN_TECHNIQUES:
                 found.add(f"string {text}")
         name = path.relative_to(package).as_posix()
-        assert found == NOT_YET_AGNOSTIC.get(name, set()), name
+        assert not found, (name, found)
 
 
 def test_an_installed_technique_is_a_config_field_profiled_and_trained(installed):

@@ -126,6 +126,13 @@ class Technique:
         return False
 
     @classmethod
+    def portable_state(cls, state: Mapping[str, torch.Tensor]) -> Mapping[str, torch.Tensor]:
+        """A model state_dict as tools that know none of its layers read it (e.g. a fairseq
+        export): what this technique holds in a form of its own, made plain; unchanged by
+        default."""
+        return state
+
+    @classmethod
     def peak_updates(cls, config: TrialConfig) -> list[int]:
         """The 0-based updates whose step may be a run's peak, for a measurement to take
         (none by default: the step after the warm-up stands for every step)."""

@@ -381,6 +381,11 @@ class Sparsity(Technique):
         self.engine: DynamicSparsity | None = None
 
     @classmethod
+    def portable_state(cls, state):
+        """Packed weights densified, their index buffers dropped (`packed.dense_state_dict`)."""
+        return packed.dense_state_dict(state)
+
+    @classmethod
     def enabled(cls, config) -> bool:
         return config.sparsity.enabled
 

@@ -11,6 +11,7 @@ from ... import store
 from ...config import TrialConfig
 from ...data import data_root, iwslt14
 from ...models.dynamicconv import DynamicConvConfig
+from ...plugins import techniques
 from ...validation import ConfigError
 from .fairseq_interop import require_fairseq
 
@@ -36,12 +37,14 @@ def export_fairseq(
     require_fairseq("--format")
     import torch
 
-    from ...techniques.packed import dense_state_dict
     from .fairseq_tools import REQUIRED_BATCH_SIZE_MULTIPLE, export_checkpoint
 
     corpus = iwslt14.load(iwslt14.find_folder(data_root(config.data)))
-    path = export_checkpoint(  # fairseq knows no packed layers: sparse weights densified
-        dense_state_dict(torch.load(weights, map_location="cpu", weights_only=True)),
+    state = torch.load(weights, map_location="cpu", weights_only=True)
+    for technique in techniques():  # fairseq knows none of their layers (packed weights)
+        state = technique.portable_state(state)
+    path = export_checkpoint(
+        state,
         config.model,
         corpus.src_dict.symbols,
         corpus.tgt_dict.symbols,
