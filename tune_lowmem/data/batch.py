@@ -21,12 +21,12 @@ HOST_DATA = {"host_data": True}
 
 def batch_tensors(batch: Any) -> list[torch.Tensor]:
     """The tensors a minibatch holds (the host data it refers to left out)."""
-    return [part for part in _own_parts(batch) if torch.is_tensor(part)]
+    return [part for part in _parts(batch, host=False) if torch.is_tensor(part)]
 
 
 def host_data_tensors(batch: Any) -> list[torch.Tensor]:
     """The tensors of the host data a minibatch refers to (`HOST_DATA` fields)."""
-    return [t for value in _host_parts(batch) for t in _tensors_in(value)]
+    return [t for value in _parts(batch, host=True) for t in _tensors_in(value)]
 
 
 def map_tensors(fn: Callable[[torch.Tensor], torch.Tensor], batch: Any, *, host_data=False) -> Any:
@@ -37,7 +37,7 @@ def map_tensors(fn: Callable[[torch.Tensor], torch.Tensor], batch: Any, *, host_
     changes = {}
     for field in dataclasses.fields(batch):
         value = getattr(batch, field.name)
-        if field.metadata.get("host_data"):
+        if _is_host(field):
             if host_data:
                 changes[field.name] = _map_in(fn, value)
         elif torch.is_tensor(value):
@@ -57,34 +57,29 @@ def split_rows(batch: Any, size: int | None) -> list[Any]:
     ]
 
 
-def _own_parts(batch: Any) -> list[Any]:
-    if dataclasses.is_dataclass(batch):
-        fields = dataclasses.fields(batch)
-        return [getattr(batch, f.name) for f in fields if not f.metadata.get("host_data")]
-    return list(batch)
+def _is_host(field: dataclasses.Field) -> bool:
+    return bool(field.metadata.get("host_data"))
 
 
-def _host_parts(batch: Any) -> list[Any]:
+def _parts(batch: Any, host: bool) -> list[Any]:
+    """A minibatch's values that are host data (`host`) or its own; a tuple's are all its own."""
     if not dataclasses.is_dataclass(batch):
-        return []
-    return [
-        getattr(batch, f.name) for f in dataclasses.fields(batch) if f.metadata.get("host_data")
-    ]
+        return [] if host else list(batch)
+    return [getattr(batch, f.name) for f in dataclasses.fields(batch) if _is_host(f) == host]
+
+
+def _tensor_fields(value: Any) -> dict[str, torch.Tensor]:
+    """A dataclass's tensor fields by name."""
+    fields = dataclasses.fields(value)
+    return {f.name: t for f in fields if torch.is_tensor(t := getattr(value, f.name))}
 
 
 def _tensors_in(value: Any) -> list[torch.Tensor]:
     """A host data field's tensors: itself, or a dataclass's tensor fields."""
-    if torch.is_tensor(value):
-        return [value]
-    return [t for f in dataclasses.fields(value) if torch.is_tensor(t := getattr(value, f.name))]
+    return [value] if torch.is_tensor(value) else list(_tensor_fields(value).values())
 
 
 def _map_in(fn: Callable[[torch.Tensor], torch.Tensor], value: Any) -> Any:
     if torch.is_tensor(value):
         return fn(value)
-    changes = {
-        f.name: fn(t)
-        for f in dataclasses.fields(value)
-        if torch.is_tensor(t := getattr(value, f.name))
-    }
-    return dataclasses.replace(value, **changes)
+    return dataclasses.replace(value, **{n: fn(t) for n, t in _tensor_fields(value).items()})
