@@ -8,7 +8,7 @@ import optuna
 import pytest
 
 from tune_lowmem.config import ConfigError
-from tune_lowmem.search import replay
+from tune_lowmem.search import known_memory, replay
 from tune_lowmem.search.gaussian_process import GaussianProcess
 from tune_lowmem.search.known_memory import (
     KnownMemorySampler,
@@ -380,6 +380,25 @@ def test_past_n_modelled_each_model_learns_a_bounded_subset_holding_the_front(mo
     assert len(front) <= 4 and len(kept) == 8
     assert {trials[i].number for i in front} | {38, 39} <= {t.number for t in kept}
     assert sampler.modelled(trials[:8], 4) == trials[:8]  # up to n_modelled: every trial
+
+
+def test_an_asks_work_does_not_grow_with_the_study(monkeypatch):
+    """Past `n_modelled`, an ask reads what it needs of each finished trial once, not at every
+    ask (`known_memory.per_finished_trial`): a second ask keys as many points with 40 trials
+    told as with 160, its candidates only."""
+    space, _ = table_space()
+    keyed = []
+    key = known_memory.training_key
+    monkeypatch.setattr(known_memory, "training_key", lambda p: keyed.append(1) or key(p))
+    second = {}
+    for points in (40, 160):
+        sampler = KnownMemorySampler(space, seed=0, n_candidates=64, n_modelled=8, memory=memory)
+        trials = told_study(space, sampler, points).get_trials(deepcopy=False)
+        sampler.choose(trials, points)
+        keyed.clear()
+        sampler.choose(trials, points)
+        second[points] = len(keyed)
+    assert second[40] == second[160] > 0
 
 
 def test_below_n_modelled_an_ask_is_that_of_a_model_of_every_trial():

@@ -51,7 +51,7 @@ import itertools
 import json
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
 
@@ -117,6 +117,14 @@ class KnownMemorySampler(BaseSampler):
         self.rng = np.random.default_rng(seed)
         self.fallback = RandomSampler(seed=seed)
         self.cache: dict[str, float | None] = {}
+        self.index = {name: i for i, name in enumerate(space.objectives)}  # in told values
+        # an uninformative told value (an infeasible or failed point's), and what an ask reads
+        # of each of the study's trials, kept once it is finished (`per_finished_trial`)
+        self.worst = worst_value(
+            self.learned, space.objectives[self.learned], space.base.get("task")
+        )
+        self.keys: dict[int, tuple[FrozenTrial, str]] = {}
+        self.informed: dict[int, tuple[FrozenTrial, bool]] = {}
         self.distributions = {p.name: distribution(p) for p in space.params}
 
     def reseed_rng(self) -> None:
@@ -155,7 +163,7 @@ class KnownMemorySampler(BaseSampler):
     ) -> dict[str, Any] | None:
         asked = [t for t in trials if t.number != number and t.params]
         told = [t for t in asked if t.state == TrialState.COMPLETE and self.informative(t)]
-        seen = {training_key(t.params) for t in asked}
+        seen = {self.key_of(t) for t in asked}
         kept = self.modelled(told, self.n_modelled)
         trainings: dict[str, dict[str, Any]] = {}
         for candidate in self.candidates(kept):
@@ -175,23 +183,29 @@ class KnownMemorySampler(BaseSampler):
         """Once every training was asked: those that only a stopped trial tried (`stopped`: the
         points early stopping cut short), each once more. A stop may cut a front point short,
         and a point asked again runs to its end (`MultiObjectiveASHA.decide`)."""
-        times = Counter(training_key(t.params) for t in asked)
+        times = Counter(self.key_of(t) for t in asked)
         again = {
             key: self.variants(t.params)
             for t in asked
-            if t.number in stopped and times[key := training_key(t.params)] == 1
+            if t.number in stopped and times[key := self.key_of(t)] == 1
         }
         return list(again.values())
 
     def informative(self, trial: FrozenTrial) -> bool:
         """A told trial that trained: not an infeasible or failed point told the worst value."""
-        direction = self.space.objectives[self.learned]
-        value = self.told(trial, self.learned)
-        worst = worst_value(self.learned, direction, self.space.base.get("task"))
-        return math.isfinite(value) and value != worst and self.told(trial, self.known) > 0
+
+        def trained(trial: FrozenTrial) -> bool:
+            value = self.told(trial, self.learned)
+            return math.isfinite(value) and value != self.worst and self.told(trial, self.known) > 0
+
+        return per_finished_trial(self.informed, trial, trained)
+
+    def key_of(self, trial: FrozenTrial) -> str:
+        """The `training_key` of an asked trial's params."""
+        return per_finished_trial(self.keys, trial, lambda t: training_key(t.params))
 
     def told(self, trial: FrozenTrial, objective: str) -> float:
-        return float(trial.values[list(self.space.objectives).index(objective)])
+        return float(trial.values[self.index[objective]])
 
     def memory_of(self, params: Mapping[str, Any]) -> float | None:
         """The known memory objective, cached per point."""
@@ -389,6 +403,21 @@ class KnownMemorySampler(BaseSampler):
 
 
 MISSING = object()
+
+
+def per_finished_trial(
+    cache: dict[int, tuple[FrozenTrial, Any]], trial: FrozenTrial, fact: Callable
+) -> Any:
+    """`fact(trial)`, kept in `cache` once the trial is finished (its params and values are then
+    final, and the study hands back the same object at every ask): an ask reads every trial of
+    the study, so a long sweep's ask would otherwise grow with it."""
+    held = cache.get(id(trial))
+    if held is not None and held[0] is trial:
+        return held[1]
+    value = fact(trial)
+    if trial.state.is_finished():
+        cache[id(trial)] = (trial, value)
+    return value
 
 
 def trained_value(name: str, value: Any) -> Any:
