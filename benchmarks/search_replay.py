@@ -35,7 +35,10 @@ from tune_lowmem.search import replay
 from tune_lowmem.search.scheduler import MEMORY_BAND
 from tune_lowmem.space import SearchSpace
 
-SAMPLERS = ("random", "tpe", "nsga2", "gp", "grid", "known-memory")
+SAMPLERS = ("random", "tpe", "nsga2", "gp", "gp-matched", "grid", "known-memory")
+# baselines that are a sampler with stated options (`--samplers` names them): GP given what
+# known-memory has, its 4 start-up points, and told the table's values are noise-free
+VARIANTS = {"gp-matched": ("gp", {"n_startup_trials": 4, "deterministic_objective": True})}
 TARGETS = (0.90, 0.95, 0.99)  # printed by default
 RECORDED = (0.50, 0.75, 0.90, 0.95, 0.99)  # epochs to each are kept per sweep
 RESULTS = Path(__file__).parent / "results"  # search_replay_<grid>.jsonl: every sweep, reused
@@ -90,19 +93,21 @@ def describe(table: replay.Table, targets: tuple[float, ...]) -> dict:
 
 def settings(
     args: argparse.Namespace,
-    sampler: str,
+    name: str,
     scheduler: dict | None,
     band: float | None,
     exactness: bool,
 ) -> dict:
     """What a sweep's figures depend on, besides its seed (the cache's key; sweeps cached
-    without an ``exactness`` ran without it)."""
+    without an ``exactness`` ran without it). `name`: a sampler, or one of `VARIANTS`."""
+    sampler, options = VARIANTS.get(name, (name, args.options.get(name, {})))
     return {
         "table": hashlib.sha256(Path(args.table).read_bytes()).hexdigest()[:16],
         "points": args.points,
         "workers": args.workers,
         "sampler": sampler,
-        "sampler_options": args.options.get(sampler, {}),
+        "sampler_options": options,
+        **({"variant": name} if name in VARIANTS else {}),
         "scheduler": scheduler,
         "memory_band": band if scheduler else None,
         "clock": "wall",  # workers in step (`replay`); sweeps without it let new trials catch up
@@ -113,7 +118,9 @@ def settings(
 
 
 def method_name(setting: dict) -> str:
-    sampler = setting["sampler"] + (" + exactness" if setting.get("exactness") else "")
+    options = ", ".join(f"{k}={v}" for k, v in setting["sampler_options"].items())
+    sampler = setting.get("variant") or setting["sampler"] + (f" ({options})" if options else "")
+    sampler += " + exactness" if setting.get("exactness") else ""
     scheduler = setting["scheduler"]
     if not scheduler:
         return sampler
@@ -199,7 +206,11 @@ def main() -> None:
         help="exactness variants run (off, on, or off,on): on, every asked point trains as its "
         "training's least-memory variant and a training asked before answers it",
     )
-    parser.add_argument("--baseline", default="gp", help="the sampler others are paired with")
+    parser.add_argument(
+        "--baseline",
+        default="gp",
+        help="the method others are paired with, as printed (e.g. 'gp-matched + exactness')",
+    )
     parser.add_argument("--results", type=Path, help="JSON lines, reused (default: per grid)")
     parser.add_argument(
         "--summary",
@@ -244,7 +255,8 @@ def main() -> None:
     }
     variants = [(*every[name], on) for on in args.exactness for name in args.stopping.split(",")]
     samplers = args.samplers.split(",")
-    order = sorted(samplers, key=lambda s: s != args.baseline)  # the baseline first
+    # the baseline's sampler first
+    order = sorted(samplers, key=lambda s: s != args.baseline.split(" + ")[0])
     baseline: dict[int, dict] = {}
     summary = []
     for sampler in order:

@@ -156,6 +156,9 @@ def main() -> None:
         help="with --analyse: lines 'unix-time trials-files epochs-files driver-rss-kB' taken "
         "beside the stopped sweep",
     )
+    parser.add_argument(
+        "--store", type=Path, help="keep the sweep's store here (default: a folder removed after)"
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/sweep_scale.json")
     parser.add_argument("--key", help="the entry of --out written (default: trials_<trials>)")
     add_arguments(parser)
@@ -170,7 +173,7 @@ def main() -> None:
         if args.analyse:
             root, measured = args.analyse, outside_samples(args.samples)
         else:
-            root = Path(tmp) / "runs"
+            root = args.store or Path(tmp) / "runs"
             measured = run_sweep(path, root, args)
         loop_after = plain_loop(space, probe[args.loop_trials // 2 :])
         rows = store.read_trials(root, SWEEP)
