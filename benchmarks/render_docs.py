@@ -297,20 +297,29 @@ def epochs(value: float) -> str:
 
 
 def search_replay(result: dict) -> str:
-    """Epochs to each share of the best hypervolume, median [quartiles] over sampler seeds, and
-    the seeds where a method needed fewer / more epochs than the baseline on the same seed,
-    with its epochs over all seeds less the baseline's (where every sweep reached the target)."""
+    """Epochs to each share of the best hypervolume, median [quartiles] over sampler seeds; each
+    median over the baseline's (the first row); and the seeds where a method needed fewer / more
+    epochs than the baseline on the same seed, with its epochs over all seeds less the
+    baseline's (where every sweep reached the target)."""
     targets = [f"{t:.2f}" for t in result["targets"]]
     baseline = result["rows"][0]
     paired = {s["seed"]: s["epochs_to"] for s in baseline["sweeps"]}
+
+    def median(sweeps: list[dict], target: str) -> float:
+        return nearest_percentile([s["epochs_to"][target] for s in sweeps], 0.5)
+
     lines = []
     for method in result["rows"]:
         sweeps = method["sweeps"]
         cells = [method["method"], len(sweeps)]
         for t in targets:
             values = [s["epochs_to"][t] for s in sweeps]
-            q1, median, q3 = (epochs(nearest_percentile(values, q)) for q in (0.25, 0.5, 0.75))
-            cells.append(f"{median} [{q1}-{q3}]")
+            q1, middle, q3 = (epochs(nearest_percentile(values, q)) for q in (0.25, 0.5, 0.75))
+            cells.append(f"{middle} [{q1}-{q3}]")
+        for t in targets:
+            ours, theirs = median(sweeps, t), median(baseline["sweeps"], t)
+            finite = math.isfinite(ours) and math.isfinite(theirs)
+            cells.append(f"{ours / theirs:.2f}x" if finite and method is not baseline else "-")
         for t in targets:
             pairs = [(s["epochs_to"][t], paired[s["seed"]][t]) for s in sweeps]
             ahead, behind = sum(a < b for a, b in pairs), sum(a > b for a, b in pairs)
@@ -320,6 +329,7 @@ def search_replay(result: dict) -> str:
         lines.append(cells)
     share = [f"{float(t):.0%}" for t in targets]
     header = ["method", "seeds", *(f"epochs to {s}" for s in share)]
+    header += [f"median over {baseline['method']}'s at {s}" for s in share]
     header += [f"fewer / more (net epochs) than {baseline['method']} at {s}" for s in share]
     about = result.get("table")
     if about is None:
