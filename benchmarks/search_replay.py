@@ -280,6 +280,8 @@ def main() -> None:
                         out.write(json.dumps(cached) + "\n")
                 rows[i].append(cached)
         for i, setting in enumerate(methods):
+            if not rows[i]:  # --cached-only: a method none of whose seeds ran yet
+                continue
             name = method_name(setting)
             cells = "".join(
                 f"{quartiles([r['epochs_to'][f'{t:.2f}'] for r in rows[i]]):>17s}"
