@@ -254,13 +254,17 @@ def main() -> None:
         "margin": ({"type": "margin", **rungs}, None),
     }
     variants = [(*every[name], on) for on in args.exactness for name in args.stopping.split(",")]
-    samplers = args.samplers.split(",")
-    # the baseline's sampler first
-    order = sorted(samplers, key=lambda s: s != args.baseline.split(" + ")[0])
+    every_method = {s: [settings(args, s, *v) for v in variants] for s in args.samplers.split(",")}
+
+    def not_baseline(setting: dict) -> bool:
+        return method_name(setting) != args.baseline
+
+    # the baseline's method first, which the others are paired with (and the summary's first row)
+    order = sorted(every_method, key=lambda s: all(map(not_baseline, every_method[s])))
     baseline: dict[int, dict] = {}
     summary = []
     for sampler in order:
-        methods = [settings(args, sampler, *variant) for variant in variants]
+        methods = sorted(every_method[sampler], key=not_baseline)
         rows: list[list[dict]] = [[] for _ in methods]
         spent: list[list[float]] = [[] for _ in methods]
         # every method per seed: a cut-short run stays paired
