@@ -35,7 +35,7 @@ from tune_lowmem.search import replay
 from tune_lowmem.search.scheduler import MEMORY_BAND
 from tune_lowmem.space import SearchSpace
 
-SAMPLERS = ("random", "tpe", "nsga2", "gp", "gp-matched", "grid", "known-memory")
+SAMPLERS = ("random", "tpe", "nsga2", "gp", "gp-matched", "grid", "known-memory", "qlognehvi")
 # baselines that are a sampler with stated options (`--samplers` names them): GP given what
 # known-memory has, its 4 start-up points, and told the table's values are noise-free
 VARIANTS = {"gp-matched": ("gp", {"n_startup_trials": 4, "deterministic_objective": True})}

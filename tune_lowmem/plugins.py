@@ -212,6 +212,8 @@ SAMPLERS = {  # the built-in sampler names of a search space, and the classes th
     "grid": "tune_lowmem.search.samplers:GridSampler",
     # the project's own: accuracy learned, memory asked of the profiler (search/known_memory.py)
     "known-memory": "tune_lowmem.search.known_memory:KnownMemorySampler",
+    # the same with BoTorch's model and qLogNEHVI (the `botorch` extra; search/qlognehvi.py)
+    "qlognehvi": "tune_lowmem.search.qlognehvi:QLogNEHVISampler",
 }
 SAMPLER_GROUP = "tune_lowmem.samplers"
 

@@ -265,10 +265,27 @@ class KnownMemorySampler(BaseSampler):
         return self.cheapest(options[weighed[0][0]])[0]
 
     def best_improvement(self, options, told, kept, asked, pending) -> dict[str, Any] | None:
-        """The training of the largest expected hypervolume improvement, at its cheapest variant,
-        of the `n_predicted` trainings whose improvement is largest at the memory a model of the
-        asked points' memories guesses (optimistically: its mean less one standard deviation).
-        The front is every told point's; the model learns the `kept` ones (`modelled`)."""
+        """The training of the largest expected hypervolume improvement (`improvement`), at its
+        cheapest variant, of the `n_predicted` trainings whose improvement is largest at the
+        memory a model of the asked points' memories guesses (optimistically: its mean less one
+        standard deviation)."""
+        score = self.improvement(options, told, kept, pending)
+        guess = self.guessed_log_memory(options, asked)
+        guessed = score(np.arange(len(options)), np.array([np.min(g) for g in guess]))
+        order = np.argsort(-guessed, kind="stable")
+        weighed = self.weighed(options, order, self.n_predicted, guess)
+        if not weighed:
+            return None
+        which = np.array([index for index, _ in weighed])
+        found = score(which, np.log10([m for _, m in weighed]))
+        best = np.flatnonzero(np.isclose(found, found.max(), rtol=1e-9, atol=0.0))
+        return self.cheapest(options[which[int(self.rng.choice(best))]])[0]
+
+    def improvement(self, options, told, kept, pending) -> Improvement:
+        """The acquisition: (indices of `options`, their log memories) -> each one's expected
+        hypervolume improvement, closed form (`expected_improvement`) under a Gaussian process
+        of the learned objective that learns the `kept` trials (`modelled`), with the running
+        points at its own mean (a kriging believer); the front is every told point's."""
         values = self.signed_values(told)
         memories = np.array([self.told(t, self.known) for t in told])
         model = GaussianProcess.fit(
@@ -280,22 +297,12 @@ class KnownMemorySampler(BaseSampler):
         mean, std = model.predict(np.array([self.encode(o[0]) for o in options]))
         front = front_points(values, np.log10(memories))
 
-        def gains(which, log_memory):
-            ceiling = np.log10(1.1) + max(np.max(log_memory), np.log10(memories.max()))
-            reference = (float(values.min()), float(ceiling))
+        def gains(which: np.ndarray, log_memory: np.ndarray) -> np.ndarray:
+            ceiling = reference_log_memory(memories, log_memory)
+            reference = (float(values.min()), ceiling)
             return expected_improvement(mean[which], std[which], log_memory, front, reference)
 
-        guess = self.guessed_log_memory(options, asked)
-        every = np.arange(len(options))
-        guessed = gains(every, np.array([np.min(g) for g in guess]))
-        order = np.argsort(-guessed, kind="stable")
-        weighed = self.weighed(options, order, self.n_predicted, guess)
-        if not weighed:
-            return None
-        which = np.array([index for index, _ in weighed])
-        found = gains(which, np.log10([m for _, m in weighed]))
-        best = np.flatnonzero(np.isclose(found, found.max(), rtol=1e-9, atol=0.0))
-        return self.cheapest(options[which[int(self.rng.choice(best))]])[0]
+        return gains
 
     def guessed_log_memory(self, options, asked: Sequence[FrozenTrial]) -> list[np.ndarray]:
         """Each training's variants' log memories as a Gaussian process of the log memories of
@@ -403,6 +410,13 @@ class KnownMemorySampler(BaseSampler):
 
 
 MISSING = object()
+# (indices of an ask's options, their log memories) -> each one's acquisition value
+Improvement = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
+def reference_log_memory(memories: np.ndarray, log_memory: np.ndarray) -> float:
+    """The hypervolume's bound in log memory: 1.1x the largest memory told or weighed."""
+    return float(np.log10(1.1) + max(np.max(log_memory), np.log10(memories.max())))
 
 
 def per_finished_trial(

@@ -46,6 +46,7 @@ AT_LEAST_ONE = (
     "population_size",
     "n_candidates",
     "n_predicted",
+    "mc_samples",
 )  # options counting draws
 
 
