@@ -124,9 +124,9 @@ def method_name(setting: dict) -> str:
     scheduler = setting["scheduler"]
     if not scheduler:
         return sampler
-    if scheduler["type"] == "hypervolume":
+    if scheduler["type"] in ("hypervolume", "curve"):
         first = scheduler["grace_epochs"]
-        return f"{sampler} + hypervolume stopping (rungs from epoch {first})"
+        return f"{sampler} + {scheduler['type']} stopping (rungs from epoch {first})"
     if scheduler["type"] == "margin":
         rungs = f"grace {scheduler['grace_epochs']}, factor {scheduler['reduction_factor']:g}"
         return f"{sampler} + margin stopping ({rungs})"
@@ -197,7 +197,8 @@ def main() -> None:
         default="none,whole,band",
         help="early stopping variants run (`scheduler.type`): none, mo-asha on the whole rung, "
         "mo-asha in bands, hypervolume (stop only what cannot add hypervolume), margin (stop "
-        "what a trial of no more memory leads by more than curves ever closed)",
+        "what a trial of no more memory leads by more than curves ever closed), curve (stop "
+        "what cannot add hypervolume, its final values extrapolated from its own curve)",
     )
     parser.add_argument(
         "--exactness",
@@ -252,6 +253,7 @@ def main() -> None:
         "band": ({"type": "mo-asha", **rungs}, args.band),
         "hypervolume": ({"type": "hypervolume", **rungs}, None),
         "margin": ({"type": "margin", **rungs}, None),
+        "curve": ({"type": "curve", **rungs}, None),
     }
     variants = [(*every[name], on) for on in args.exactness for name in args.stopping.split(",")]
     every_method = {s: [settings(args, s, *v) for v in variants] for s in args.samplers.split(",")}

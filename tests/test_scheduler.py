@@ -1,6 +1,6 @@
 """Multi-objective early stopping: its decisions on hand-made curves, its record surviving a
-restart, its settings checked in the space, the hypervolume and margin rules, and the replay
-harness on a tiny table."""
+restart, its settings checked in the space, the hypervolume, margin and curve rules, and the
+replay harness on a tiny table."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from ray.tune.schedulers import TrialScheduler
 from tune_lowmem.config import ConfigError
 from tune_lowmem.scheduler_settings import SCHEDULERS, SchedulerSettings
 from tune_lowmem.search import place, replay
+from tune_lowmem.search.curve_stopping import CurveStopping, extrapolate
 from tune_lowmem.search.hv_stopping import HypervolumeStopping
 from tune_lowmem.search.margin_stopping import MarginStopping
 from tune_lowmem.search.scheduler import RECORD, STOPPED_POINTS, MultiObjectiveASHA, projected
@@ -403,7 +404,7 @@ def test_finished_trials_survive_a_restart(tmp_path):
     assert projected("resumed", "a") is None
 
 
-@pytest.mark.parametrize("kind", ["hypervolume", "margin"])
+@pytest.mark.parametrize("kind", ["hypervolume", "margin", "curve"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_replay_stops_trials_without_losing_the_front(seed, kind):
     """On the tiny table every curve gains 0.1 after epoch 1 and one point dominates the
@@ -485,3 +486,68 @@ def test_a_trial_is_stopped_when_one_of_no_more_memory_leads_it_by_the_margin():
     hypervolume = hv_stopping()
     finish(hypervolume)
     assert hypervolume.decide("h", result(1, 0.40, 25.0)) == GO
+
+
+# ---- CurveStopping: the final values extrapolated from the trial's own curve ----
+
+
+def curve_stopping(sweep: str | None = None, reduction_factor: float = 3) -> CurveStopping:
+    settings = SchedulerSettings(
+        "curve", grace_epochs=1, reduction_factor=reduction_factor, max_epochs=9
+    )
+    return CurveStopping(settings, OBJECTIVES, sweep)
+
+
+def test_extrapolate_fits_a_line_and_adds_the_residuals_top():
+    """Losses at the rung 1, 2, 3 ending at 0.5, 1.1, 1.5: the line y = 0.5 x + 0.033 (least
+    squares) leaves residuals -0.033, +0.067, -0.033; the optimistic end of a trial at 2.5 is
+    its prediction 1.283 less 0.033 less the range 0.1 / 2."""
+    at_rung, at_end = np.array([1.0, 2.0, 3.0]), np.array([0.5, 1.1, 1.5])
+    assert extrapolate(at_rung, at_end, 2.5) == pytest.approx(0.5 * 2.5 + 0.1 / 3 - 0.1 / 3 - 0.05)
+    # never worse than the trial's value at the rung
+    assert extrapolate(at_rung, at_end, -4.0) == -4.0
+    # order reversing (a falling line) is not believed: slope 0, so the best end seen (0.5)
+    # less the residuals' range (1.0) / 2
+    assert extrapolate(at_rung, at_end[::-1], 2.0) == pytest.approx(0.5 - 0.5)
+    # with no spread at the rung, the hypervolume rule's gain: the largest (0.5) plus the
+    # range (0.2) / 2
+    assert extrapolate(np.ones(3), np.array([0.5, 0.6, 0.7]), 1.2) == pytest.approx(1.2 - 0.6)
+    # a missing value leaves its pair out; fewer than three pairs move nothing
+    missing = np.array([1.0, np.inf, 3.0, 4.0])
+    assert extrapolate(missing, np.array([0.5, 1.1, 1.5, 2.0]), 2.5) < 2.5
+    assert extrapolate(at_rung[:2], at_end[:2], 2.5) == 2.5
+
+
+def test_curve_rule_judges_a_trial_by_its_own_curve():
+    """FINISHED's curves gain less the further ahead they are at rung 1 (a slope of 0.5): the
+    hypervolume rule gives every trial the largest gain, 0.30; the curve rule gives d (0.20 at
+    30 MB) a predicted 0.5625 > b's 0.55 at 20 MB, so d goes on, where the hypervolume rule,
+    adding 0.30, stops it. When curves keep their order (IN_ORDER: gains 0.20, 0.20, 0.22),
+    the curve rule stops k (0.38 at 30 MB: predicted 0.593 < b's 0.60), which the hypervolume
+    rule's 0.23 keeps."""
+    hypervolume, curve = hv_stopping(), curve_stopping()
+    finish(hypervolume)
+    finish(curve)
+    assert hypervolume.decide("d", result(1, 0.20, 30.0)) == STOP
+    assert curve.decide("d", result(1, 0.20, 30.0)) == GO
+    in_order = {"a": (0.30, 0.50, 10.0), "b": (0.40, 0.60, 20.0), "c": (0.50, 0.72, 40.0)}
+    hypervolume, curve = hv_stopping(), curve_stopping()
+    for scheduler in (hypervolume, curve):
+        for trial, (first, final, memory) in in_order.items():
+            scheduler.decide(trial, result(1, first, memory))
+            scheduler.decide(trial, result(9, final, memory, "completed"))
+    assert hypervolume.decide("k", result(1, 0.38, 30.0)) == GO
+    assert curve.decide("k", result(1, 0.38, 30.0)) == STOP
+    assert curve.projected == {"k": [pytest.approx(0.5847 + 0.0033 + 0.005, abs=1e-3), 30.0]}
+
+
+def test_curve_rule_waits_for_three_finished_trials_and_survives_a_restart(tmp_path):
+    place.bind("curves", tmp_path)
+    place.sweep_folder(tmp_path, "curves").mkdir(parents=True)
+    early = curve_stopping("curves", reduction_factor=2)
+    finish(early, "ab")
+    assert early.decide("hopeless", result(1, 0.0, 99.0)) == GO  # two fit a line exactly
+    finish(early, "c")
+    rebuilt = curve_stopping("curves", reduction_factor=2)  # the fit from the sweep's record
+    assert rebuilt.decide("d", result(1, 0.10, 30.0)) == STOP
+    assert projected("curves", "d") == pytest.approx([0.5125, 30.0])

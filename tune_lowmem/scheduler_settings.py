@@ -14,7 +14,7 @@ from typing import Any
 
 from .validation import Field, checked, choice, is_int, is_number, positive_int, require
 
-SCHEDULERS = ("mo-asha", "hypervolume", "margin")  # `search.stopping.RULES`
+SCHEDULERS = ("mo-asha", "hypervolume", "margin", "curve")  # `search.stopping.RULES`
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,8 @@ class SchedulerSettings:
     epochs, below max_epochs (the base's schedule.epochs); at each, the rule `type` names
     (`search.stopping`) stops trials: ``mo-asha`` by Pareto rank, ``hypervolume`` when a
     finished trial dominates its optimistic final values, ``margin`` when a trial at the rung of
-    no more memory leads it by more than finished curves ever closed."""
+    no more memory leads it by more than finished curves ever closed, ``curve`` when a finished
+    trial dominates its final values extrapolated from its own curve."""
 
     type: str = "mo-asha"
     grace_epochs: int = 1

@@ -33,11 +33,12 @@ class HypervolumeStopping(MultiObjectiveASHA):
     module); the front is the final values of the trials that reached the schedule's end."""
 
     TYPE = "hypervolume"
+    least_finished = 2  # finished trials at the rung before a guess (and the reduction factor)
 
     def goes_on(self, rung: Mapping[str, list[float | None]], trial_id: str) -> bool:
-        moved = self.moved(rung)
-        if moved is None or len(moved) < self.settings.reduction_factor:
+        finished = len(self.finished_at(rung))
+        if finished < max(self.least_finished, self.settings.reduction_factor):
             return True
-        optimistic = self.optimistic(rung, trial_id, moved)
+        optimistic = self.optimistic(rung, trial_id)
         front = self.losses(list(self.finals.values()))
         return not bool(np.any(np.all(front <= optimistic, axis=1)))

@@ -166,10 +166,14 @@ class MultiObjectiveASHA(FIFOScheduler):
 
     # ---- what the finished trials' curves tell ---------------------------------------------
 
+    def finished_at(self, rung: Mapping[str, list[float | None]]) -> list[str]:
+        """The trials recorded at the rung that reached the schedule's end."""
+        return [t for t in self.finals if t in rung]
+
     def moved(self, rung: Mapping[str, list[float | None]]) -> np.ndarray | None:
         """How far each finished trial recorded at the rung moved from there to its end, per
         objective, as losses (a missing value: not moved); None with fewer than two."""
-        finished = [t for t in self.finals if t in rung]
+        finished = self.finished_at(rung)
         if len(finished) < 2:
             return None
         at_rung = self.losses([rung[t] for t in finished])
@@ -178,12 +182,16 @@ class MultiObjectiveASHA(FIFOScheduler):
         return np.where(np.isfinite(moved), moved, 0.0)
 
     def optimistic(
-        self, rung: Mapping[str, list[float | None]], trial_id: str, moved: np.ndarray
-    ) -> np.ndarray:
+        self, rung: Mapping[str, list[float | None]], trial_id: str
+    ) -> np.ndarray | None:
         """A trial's values at the rung, as losses, moved by the largest gain to the end that
         the n finished trials' moves (`moved`) suggest, per objective: the largest of them plus
         their range / (n - 1), the unbiased estimate of the top of a uniform spread from n draws
-        (the largest of a few draws understates it); never less than none."""
+        (the largest of a few draws understates it); never less than none. None with fewer than
+        two finished trials."""
+        moved = self.moved(rung)
+        if moved is None:
+            return None
         top, bottom = moved.max(axis=0), moved.min(axis=0)
         gain = np.maximum(top + (top - bottom) / (len(moved) - 1), 0.0)
         return self.losses([rung[trial_id]])[0] - gain
@@ -192,11 +200,10 @@ class MultiObjectiveASHA(FIFOScheduler):
         """A trial's optimistic values (`optimistic`; as reported with fewer than two finished
         trials; a missing value stays missing): what a stopped trial's point is told (see the
         module)."""
-        moved = self.moved(rung)
-        if moved is None:
+        guess = self.optimistic(rung, trial_id)
+        if guess is None:
             return list(rung[trial_id])
-        directions = list(self.objectives.values())
-        values = pareto.as_losses([self.optimistic(rung, trial_id, moved)], directions)[0]
+        values = pareto.as_losses([guess], list(self.objectives.values()))[0]
         return [None if math.isinf(v) else float(v) for v in values]  # losses back to values
 
     def losses(self, values: list[list[float | None]]) -> np.ndarray:

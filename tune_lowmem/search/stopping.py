@@ -7,11 +7,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..scheduler_settings import SchedulerSettings
+from .curve_stopping import CurveStopping
 from .hv_stopping import HypervolumeStopping
 from .margin_stopping import MarginStopping
 from .scheduler import MultiObjectiveASHA
 
-RULES = {rule.TYPE: rule for rule in (MultiObjectiveASHA, HypervolumeStopping, MarginStopping)}
+RULES = {
+    rule.TYPE: rule
+    for rule in (MultiObjectiveASHA, HypervolumeStopping, MarginStopping, CurveStopping)
+}
 
 
 def build_scheduler(
