@@ -68,3 +68,19 @@ def test_a_running_point_lowers_the_gain_of_asking_it_again():
     alone = sampler.improvement(options, told, told, [])(which, log_memory)
     beside = sampler.improvement(options, told, told, [options[0][0]])(which, log_memory)
     assert beside[0] < alone[0] - np.log(2)  # log improvements: under half
+
+
+def test_a_fit_that_fails_every_start_still_asks(monkeypatch):
+    """BoTorch raises when every start of the fit stops short (seen on the ViT table): the
+    sampler asks with the GP's initial hyperparameters instead of failing the sweep."""
+    from botorch.exceptions.errors import ModelFittingError
+
+    def failing(mll, **options):
+        raise ModelFittingError("All attempts to fit the model have failed.")
+
+    sampler = built(sampler_seed=0)
+    study = run_study(sampler.space, sampler, 6)
+    monkeypatch.setattr(qlognehvi, "fit_gpytorch_mll", failing)
+    trials = study.get_trials()
+    chosen = sampler.choose(trials, len(trials))
+    assert chosen is not None and chosen not in [t.params for t in trials]
