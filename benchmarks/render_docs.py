@@ -335,10 +335,19 @@ def search_replay(result: dict) -> str:
     if about is None:
         return "\n".join(table(header, lines)) + "\n"
     intro = (
-        f"The table: {about['points']} points of {about['epochs']} epochs; one point alone holds "
+        f"The table: {about['points']} points of {about['epochs']} epochs{recorded(about)}; one "
+        "point alone holds "
         f"at most {about['one_point_share']:.0%} of the best hypervolume."
     )
     return "\n".join([intro, "", *table(header, lines)]) + "\n"
+
+
+def recorded(about: dict) -> str:
+    """What recording the table cost, where the summary kept it (summaries written before the
+    cost was kept have none)."""
+    if "trainings" not in about:
+        return ""
+    return f" ({about['trainings']} trainings, recorded in {about['training_hours']:.2f} h)"
 
 
 def ask_time(result: dict) -> str:

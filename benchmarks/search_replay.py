@@ -64,9 +64,12 @@ def against(rows: list[dict], baseline: dict[int, dict], target: str) -> str:
 TRADE_OFF = 0.75
 
 
-def describe(table: replay.Table, targets: tuple[float, ...]) -> dict:
-    """The table, and how many of its points reach each target on their own: a target that
+def describe(table: replay.Table, targets: tuple[float, ...], frame: pd.DataFrame) -> dict:
+    """The table, what recording it cost (each training once: exact variants share a curve and
+    its seconds), and how many of its points reach each target on their own: a target that
     many single points reach measures how fast a method finds one of them, not a front."""
+    trainings = frame.assign(trained=frame["curve"].map(tuple))
+    trainings = trainings.drop_duplicates(["trained", "train_seconds"])
     best = table.best_hypervolume()
     epochs = len(next(iter(table.curves.values()))[0])
     finals = np.array(table.finals())
@@ -75,7 +78,8 @@ def describe(table: replay.Table, targets: tuple[float, ...]) -> dict:
         f"table: {len(table.curves)} points x {epochs} epochs; final accuracy "
         f"{finals[:, 0].min():.3f}..{finals[:, 0].max():.3f}, memory "
         f"{finals[:, 1].min():.1f}..{finals[:, 1].max():.1f} MB; best hypervolume {best:.3f}; "
-        f"every point trained to the end: {len(table.curves) * epochs} epochs"
+        f"every point trained to the end: {len(table.curves) * epochs} epochs; recorded: "
+        f"{len(trainings)} trainings, {trainings['train_seconds'].sum() / 3600:.2f} h"
     )
     reach = ", ".join(f"{t:.0%}: {sum(a >= t for a in alone)}" for t in targets)
     verdict = "a real trade-off" if max(alone) <= TRADE_OFF else "NO real trade-off"
@@ -88,6 +92,8 @@ def describe(table: replay.Table, targets: tuple[float, ...]) -> dict:
         "epochs": epochs,
         "best_hypervolume": best,
         "one_point_share": max(alone),
+        "trainings": len(trainings),
+        "training_hours": float(trainings["train_seconds"].sum() / 3600),
     }
 
 
@@ -228,8 +234,9 @@ def main() -> None:
     args.table = args.table or str(recording.table)
     args.results = args.results or RESULTS / f"search_replay_{args.grid}.jsonl"
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    table = replay.Table.from_frame(pd.read_parquet(args.table))
-    described = describe(table, args.targets)
+    frame = pd.read_parquet(args.table)
+    table = replay.Table.from_frame(frame)
+    described = describe(table, args.targets, frame)
     done = {}
     if args.results.exists():
         for line in args.results.read_text().splitlines():
