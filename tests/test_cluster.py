@@ -396,8 +396,10 @@ def test_a_lost_worker_node_has_its_trial_retried_elsewhere(cluster, tmp_path):
     after = [r["epoch"] for r in results if r["node_id"] == head]
     # Resumed from a checkpoint it saved on node_b, not from scratch. (Tune fetches a reported
     # checkpoint with a second call to the trial; a node lost between the two leaves Tune the
-    # checkpoint before, and that epoch is trained again: its row is still stored once.)
-    assert before and 1 < after[0] <= before[-1] + 1 and after[-1] == 4
+    # checkpoint before, and that epoch is trained again: its row is still stored once. Nor
+    # does Tune's result log bound the resumed epoch: on a loaded machine it once held only
+    # epoch 1 from node_b where the trial resumed at epoch 3, from node_b's epoch-2 checkpoint.)
+    assert before and 1 < after[0] and after[-1] == 4
     epochs = store.read_epochs(root, sweep, lost)
     assert list(epochs["epoch"]) == [1, 2, 3, 4]
     # The searcher heard each point once, with its real result: the retry was not a failure.
