@@ -70,6 +70,7 @@ def describe(table: replay.Table, targets: tuple[float, ...], frame: pd.DataFram
     many single points reach measures how fast a method finds one of them, not a front."""
     trainings = frame.assign(trained=frame["curve"].map(tuple))
     trainings = trainings.drop_duplicates(["trained", "train_seconds"])
+    hours = float(trainings["train_seconds"].sum() / 3600)
     best = table.best_hypervolume()
     epochs = len(next(iter(table.curves.values()))[0])
     finals = np.array(table.finals())
@@ -79,7 +80,7 @@ def describe(table: replay.Table, targets: tuple[float, ...], frame: pd.DataFram
         f"{finals[:, 0].min():.3f}..{finals[:, 0].max():.3f}, memory "
         f"{finals[:, 1].min():.1f}..{finals[:, 1].max():.1f} MB; best hypervolume {best:.3f}; "
         f"every point trained to the end: {len(table.curves) * epochs} epochs; recorded: "
-        f"{len(trainings)} trainings, {trainings['train_seconds'].sum() / 3600:.2f} h"
+        f"{len(trainings)} trainings, {hours:.2f} h"
     )
     reach = ", ".join(f"{t:.0%}: {sum(a >= t for a in alone)}" for t in targets)
     verdict = "a real trade-off" if max(alone) <= TRADE_OFF else "NO real trade-off"
@@ -93,7 +94,7 @@ def describe(table: replay.Table, targets: tuple[float, ...], frame: pd.DataFram
         "best_hypervolume": best,
         "one_point_share": max(alone),
         "trainings": len(trainings),
-        "training_hours": float(trainings["train_seconds"].sum() / 3600),
+        "training_hours": hours,
     }
 
 

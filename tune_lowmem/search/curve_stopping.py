@@ -38,13 +38,15 @@ import numpy as np
 
 from .hv_stopping import HypervolumeStopping
 
+LINE_PAIRS = 3  # pairs a line needs before it leaves a residual to be optimistic with
+
 
 class CurveStopping(HypervolumeStopping):
     """Stops a trial at a rung when its extrapolated optimistic final values add no hypervolume
     (see the module)."""
 
     TYPE = "curve"
-    least_finished = 3
+    least_finished = LINE_PAIRS
 
     def optimistic(
         self, rung: Mapping[str, list[float | None]], trial_id: str
@@ -54,25 +56,19 @@ class CurveStopping(HypervolumeStopping):
         finished = self.finished_at(rung)
         if len(finished) < self.least_finished:
             return None
-        at_rung = self.losses([rung[t] for t in finished])
-        at_end = self.losses([self.finals[t] for t in finished])
+        at_rung, at_end = self.at_rung_and_end(rung, finished)
         own = self.losses([rung[trial_id]])[0]
-        return np.array(
-            [
-                extrapolate(at_rung[:, j], at_end[:, j], own[j]) if np.isfinite(own[j]) else own[j]
-                for j in range(len(own))
-            ]
-        )
+        return np.array([extrapolate(at_rung[:, j], at_end[:, j], own[j]) for j in range(len(own))])
 
 
 def extrapolate(at_rung: np.ndarray, at_end: np.ndarray, own: float) -> float:
     """An optimistic final loss for a trial at `own` on the rung, from the finished trials'
     (rung, end) losses: the fitted line's prediction less the largest residual gain plus the
     residuals' range / (n - 1); never above `own`. Pairs with a missing value are left out; with
-    fewer than three left, the trial is not moved."""
+    fewer than `LINE_PAIRS` left, or `own` missing (inf), the trial is not moved."""
     kept = np.isfinite(at_rung) & np.isfinite(at_end)
     x, y = at_rung[kept], at_end[kept]
-    if len(x) < 3:
+    if len(x) < LINE_PAIRS or not np.isfinite(own):
         return own
     if np.ptp(x) > 0:
         slope = max(float(np.polyfit(x, y, 1)[0]), 0.0)

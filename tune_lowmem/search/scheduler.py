@@ -170,14 +170,22 @@ class MultiObjectiveASHA(FIFOScheduler):
         """The trials recorded at the rung that reached the schedule's end."""
         return [t for t in self.finals if t in rung]
 
+    def at_rung_and_end(
+        self, rung: Mapping[str, list[float | None]], finished: list[str]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The `finished` trials' values at the rung and at their end, as losses, a row each."""
+        return (
+            self.losses([rung[t] for t in finished]),
+            self.losses([self.finals[t] for t in finished]),
+        )
+
     def moved(self, rung: Mapping[str, list[float | None]]) -> np.ndarray | None:
         """How far each finished trial recorded at the rung moved from there to its end, per
         objective, as losses (a missing value: not moved); None with fewer than two."""
         finished = self.finished_at(rung)
         if len(finished) < 2:
             return None
-        at_rung = self.losses([rung[t] for t in finished])
-        at_end = self.losses([self.finals[t] for t in finished])
+        at_rung, at_end = self.at_rung_and_end(rung, finished)
         moved = at_rung - at_end
         return np.where(np.isfinite(moved), moved, 0.0)
 
