@@ -35,6 +35,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .conv_grad import conv_gradients
+
 DEFAULT_CHUNKS = 16
 CHANNELS = (0, 2, 3)  # the dimensions a BN statistic reduces over
 
@@ -293,15 +295,28 @@ def _gather(results, batch: int, out=None):
 
 def _masked_grad(y, convs, start, stop, grad_convs=None):
     """The gradient w.r.t. relu(bn(x)) of one chunk, summed over the convs reading it and masked
-    by the ReLU; adds each conv's weight gradient to `grad_convs` if given."""
+    by the ReLU; adds each conv's weight gradient to `grad_convs` if given (`_widened`)."""
     grad = None
     for index, (weight, shape, grad_out) in enumerate(convs):
         out = grad_out[start:stop]
         if grad_convs is not None:
-            grad_convs[index] += torch.nn.grad.conv2d_weight(y, weight.shape, out, *shape[:4])
-        part = torch.nn.grad.conv2d_input(y.shape, weight, out, *shape[:4])
+            total = _widened(grad_convs, index)
+            part = conv_gradients(y, weight, out, shape[:4], (False, True))[1]
+            grad_convs[index] = part if total is None else total.add_(part)
+            del total, part  # the chunk's own gradient not held through the input gradient
+        part = conv_gradients(y, weight, out, shape[:4], (True, False))[0]
         grad = part if grad is None else grad.add_(part)
     return grad.masked_fill_(y <= 0, 0)
+
+
+def _widened(sums: list, index: int) -> torch.Tensor | None:
+    """sums[index] (a weight gradient summed over chunks so far, None before the first) taken out
+    of `sums` and in at least fp32, to add the next chunk's to. The first chunk's gradient is kept
+    as it comes (fp32 zeros plus it, rounded back, are its own bits) and widened only here, before
+    the second is made: a one-chunk backward (a microbatch of one image) holds no fp32 copy of a
+    dense weight, and a narrow sum is let go as it widens."""
+    total, sums[index] = sums[index], None
+    return None if total is None else _wide(total)
 
 
 def _unit_backward(x, norm, convs, chunks, into=None, residual=None):
@@ -312,9 +327,7 @@ def _unit_backward(x, norm, convs, chunks, into=None, residual=None):
     weight, bias, mean, invstd = norm
     keep = into is None
     grad_x = torch.empty_like(x) if keep else into
-    grad_convs = [  # not zeros_like(_wide(w)): that makes a whole fp32 copy of w first
-        w.new_zeros(w.shape, dtype=torch.promote_types(w.dtype, torch.float32)) for w, _, _ in convs
-    ]
+    grad_convs = [None] * len(convs)
     sum_g, sum_gx = torch.zeros_like(mean), torch.zeros_like(mean)
     for start, stop, part in _chunks(x, chunks):
         y, xhat = _activation(part, norm)

@@ -18,7 +18,7 @@ plus `weight_shape` (int64), so a checkpoint densifies without the model (`dense
 The layer's forward is `PackedOp`, an autograd Function: forward scatters the values into a dense
 weight, runs the convolution or linear map, and saves only the input and the packed values;
 backward rebuilds the dense weight, computes the input gradient and the weight gradient with
-`torch.nn.grad` (the kernels torch's own autograd calls) and gathers the weight gradient at the
+the kernels torch's own autograd calls (`models.conv_grad`) and gathers the weight gradient at the
 nonzeros. The dense weight and its gradient exist one layer at a time (the fused BN-ReLU-conv
 units call `unpacked` and `packed`: a fused block holds its convolutions' dense weights together in
 its forward, one at a time in its backward). Gradient checkpointing recomputes through the same
@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..models.conv_grad import conv_gradients
 from .sparsity_config import STORAGE_LAYOUTS
 
 BITS = 8
@@ -189,13 +190,9 @@ class PackedConv(PackedLayer):
         return op(x, weight, bias, *self.geometry())
 
     def gradients(self, x, weight, grad, needs):
-        conv_input, conv_weight = {
-            1: (torch.nn.grad.conv1d_input, torch.nn.grad.conv1d_weight),
-            2: (torch.nn.grad.conv2d_input, torch.nn.grad.conv2d_weight),
-        }[self.DIMENSIONS]
-        shape = self.geometry()
-        grad_x = conv_input(x.shape, weight, grad, *shape) if needs[0] else None
-        grad_w = conv_weight(x, weight.shape, grad, *shape) if needs[1] else None
+        shape = self.geometry()  # one gradient a call, the other not made
+        grad_x = conv_gradients(x, weight, grad, shape, (True, False))[0] if needs[0] else None
+        grad_w = conv_gradients(x, weight, grad, shape, (False, True))[1] if needs[1] else None
         dims = (0, *range(2, grad.dim()))
         grad_b = grad.sum(dims) if needs[2] else None
         return grad_x, grad_w, grad_b
