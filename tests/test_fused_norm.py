@@ -173,3 +173,22 @@ def test_unit_backward_holds_no_fp32_copy_of_a_half_weight():
     with StorageTracker([x, out, grad]) as tracker:
         out.backward(grad)
     assert tracker.peak() < 7 * conv.weight.numel()
+
+
+def test_a_one_chunk_backward_sums_no_weight_gradient_in_fp32():
+    """With one image a chunk there is nothing to sum: the unit's weight gradient is its one
+    chunk's, in the weight's dtype (2 bytes a weight), with no fp32 sum beside it (4 more); the
+    activations are tiny here. Its bits are the one chunk's gradient's."""
+    bn = torch.nn.BatchNorm2d(64).bfloat16()
+    conv = torch.nn.Conv2d(64, 64, 3, padding=1, bias=False).bfloat16()
+    x = torch.randn(1, 64, 4, 4, dtype=torch.bfloat16, requires_grad=True)
+    out = bn_relu_conv(x, bn, conv, batch_statistics(x, bn), chunks=1)
+    grad = torch.ones_like(out)
+    with StorageTracker([x, out, grad]) as tracker:
+        out.backward(grad)
+    assert tracker.peak() < 3 * conv.weight.numel()
+    mean, invstd = (s[:, None, None] for s in batch_statistics(x.detach(), bn))
+    y = (x.detach().float() - mean) * invstd * bn.weight.float()[:, None, None]
+    y = (y + bn.bias.float()[:, None, None]).relu().bfloat16()  # as the unit computes it
+    expected = torch.nn.grad.conv2d_weight(y, conv.weight.shape, grad, padding=1)
+    assert torch.equal(conv.weight.grad, expected)
