@@ -122,15 +122,33 @@ class DryRun:
 
 
 def predict(
-    config: TrialConfig, lengths: tuple[int, int] | None = None, workspace: bool = True
+    config: TrialConfig,
+    lengths: tuple[int, int] | None = None,
+    workspace: bool = True,
+    threads: int | None = None,
 ) -> MemoryReport:
     """The config's training memory and FLOPs per step, without allocating any activation:
     every tensor as the step holds it. `lengths`: the translation task's synthetic (source,
     target) sentence lengths; `workspace`: the run's peak counts operators' workspace on the CPU
-    (`workspace`; this machine's kernels) or, when False, tensors alone (from shapes only)."""
+    (`workspace`; this machine's kernels) or, when False, tensors alone (from shapes only);
+    `threads`: the CPU threads the trial will compute with, which choose its kernels and so
+    their workspace (default: this process's; a sweep's driver passes `resources.cpu`)."""
     lengths = None if lengths is None else tuple(lengths)
-    run = dry_run(shape_key(config, lengths), lengths, workspace)
+    with computing_threads(threads):
+        run = dry_run(shape_key(config, lengths), lengths, workspace)
     return parts(run, occasional=occasional_work(config))
+
+
+@contextlib.contextmanager
+def computing_threads(threads: int | None):
+    """torch computing with `threads` CPU threads inside (None: as it is), as it was after."""
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def parts(run: DryRun, layout: str | None = None, occasional: bool = False) -> MemoryReport:
@@ -222,12 +240,16 @@ def dry_run(
     """One minibatch of `key`'s trainer on fake tensors: the passes of `passes`, then the rest of
     `Trainer.train_step` (see the module docstring), under one tracker; the step's and the
     evaluation's peaks with operators' workspace when `workspace` (`StorageTracker.peak`).
-    Cached: a call with the defaults left out is the same dry run as one that spells them."""
-    return _cached_dry_run(key, None if lengths is None else tuple(lengths), workspace)
+    Cached: a call with the defaults left out is the same dry run as one that spells them; one
+    with workspace at another thread count is another (the kernels, and their workspace, differ)."""
+    threads = torch.get_num_threads() if workspace else None
+    return _cached_dry_run(key, None if lengths is None else tuple(lengths), workspace, threads)
 
 
 @functools.lru_cache(maxsize=512)
-def _cached_dry_run(key: TrialConfig, lengths: tuple[int, int] | None, workspace: bool) -> DryRun:
+def _cached_dry_run(
+    key: TrialConfig, lengths: tuple[int, int] | None, workspace: bool, threads: int | None
+) -> DryRun:
     device = torch.device(key.device)
     with _global_rng_kept():
         trainer = Trainer(key, task=synthetic_task(key, device, lengths))

@@ -44,7 +44,7 @@ def screen(space: SearchSpace, params: Mapping[str, Any]) -> Screening:
     except ConfigError as error:
         return Screening("failed", reason=f"invalid config: {error}")
     try:
-        predicted = predict(config)
+        predicted = predict(config, threads=space.resources.cpu)  # as the trial will compute
     except Exception as error:  # the profiler builds the real model: its parameters did not fit
         if not out_of_memory(error):
             raise
