@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from tune_lowmem.memory.workspace import exported_trace
 from tune_lowmem.models.conv_grad import conv_gradients
 
 # (input shape, weight shape, (stride, padding, dilation, groups)), conv1d and conv2d
@@ -45,17 +44,15 @@ def test_the_gradients_are_torch_nn_grads_bit_for_bit(x_shape, w_shape, geometry
     assert none is None and torch.equal(only_w, grad_w)
 
 
-def peak_bytes(fn, tmp_path) -> int:
+def peak_bytes(fn) -> int:
     """The most bytes torch's CPU allocator had live at once while `fn` ran, beyond those live
     when it began (its result freed before the profiler stops)."""
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiler:
         result = fn()
         del result
-    path = tmp_path / "trace.json"
-    profiler.export_chrome_trace(str(path))
     events = sorted(
         (e["ts"], e["args"].get("Ev Idx", 0), e["args"]["Bytes"])
-        for e in json.loads(path.read_text())["traceEvents"]
+        for e in exported_trace(profiler)
         if e.get("name") == "[memory]" and e["args"].get("Device Type") == 0
     )
     live = peak = 0
@@ -65,15 +62,13 @@ def peak_bytes(fn, tmp_path) -> int:
     return peak
 
 
-def test_the_weight_gradient_copies_no_stand_in_weight(tmp_path):
+def test_the_weight_gradient_copies_no_stand_in_weight():
     """torch.nn.grad's weight gradient copies its expanded stand-in weight whole inside the
     kernel; from the real weight, the call's peak is at least that copy lower."""
     x, weight, grad = tensors(
         (1, 32, 8, 8), (64, 32, 3, 3), ((1, 1), (1, 1), (1, 1), 1), torch.float32
     )
     geometry = ((1, 1), (1, 1), (1, 1), 1)
-    ours = peak_bytes(lambda: conv_gradients(x, weight, grad, geometry, (False, True)), tmp_path)
-    nn_grad = peak_bytes(
-        lambda: torch.nn.grad.conv2d_weight(x, weight.shape, grad, *geometry), tmp_path
-    )
+    ours = peak_bytes(lambda: conv_gradients(x, weight, grad, geometry, (False, True)))
+    nn_grad = peak_bytes(lambda: torch.nn.grad.conv2d_weight(x, weight.shape, grad, *geometry))
     assert ours <= nn_grad - weight.numel() * weight.element_size()

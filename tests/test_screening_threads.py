@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tune_lowmem.memory.predict import computing_threads, predict
+from tune_lowmem.memory.predict import predict
+from tune_lowmem.memory.workspace import computing_threads
 from tune_lowmem.search.screening import screen
 from tune_lowmem.space import SearchSpace
 

@@ -46,10 +46,7 @@ import bisect
 import contextlib
 import dataclasses
 import gc
-import json
 import math
-import os
-import tempfile
 from collections.abc import Iterable
 
 import torch
@@ -61,6 +58,7 @@ from ..torch_private import decomposes
 from ..train import resolve_device
 from . import stepping
 from .report import MB
+from .workspace import exported_trace
 
 STEP = "tune_lowmem.measured_step"
 EVALUATION = "tune_lowmem.measured_evaluation"
@@ -246,11 +244,7 @@ def _trace(
 ) -> tuple[list[Event], dict[int, list[tuple[float, float]]], dict[str, tuple[float, float]]]:
     """From the profiler's exported trace: the allocator's reports on `device_type` in order,
     each thread's outermost kernels (`_kernels`), and the measured ranges' times by name."""
-    with tempfile.TemporaryDirectory() as folder:
-        path = os.path.join(folder, "trace.json")
-        profiler.export_chrome_trace(path)
-        with open(path) as file:
-            trace = json.load(file)["traceEvents"]
+    trace = exported_trace(profiler)
     ranges = {
         e["name"]: (e["ts"], e["ts"] + e["dur"])
         for e in trace

@@ -76,6 +76,7 @@ from . import accounting
 from .report import MemoryReport
 from .synthetic import synthetic_task
 from .tracker import StorageTracker
+from .workspace import computing_threads
 
 # The CPU heap's bytes per storage beyond its data, for the autograd graph's and the tensors'
 # objects (TensorImpl, StorageImpl, malloc's header and alignment, the graph's nodes and saved
@@ -137,18 +138,6 @@ def predict(
     with computing_threads(threads):
         run = dry_run(shape_key(config, lengths), lengths, workspace)
     return parts(run, occasional=occasional_work(config))
-
-
-@contextlib.contextmanager
-def computing_threads(threads: int | None):
-    """torch computing with `threads` CPU threads inside (None: as it is), as it was after."""
-    before = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def parts(run: DryRun, layout: str | None = None, occasional: bool = False) -> MemoryReport:

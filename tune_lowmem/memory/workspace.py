@@ -22,6 +22,7 @@ is not the CPU's and is not probed here.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -105,21 +106,14 @@ def _probe(signatures: list[tuple]) -> dict[tuple, int]:
     """Run each call once under the profiler's memory reports; its workspace from the trace."""
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiler:
         for index, (func, args, kwargs, threads) in enumerate(signatures):
-            before = torch.get_num_threads()
-            torch.set_num_threads(threads)
             real_args, real_kwargs = _real(args), dict(_real(kwargs))
-            with torch.no_grad(), record_function(f"{_RANGE}{index}"):
+            with computing_threads(threads), torch.no_grad(), record_function(f"{_RANGE}{index}"):
                 try:
                     out = func(*real_args, **real_kwargs)
                 except RuntimeError:  # see the module docstring: counted as none
                     out = None
             del out, real_args, real_kwargs
-            torch.set_num_threads(before)
-    with tempfile.TemporaryDirectory() as folder:
-        path = os.path.join(folder, "trace.json")
-        profiler.export_chrome_trace(path)
-        with open(path) as file:
-            trace = json.load(file)["traceEvents"]
+    trace = exported_trace(profiler)
     memory = sorted(
         (e["ts"], e["args"].get("Ev Idx", 0), e["args"]["Bytes"])
         for e in trace
@@ -138,3 +132,25 @@ def _probe(signatures: list[tuple]) -> dict[tuple, int]:
             peak = max(peak, live)
         found[signatures[int(name.removeprefix(_RANGE))]] = max(0, peak - live)
     return found
+
+
+@contextlib.contextmanager
+def computing_threads(threads: int | None):
+    """torch computing with `threads` CPU threads inside (None: as it is), as it was after."""
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def exported_trace(profiler: profile) -> list[dict]:
+    """The events of a finished profiler session, read back from its public Chrome-trace export
+    (where its memory reports are the events named ``[memory]``)."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "trace.json")
+        profiler.export_chrome_trace(path)
+        with open(path) as file:
+            return json.load(file)["traceEvents"]
