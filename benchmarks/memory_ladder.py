@@ -139,6 +139,10 @@ DCT_FUSED = [
     ("+ int8 Adam moments (lossy)", {**INT8}),
     ("+ 40% nonzeros", {"sparsity.density": 0.4}),
 ]
+# the paper's combination at the sparsity that first reaches its 8.7x on the run's peak, exact:
+# without sparsity its fp16 weights and gradients and fp32 Adam moments (12 bytes a weight) alone
+# hold more than 2437.65 / 8.7 MB
+DCT_AT_PAPERS_RATIO = [("paper's + 30% nonzeros", 3, {"sparsity.density": 0.3})]
 DCT_FP32_STATE = [
     ("fp32 + residual-1 + microbatch 250", {"checkpoint": "residual-1", "microbatch.size": 250}),
     ("+ bf16 Adam moments (lossy)", {"adam_state": "bf16"}),
@@ -182,8 +186,17 @@ def wrn_rungs() -> list[tuple[str, dict]]:
 
 def dct_rungs() -> list[tuple[str, dict]]:
     paper = chain(DCT)
-    beyond = [(label, {**paper[base][1], **step}) for label, base, step in DCT_BEYOND]
-    return [*paper, *beyond, *chain(DCT_FUSED), *chain(DCT_FP32_STATE)]
+
+    def on_paper(rungs: list[tuple[str, int, dict]]) -> list[tuple[str, dict]]:
+        return [(label, {**paper[base][1], **step}) for label, base, step in rungs]
+
+    return [
+        *paper,
+        *on_paper(DCT_BEYOND),
+        *chain(DCT_FUSED),
+        *chain(DCT_FP32_STATE),
+        *on_paper(DCT_AT_PAPERS_RATIO),
+    ]
 
 
 def _run_peak(flat: dict) -> tuple[list[int | None], Allocations]:
