@@ -61,6 +61,27 @@ def descendants(pid: int) -> dict[tuple[int, int], str]:
     return found
 
 
+def working_dirs(pid: int) -> dict[tuple[int, int], Path]:
+    """(pid, start time) -> working directory of each live process below `pid`."""
+    found = {}
+    for child, started in descendants(pid):
+        try:
+            found[child, started] = Path(os.readlink(f"/proc/{child}/cwd"))
+        except OSError:  # it ended while we looked
+            continue
+    return found
+
+
+def trial_processes(pid: int, sweep: str) -> dict[tuple[int, int], str]:
+    """The processes below `pid` running a trial of `sweep`: (pid, start time) -> trial id. Tune
+    runs each trial in a working directory named for it, under one named for the sweep."""
+    return {
+        proc: cwd.name
+        for proc, cwd in working_dirs(pid).items()
+        if cwd.parent.name == "working_dirs" and cwd.parent.parent.name == sweep
+    }
+
+
 def signal_all(processes, sig: signal.Signals) -> None:
     """Send `sig` to each (pid, start time) that is still that same process."""
     table = _process_table()
@@ -107,17 +128,6 @@ class Node:
             if name == "raylet":
                 return pid
         raise RuntimeError(f"node {self.name}: no raylet running; see {self.log}")
-
-    def working_dirs(self) -> dict[tuple[int, int], Path]:
-        """(pid, start time) -> working directory of each process of this node (Tune runs each
-        trial in a working directory named for it)."""
-        found = {}
-        for pid, started in descendants(self.process.pid):
-            try:
-                found[pid, started] = Path(os.readlink(f"/proc/{pid}/cwd"))
-            except OSError:  # it ended while we looked
-                continue
-        return found
 
     def lose(self) -> int:
         """The machine is gone at once: every process of the node stops where it is, then its

@@ -21,7 +21,7 @@ import pytest
 import yaml
 from ray.autoscaler.sdk import fillout_defaults
 
-from tests.ray_cluster import LocalCluster, Node, signal_all
+from tests.ray_cluster import LocalCluster, signal_all, trial_processes
 from tune_lowmem import store
 from tune_lowmem.cli import main
 from tune_lowmem.search import sweep_folder, sweep_study
@@ -278,16 +278,6 @@ def past_first_epoch(root: Path, sweep: str) -> set[str]:
     return (saved & snapshot) - set(store.trial_ids(root, sweep))
 
 
-def trial_processes(node: Node, sweep: str) -> dict[tuple[int, int], str]:
-    """The processes of `node` running a trial of `sweep`: (pid, start time) -> trial id. Tune
-    runs each trial in a working directory named for it, under one named for the sweep."""
-    return {
-        proc: cwd.name
-        for proc, cwd in node.working_dirs().items()
-        if cwd.parent.name == "working_dirs" and cwd.parent.parent.name == sweep
-    }
-
-
 def test_a_killed_driver_resumes_from_the_storage_root(cluster, tmp_path):
     root, sweep = tmp_path / "storage", "driverloss"
     space = space_yaml(tmp_path, sweep, points=4, epochs=3, resume_checkpoint_s=0)  # every epoch
@@ -304,7 +294,7 @@ def test_a_killed_driver_resumes_from_the_storage_root(cluster, tmp_path):
             training = {
                 proc: trial
                 for node in cluster.nodes.values()
-                for proc, trial in trial_processes(node, sweep).items()
+                for proc, trial in trial_processes(node.process.pid, sweep).items()
                 if trial in known
             }
             return training if done else {}
@@ -374,7 +364,7 @@ def test_a_lost_worker_node_has_its_trial_retried_elsewhere(cluster, tmp_path):
         # cannot finish in the moment before): the machine goes away.
         def past_first_epoch_on_b() -> dict[tuple[int, int], str]:
             known = past_first_epoch(root, sweep)
-            on_b = trial_processes(cluster.nodes["node_b"], sweep)
+            on_b = trial_processes(cluster.nodes["node_b"].process.pid, sweep)
             return {proc: trial for proc, trial in on_b.items() if trial in known}
 
         on_b = set(hold_unstored(root, sweep, past_first_epoch_on_b, driver).values())
