@@ -32,7 +32,8 @@ def tiny_config():
 
 @pytest.fixture(scope="module")
 def local_ray():
-    """A 2-CPU local Ray cluster for one test module; its GCS address."""
+    """A 2-CPU local Ray cluster for one test module, its processes under this one; its GCS
+    address."""
     import ray
 
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)

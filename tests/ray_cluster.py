@@ -82,6 +82,16 @@ def trial_processes(pid: int, sweep: str) -> dict[tuple[int, int], str]:
     }
 
 
+def wait_for_trials_to_end(pid: int, sweep: str, timeout: float = 60.0) -> None:
+    """Wait until no process below `pid` runs a trial of `sweep`. Ray ends a killed driver's
+    trials a moment after the driver: until then one may still store its row or checkpoint."""
+    deadline = time.monotonic() + timeout
+    while trial_processes(pid, sweep):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"trials of {sweep} still run {timeout:.0f} s on")
+        time.sleep(0.25)
+
+
 def signal_all(processes, sig: signal.Signals) -> None:
     """Send `sig` to each (pid, start time) that is still that same process."""
     table = _process_table()

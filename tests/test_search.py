@@ -18,6 +18,7 @@ import ray
 import yaml
 from optuna.trial import TrialState
 
+from tests.ray_cluster import wait_for_trials_to_end
 from tune_lowmem import pareto, store
 from tune_lowmem.search import ScreenedSearcher, launch, place, resume, sweep_folder
 from tune_lowmem.search import driver as search_driver
@@ -338,6 +339,7 @@ def launch_then_kill(path: Path, root: Path, address: str, sweep: str, rows: int
     finally:
         os.kill(driver.pid, signal.SIGKILL)
         driver.wait()
+    wait_for_trials_to_end(os.getpid(), sweep)  # the local Ray runs under this process
 
 
 class DriverKilled(Exception):

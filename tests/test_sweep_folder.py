@@ -22,7 +22,7 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 from ray import tune
 
-from tests.ray_cluster import trial_processes
+from tests.ray_cluster import wait_for_trials_to_end
 from tune_lowmem import store
 from tune_lowmem.cli import main
 from tune_lowmem.search import JOURNAL, resume, sweep_folder, sweep_study
@@ -95,12 +95,7 @@ def moved(local_ray, tmp_path_factory):
     finally:
         os.kill(driver.pid, signal.SIGKILL)
         driver.wait()
-    # Ray ends the killed driver's trials once it notices; until then one may still store its row
-    # or checkpoint where the sweep was, after the move has taken it
-    deadline = time.monotonic() + 60
-    while trial_processes(os.getpid(), "moved"):  # the local Ray runs under this process
-        assert time.monotonic() < deadline, "the killed driver's trials still run"
-        time.sleep(0.25)
+    wait_for_trials_to_end(os.getpid(), "moved")  # none to write where it was after the move
     before = stored_points(original, "moved")
     known = {
         t.trial_id for t in tune.ExperimentAnalysis(str(sweep_folder(original, "moved"))).trials
