@@ -337,9 +337,18 @@ def search_replay(result: dict) -> str:
     intro = (
         f"The table: {about['points']} points of {about['epochs']} epochs{recorded(about)}; one "
         "point alone holds "
-        f"at most {about['one_point_share']:.0%} of the best hypervolume."
+        f"at most {about['one_point_share']:.0%} of the best hypervolume.{fewest(about)}"
     )
     return "\n".join([intro, "", *table(header, lines)]) + "\n"
+
+
+def fewest(about: dict) -> str:
+    """The fewest epochs any sweep needs to each target, where the summary kept them (summaries
+    written before they were kept have none)."""
+    if "fewest_epochs" not in about:
+        return ""
+    reach = ", ".join(f"{n} to {float(t):.0%}" for t, n in about["fewest_epochs"].items())
+    return f" The fewest epochs any sweep needs (training only the front points it must): {reach}."
 
 
 def recorded(about: dict) -> str:

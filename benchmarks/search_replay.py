@@ -6,7 +6,8 @@ Each sweep runs through the project's own `ScreenedSearcher` and early-stopping 
 result, on_trial_complete), against the table `learning_curves.py` recorded. For every method
 and sampler seed it counts the epochs trained until the hypervolume of the points trained to the
 end reaches 90%, 95% and 99% (`--targets`) of the whole table's; it prints the median and
-quartiles over the seeds (-: not reached within the sweep's points), all methods side by side.
+quartiles over the seeds (-: not reached within the sweep's points), all methods side by side,
+under the table's floor: the fewest epochs in which any sweep can reach each target.
 With `--exactness on` (or `off,on`) a sweep's searcher trains each asked point as its training's
 least-memory variant and answers a training asked before from its result
 (`tune_lowmem.search.exactness`), whatever the sampler; without, each point trains as asked.
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import json
 import time
 from pathlib import Path
@@ -64,6 +66,32 @@ def against(rows: list[dict], baseline: dict[int, dict], target: str) -> str:
 TRADE_OFF = 0.75
 
 
+def fewest_epochs(table: replay.Table, targets: tuple[float, ...]) -> dict[str, int]:
+    """The fewest epochs in which any sweep can reach each target: the fewest trainings whose
+    final points hold that share of the best hypervolume, each trained to the end. Exact
+    variants share a training (one curve), counted at their least memory; only front points
+    need be tried, since a dominated point adds no more than the point that dominates it."""
+    trainings: dict[tuple, float] = {}
+    for curve, memory in table.curves.values():
+        trainings[tuple(curve)] = min(memory, trainings.get(tuple(curve), memory))
+    points = [(curve[-1], memory) for curve, memory in trainings.items()]
+    front = [p for p in points if not any(q != p and q[0] >= p[0] and q[1] <= p[1] for q in points)]
+    best, reference = table.best_hypervolume(), table.reference()
+    held = [  # the most any k front points hold, k = 1, 2, ...
+        max(
+            replay.hypervolume(list(chosen), reference)
+            for chosen in itertools.combinations(front, k)
+        )
+        / best
+        for k in range(1, len(front) + 1)
+    ]
+    epochs = len(next(iter(trainings)))
+    return {
+        f"{t:.2f}": epochs * next(k for k, share in enumerate(held, 1) if share >= t - 1e-12)
+        for t in targets
+    }
+
+
 def describe(table: replay.Table, targets: tuple[float, ...], frame: pd.DataFrame) -> dict:
     """The table, what recording it cost (each training once: exact variants share a curve and
     its seconds), and how many of its points reach each target on their own: a target that
@@ -84,9 +112,11 @@ def describe(table: replay.Table, targets: tuple[float, ...], frame: pd.DataFram
     )
     reach = ", ".join(f"{t:.0%}: {sum(a >= t for a in alone)}" for t in targets)
     verdict = "a real trade-off" if max(alone) <= TRADE_OFF else "NO real trade-off"
+    fewest = fewest_epochs(table, targets)
     print(
         f"one point alone holds up to {max(alone):.1%} of it ({verdict}: at most "
-        f"{TRADE_OFF:.0%}); points reaching alone {reach}"
+        f"{TRADE_OFF:.0%}); points reaching alone {reach}; the fewest epochs any sweep needs: "
+        + ", ".join(f"{float(t):.0%}: {n}" for t, n in fewest.items())
     )
     return {
         "points": len(table.curves),
@@ -95,6 +125,7 @@ def describe(table: replay.Table, targets: tuple[float, ...], frame: pd.DataFram
         "one_point_share": max(alone),
         "trainings": len(trainings),
         "training_hours": hours,
+        "fewest_epochs": fewest,
     }
 
 

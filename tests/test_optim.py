@@ -43,7 +43,9 @@ def test_state_is_adamw_shaped_and_half_weights_get_fp32_moments():
     state = optimizer.state[param]
     assert set(state) == {"step", "exp_avg", "exp_avg_sq"}
     assert state["exp_avg"].dtype == state["exp_avg_sq"].dtype == torch.float32
-    assert param.dtype == torch.float16 and float(param[0].detach()) == pytest.approx(1 - 1e-2, abs=1e-3)
+    assert param.dtype == torch.float16 and float(param[0].detach()) == pytest.approx(
+        1 - 1e-2, abs=1e-3
+    )
 
 
 def test_half_weights_stay_finite_where_half_moments_would_divide_by_zero():
