@@ -140,9 +140,9 @@ DCT_FUSED = [
     ("+ 40% nonzeros", {"sparsity.density": 0.4}),
 ]
 # the paper's combination at the sparsity that first reaches its 8.7x on the run's peak, exact:
-# without sparsity its fp16 weights and gradients and fp32 Adam moments (12 bytes a weight) alone
-# hold more than 2437.65 / 8.7 MB; with bf16 in place of fp16 (moments in bf16, the weights'
-# dtype: 8 bytes a weight) still more
+# without sparsity (or int8 moments, lossy) its fp16 weights and gradients and fp32 Adam moments
+# (12 bytes a weight) alone hold more than 2437.65 / 8.7 MB; with bf16 in place of fp16 (moments
+# in bf16, the weights' dtype: 8 bytes a weight) still more
 DCT_AT_PAPERS_RATIO = [
     ("paper's + 30% nonzeros", 3, {"sparsity.density": 0.3}),
     ("paper's with bf16 in place of fp16", 3, {"precision": "bf16"}),
