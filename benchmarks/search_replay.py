@@ -33,6 +33,7 @@ import optuna
 import pandas as pd
 from learning_curves import DEFAULT, RECORDINGS
 
+from tune_lowmem import pareto
 from tune_lowmem.search import replay
 from tune_lowmem.search.scheduler import MEMORY_BAND
 from tune_lowmem.space import SearchSpace
@@ -68,14 +69,16 @@ TRADE_OFF = 0.75
 
 def fewest_epochs(table: replay.Table, targets: tuple[float, ...]) -> dict[str, int]:
     """The fewest epochs in which any sweep can reach each target: the fewest trainings whose
-    final points hold that share of the best hypervolume, each trained to the end. Exact
-    variants share a training (one curve), counted at their least memory; only front points
-    need be tried, since a dominated point adds no more than the point that dominates it."""
+    final points hold that share of the best hypervolume, each trained to the end. Points of one
+    curve (a training's exact variants, or trainings that end alike) count once, at their least
+    memory; only front points need be tried, since a dominated point adds no more than the
+    point that dominates it."""
     trainings: dict[tuple, float] = {}
     for curve, memory in table.curves.values():
         trainings[tuple(curve)] = min(memory, trainings.get(tuple(curve), memory))
     points = [(curve[-1], memory) for curve, memory in trainings.items()]
-    front = [p for p in points if not any(q != p and q[0] >= p[0] and q[1] <= p[1] for q in points)]
+    on_front = pareto.non_dominated_mask(points, ["maximize", "minimize"])
+    front = [point for point, kept in zip(points, on_front, strict=True) if kept]
     best, reference = table.best_hypervolume(), table.reference()
     held = [  # the most any k front points hold, k = 1, 2, ...
         max(

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from tune_lowmem.memory.workspace import exported_trace
+from tune_lowmem.memory.workspace import cpu_allocator_reports, exported_trace
 from tune_lowmem.models.conv_grad import conv_gradients
 
 # (input shape, weight shape, (stride, padding, dilation, groups)), conv1d and conv2d
@@ -50,13 +50,8 @@ def peak_bytes(fn) -> int:
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiler:
         result = fn()
         del result
-    events = sorted(
-        (e["ts"], e["args"].get("Ev Idx", 0), e["args"]["Bytes"])
-        for e in exported_trace(profiler)
-        if e.get("name") == "[memory]" and e["args"].get("Device Type") == 0
-    )
     live = peak = 0
-    for _, _, nbytes in events:
+    for _, _, nbytes in cpu_allocator_reports(exported_trace(profiler)):
         live += nbytes
         peak = max(peak, live)
     return peak

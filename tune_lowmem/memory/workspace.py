@@ -114,11 +114,7 @@ def _probe(signatures: list[tuple]) -> dict[tuple, int]:
                     out = None
             del out, real_args, real_kwargs
     trace = exported_trace(profiler)
-    memory = sorted(
-        (e["ts"], e["args"].get("Ev Idx", 0), e["args"]["Bytes"])
-        for e in trace
-        if e.get("name") == "[memory]" and e["args"].get("Device Type") == 0
-    )
+    memory = cpu_allocator_reports(trace)
     times = [ts for ts, _, _ in memory]
     found = {}
     for event in trace:
@@ -154,3 +150,13 @@ def exported_trace(profiler: profile) -> list[dict]:
         profiler.export_chrome_trace(path)
         with open(path) as file:
             return json.load(file)["traceEvents"]
+
+
+def cpu_allocator_reports(trace: list[dict]) -> list[tuple[float, int, int]]:
+    """(time, event index, bytes: + allocated, - freed) of each report of torch's CPU allocator
+    in an exported trace (`exported_trace`), in the order they happened."""
+    return sorted(
+        (e["ts"], e["args"].get("Ev Idx", 0), e["args"]["Bytes"])
+        for e in trace
+        if e.get("name") == "[memory]" and e["args"].get("Device Type") == 0
+    )
