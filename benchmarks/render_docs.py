@@ -338,6 +338,7 @@ def search_replay(result: dict) -> str:
         f"The table: {about['points']} points of {about['epochs']} epochs{recorded(about)}; one "
         "point alone holds "
         f"at most {about['one_point_share']:.0%} of the best hypervolume.{fewest(about)}"
+        f"{blind_start(about)}"
     )
     return "\n".join([intro, "", *table(header, lines)]) + "\n"
 
@@ -349,6 +350,24 @@ def fewest(about: dict) -> str:
         return ""
     reach = ", ".join(f"{n} to {float(t):.0%}" for t, n in about["fewest_epochs"].items())
     return f" The fewest epochs any sweep needs (training only the front points it must): {reach}."
+
+
+def blind_start(about: dict) -> str:
+    """The fewest epochs of a sweep whose first trainings are asked before any result, where
+    the summary kept them (`search_replay.blind_start_epochs`)."""
+    if "blind_start" not in about:
+        return ""
+    blind = about["blind_start"]
+    reach = ", ".join(
+        f"{median} [{q1}-{q3}] to {float(t):.0%}" for t, (q1, median, q3) in blind["epochs"].items()
+    )
+    workers = blind["workers"]
+    return (
+        f" A sweep of {workers} trials at once that trains every trial to the end asks its first "
+        f"{workers} trainings before any result: even knowing every accuracy from then on, it "
+        f"needs {reach} (median [quartiles] over {blind['draws']} such start-ups drawn at "
+        "random)."
+    )
 
 
 def recorded(about: dict) -> str:

@@ -67,38 +67,80 @@ def against(rows: list[dict], baseline: dict[int, dict], target: str) -> str:
 TRADE_OFF = 0.75
 
 
-def fewest_epochs(table: replay.Table, targets: tuple[float, ...]) -> dict[str, int]:
-    """The fewest epochs in which any sweep can reach each target: the fewest trainings whose
-    final points hold that share of the best hypervolume, each trained to the end. Points of one
-    curve (a training's exact variants, or trainings that end alike) count once, at their least
-    memory; only front points need be tried, since a dominated point adds no more than the
-    point that dominates it."""
+def trained_finals(table: replay.Table) -> list[list[float]]:
+    """Each training's final (metric, memory) once: points of one curve (a training's exact
+    variants, or trainings that end alike) count once, at their least memory."""
     trainings: dict[tuple, float] = {}
     for curve, memory in table.curves.values():
         trainings[tuple(curve)] = min(memory, trainings.get(tuple(curve), memory))
-    points = [(curve[-1], memory) for curve, memory in trainings.items()]
-    on_front = pareto.non_dominated_mask(points, ["maximize", "minimize"])
-    front = [point for point, kept in zip(points, on_front, strict=True) if kept]
+    return [[curve[-1], memory] for curve, memory in trainings.items()]
+
+
+def fewest_added(
+    chosen: list[list[float]], table: replay.Table, target: float, front: list[list[float]]
+) -> int:
+    """The fewest `front` points that, beside `chosen`, hold `target` of the table's best
+    hypervolume (only front points need be tried: a dominated point adds no more than the
+    point that dominates it)."""
     best, reference = table.best_hypervolume(), table.reference()
-    held = [  # the most any k front points hold, k = 1, 2, ...
-        max(
-            replay.hypervolume(list(chosen), reference)
-            for chosen in itertools.combinations(front, k)
+    return next(
+        k
+        for k in range(len(front) + 1)
+        if any(
+            replay.hypervolume([*chosen, *added], reference) >= (target - 1e-12) * best
+            for added in itertools.combinations(front, k)
         )
-        / best
-        for k in range(1, len(front) + 1)
-    ]
-    epochs = len(next(iter(trainings)))
-    return {
-        f"{t:.2f}": epochs * next(k for k, share in enumerate(held, 1) if share >= t - 1e-12)
-        for t in targets
-    }
+    )
 
 
-def describe(table: replay.Table, targets: tuple[float, ...], frame: pd.DataFrame) -> dict:
+def table_front(finals: list[list[float]]) -> list[list[float]]:
+    on_front = pareto.non_dominated_mask(finals, ["maximize", "minimize"])
+    return [point for point, kept in zip(finals, on_front, strict=True) if kept]
+
+
+def fewest_epochs(table: replay.Table, targets: tuple[float, ...]) -> dict[str, int]:
+    """The fewest epochs in which any sweep can reach each target: the fewest trainings whose
+    final points hold that share of the best hypervolume, each trained to the end."""
+    front = table_front(trained_finals(table))
+    epochs = len(next(iter(table.curves.values()))[0])
+    return {f"{t:.2f}": epochs * fewest_added([], table, t, front) for t in targets}
+
+
+BLIND_DRAWS = 500  # start-ups drawn per table (seeded): the quartiles move by an epoch at most
+
+
+def blind_start_epochs(
+    table: replay.Table, targets: tuple[float, ...], workers: int, draws: int = BLIND_DRAWS
+) -> dict[str, list[int]]:
+    """Quartiles (25%, median, 75%) over start-ups of the fewest epochs to each target of a
+    sweep of `workers` trials at once that trains every trial to the end: its first `workers`
+    trainings are asked before any result, so blind to accuracy (drawn at random among the
+    table's trainings), and from then on it knows every accuracy and asks only the trainings it
+    needs. The first informed training starts when a blind one ends, and all blind ones end
+    together, so a sweep that needs k more trains (workers + k) trainings; with none needed,
+    the last blind one ends when the others have trained all but an epoch each. No sampler
+    that trains its trials to the end needs fewer: early stopping alone can go below it."""
+    finals = trained_finals(table)
+    front, epochs = table_front(finals), len(next(iter(table.curves.values()))[0])
+    rng = np.random.default_rng(0)
+    starts = [rng.choice(len(finals), size=workers, replace=False) for _ in range(draws)]
+    needed = {}
+    for t in targets:
+        spent = []
+        for start in starts:
+            added = fewest_added([finals[i] for i in start], table, t, front)
+            spent.append(epochs * (workers + added) - (workers - 1 if added == 0 else 0))
+        needed[f"{t:.2f}"] = [int(v) for v in np.percentile(spent, [25, 50, 75], method="nearest")]
+    return needed
+
+
+def describe(
+    table: replay.Table, targets: tuple[float, ...], frame: pd.DataFrame, workers: int
+) -> dict:
     """The table, what recording it cost (each training once: exact variants share a curve and
-    its seconds), and how many of its points reach each target on their own: a target that
-    many single points reach measures how fast a method finds one of them, not a front."""
+    its seconds), how many of its points reach each target on their own (a target that many
+    single points reach measures how fast a method finds one of them, not a front), and the
+    fewest epochs to each: of any sweep, and of one whose first `workers` trainings are blind."""
     trainings = frame.assign(trained=frame["curve"].map(tuple))
     trainings = trainings.drop_duplicates(["trained", "train_seconds"])
     hours = float(trainings["train_seconds"].sum() / 3600)
@@ -121,6 +163,13 @@ def describe(table: replay.Table, targets: tuple[float, ...], frame: pd.DataFram
         f"{TRADE_OFF:.0%}); points reaching alone {reach}; the fewest epochs any sweep needs: "
         + ", ".join(f"{float(t):.0%}: {n}" for t, n in fewest.items())
     )
+    blind = blind_start_epochs(table, targets, workers)
+    print(
+        f"the fewest epochs of a sweep of {workers} trials at once that trains them to the end, "
+        f"its first {workers} trainings blind ({BLIND_DRAWS} random start-ups: median "
+        "[quartiles]): "
+        + ", ".join(f"{float(t):.0%}: {m} [{q1}-{q3}]" for t, (q1, m, q3) in blind.items())
+    )
     return {
         "points": len(table.curves),
         "epochs": epochs,
@@ -129,6 +178,7 @@ def describe(table: replay.Table, targets: tuple[float, ...], frame: pd.DataFram
         "trainings": len(trainings),
         "training_hours": hours,
         "fewest_epochs": fewest,
+        "blind_start": {"workers": workers, "draws": BLIND_DRAWS, "epochs": blind},
     }
 
 
@@ -271,7 +321,7 @@ def main() -> None:
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     frame = pd.read_parquet(args.table)
     table = replay.Table.from_frame(frame)
-    described = describe(table, args.targets, frame)
+    described = describe(table, args.targets, frame, args.workers)
     done = {}
     if args.results.exists():
         for line in args.results.read_text().splitlines():

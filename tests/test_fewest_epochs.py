@@ -37,3 +37,20 @@ def test_the_floor_counts_front_trainings_once_each(search_replay):
     # one training reaches what "big" holds alone; more needs "small" beside it, never the
     # dominated point nor "big"'s exact variant
     assert fewest == {f"{big_alone - 1e-9:.2f}": 3, f"{above:.2f}": 6, "1.00": 6}
+
+
+def test_a_blind_start_costs_its_whole_schedule(search_replay):
+    curves = {  # "dominated" is the reference's accuracy: it holds nothing
+        "big": ([0.5, 0.8, 0.9], 10.0),
+        "small": ([0.3, 0.4, 0.5], 1.0),
+        "dominated": ([0.2, 0.3, 0.4], 5.0),
+    }
+    table = replay.Table(curves, {"name": list(curves)})
+    small_alone = replay.hypervolume([[0.5, 1.0]], table.reference()) / table.best_hypervolume()
+    big_alone = replay.hypervolume([[0.9, 10.0]], table.reference()) / table.best_hypervolume()
+    assert big_alone < small_alone < 1 - 0.01
+    blind = search_replay.blind_start_epochs(table, (small_alone - 1e-9, 1.0), workers=2)
+    # 2 of the 3 trainings blind, each start-up 1 in 3: with both front points the last ends
+    # after 3 + 2 epochs; with one of them one more training is needed, 3 x 3 epochs. "small"
+    # alone is in 2 start-ups of 3.
+    assert blind == {f"{small_alone - 1e-9:.2f}": [5, 5, 9], "1.00": [5, 9, 9]}
