@@ -308,6 +308,8 @@ def search_replay(result: dict) -> str:
     def median(sweeps: list[dict], target: str) -> float:
         return nearest_percentile([s["epochs_to"][target] for s in sweeps], 0.5)
 
+    # the fewest epochs from each method's own blind start-ups (summaries that kept them)
+    blind_column = any("blind_start" in method for method in result["rows"])
     lines = []
     for method in result["rows"]:
         sweeps = method["sweeps"]
@@ -316,6 +318,9 @@ def search_replay(result: dict) -> str:
             values = [s["epochs_to"][t] for s in sweeps]
             q1, middle, q3 = (epochs(nearest_percentile(values, q)) for q in (0.25, 0.5, 0.75))
             cells.append(f"{middle} [{q1}-{q3}]")
+        if blind_column:
+            floors = method.get("blind_start")
+            cells.append(" / ".join(str(floors[t][1]) for t in targets) if floors else "-")
         for t in targets:
             ours, theirs = median(sweeps, t), median(baseline["sweeps"], t)
             finite = math.isfinite(ours) and math.isfinite(theirs)
@@ -329,6 +334,11 @@ def search_replay(result: dict) -> str:
         lines.append(cells)
     share = [f"{float(t):.0%}" for t in targets]
     header = ["method", "seeds", *(f"epochs to {s}" for s in share)]
+    if blind_column:
+        workers = result["rows"][0]["settings"]["workers"]
+        header.append(
+            f"at best from its first {workers} asks: median epochs to {' / '.join(share)}"
+        )
     header += [f"median over {baseline['method']}'s at {s}" for s in share]
     header += [f"fewer / more (net epochs) than {baseline['method']} at {s}" for s in share]
     about = result.get("table")

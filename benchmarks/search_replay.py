@@ -7,7 +7,9 @@ result, on_trial_complete), against the table `learning_curves.py` recorded. For
 and sampler seed it counts the epochs trained until the hypervolume of the points trained to the
 end reaches 90%, 95% and 99% (`--targets`) of the whole table's; it prints the median and
 quartiles over the seeds (-: not reached within the sweep's points), all methods side by side,
-under the table's floor: the fewest epochs in which any sweep can reach each target.
+under the table's floors: the fewest epochs in which any sweep can reach each target, and those
+of a sweep of `--workers` trials at once that trains its trials to the end, whose first
+trainings are asked blind (drawn at random, and, per method, as its sweeps asked them).
 With `--exactness on` (or `off,on`) a sweep's searcher trains each asked point as its training's
 least-memory variant and answers a training asked before from its result
 (`tune_lowmem.search.exactness`), whatever the sampler; without, each point trains as asked.
@@ -67,13 +69,18 @@ def against(rows: list[dict], baseline: dict[int, dict], target: str) -> str:
 TRADE_OFF = 0.75
 
 
-def trained_finals(table: replay.Table) -> list[list[float]]:
-    """Each training's final (metric, memory) once: points of one curve (a training's exact
+def least_memory(table: replay.Table) -> dict[tuple, float]:
+    """Each training's curve -> its least memory: points of one curve (a training's exact
     variants, or trainings that end alike) count once, at their least memory."""
     trainings: dict[tuple, float] = {}
     for curve, memory in table.curves.values():
         trainings[tuple(curve)] = min(memory, trainings.get(tuple(curve), memory))
-    return [[curve[-1], memory] for curve, memory in trainings.items()]
+    return trainings
+
+
+def trained_finals(table: replay.Table) -> list[list[float]]:
+    """Each training's final (metric, memory) once (`least_memory`)."""
+    return [[curve[-1], memory] for curve, memory in least_memory(table).items()]
 
 
 def fewest_added(
@@ -110,28 +117,58 @@ BLIND_DRAWS = 500  # start-ups drawn per table (seeded): the quartiles move by a
 
 
 def blind_start_epochs(
-    table: replay.Table, targets: tuple[float, ...], workers: int, draws: int = BLIND_DRAWS
+    table: replay.Table,
+    targets: tuple[float, ...],
+    workers: int,
+    starts: list[list[list[float]]] | None = None,
 ) -> dict[str, list[int]]:
     """Quartiles (25%, median, 75%) over start-ups of the fewest epochs to each target of a
     sweep of `workers` trials at once that trains every trial to the end: its first `workers`
-    trainings are asked before any result, so blind to accuracy (drawn at random among the
-    table's trainings), and from then on it knows every accuracy and asks only the trainings it
-    needs. The first informed training starts when a blind one ends, and all blind ones end
-    together, so a sweep that needs k more trains (workers + k) trainings; with none needed,
-    the last blind one ends when the others have trained all but an epoch each. No sampler
-    that trains its trials to the end needs fewer: early stopping alone can go below it."""
+    trainings (`starts`: their final points, per start-up; None: `BLIND_DRAWS` drawn at random
+    among the table's trainings) are asked before any result, so blind to accuracy, and from
+    then on it knows every accuracy and asks only the trainings it needs. The first informed
+    training starts when a blind one ends, and all blind ones end together, so a sweep that
+    needs k more trains (workers + k) trainings; with none needed, the last blind one ends when
+    the others have trained all but an epoch each. No sweep from these start-ups that trains
+    its trials to the end needs fewer: early stopping alone can go below it."""
     finals = trained_finals(table)
     front, epochs = table_front(finals), len(next(iter(table.curves.values()))[0])
-    rng = np.random.default_rng(0)
-    starts = [rng.choice(len(finals), size=workers, replace=False) for _ in range(draws)]
+    if starts is None:
+        rng = np.random.default_rng(0)
+        drawn = [rng.choice(len(finals), size=workers, replace=False) for _ in range(BLIND_DRAWS)]
+        starts = [[finals[i] for i in start] for start in drawn]
     needed = {}
     for t in targets:
         spent = []
         for start in starts:
-            added = fewest_added([finals[i] for i in start], table, t, front)
+            added = fewest_added(start, table, t, front)
             spent.append(epochs * (workers + added) - (workers - 1 if added == 0 else 0))
         needed[f"{t:.2f}"] = [int(v) for v in np.percentile(spent, [25, 50, 75], method="nearest")]
     return needed
+
+
+def sampler_starts(
+    table: replay.Table, base: dict, setting: dict, seeds: list[int]
+) -> list[list[list[float]]]:
+    """The final points of the trainings a method's sweep asks first, blind (its first
+    `workers` asks), per sampler seed."""
+    least = least_memory(table)
+    extra = {"sampler_options": setting["sampler_options"]} if setting["sampler_options"] else {}
+    starts = []
+    for seed in seeds:
+        raw = replay.replay_space(
+            table,
+            base,
+            setting["sampler"],
+            seed,
+            num_samples=setting["points"],
+            exactness=setting.get("exactness", False),
+            **extra,
+        )
+        asked = replay.first_asks(SearchSpace.from_dict(raw), table, setting["workers"])
+        curves = [tuple(table.curves[replay.key(point)][0]) for point in asked]
+        starts.append([[curve[-1], least[curve]] for curve in curves])
+    return starts
 
 
 def describe(
@@ -394,7 +431,19 @@ def main() -> None:
                     f"  {against(rows[i], baseline, f'{t:.2f}')}" for t in args.targets[-2:]
                 )
             print(f"{name:58s}{cells}  {len(rows[i]):5d}  {seconds}{paired}", flush=True)
-            summary.append({"method": name, "settings": setting, "sweeps": rows[i]})
+            row = {"method": name, "settings": setting, "sweeps": rows[i]}
+            if setting["scheduler"] is None:  # trained to the end: its own start-ups' floor
+                starts = sampler_starts(
+                    table, recording.base, setting, [r["seed"] for r in rows[i]]
+                )
+                row["blind_start"] = blind_start_epochs(
+                    table, args.targets, setting["workers"], starts
+                )
+                floors = "".join(
+                    f"{f'{m} [{q1}-{q3}]':>17s}" for q1, m, q3 in row["blind_start"].values()
+                )
+                print(f"{'  at best, from its first asks':58s}{floors}", flush=True)
+            summary.append(row)
     if args.summary:
         path = RESULTS / "search_replay.json"  # the benchmark's one result file
         entries = json.loads(path.read_text()) if path.exists() else {}

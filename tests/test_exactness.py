@@ -185,7 +185,9 @@ def exact_table(cheaper: str) -> replay.Table:
     return replay.Table.from_frame(pd.DataFrame(rows))
 
 
-def replayed(table: replay.Table, sampler: str, exactness: bool, monkeypatch, **fields):
+def replayed(
+    table: replay.Table, sampler: str, exactness: bool, monkeypatch, workers: int = 1, **fields
+):
     """The history of a replayed sweep and the params it trained, in order."""
     space = SearchSpace.from_dict(
         replay.replay_space(table, TINY_BASE, sampler, 0, exactness=exactness, **fields)
@@ -200,9 +202,22 @@ def replayed(table: replay.Table, sampler: str, exactness: bool, monkeypatch, **
         return config
 
     monkeypatch.setattr(replay.ScreenedSearcher, "suggest", spy)
-    history = replay.replay(space, table)
+    history = replay.replay(space, table, workers)
     monkeypatch.undo()
     return history, trained
+
+
+def test_a_sweeps_first_asks_are_what_its_workers_start_blind(monkeypatch):
+    """`first_asks` gives the trainings a sweep of that many trials at once starts with: the
+    points it trains first, after exactness (a point that trains as one asked is not one)."""
+    table = exact_table(cheaper="none")
+    _, trained = replayed(table, "random", True, monkeypatch, workers=3, num_samples=12)
+    space = SearchSpace.from_dict(
+        replay.replay_space(table, TINY_BASE, "random", 0, exactness=True, num_samples=12)
+    )
+    first = replay.first_asks(space, table, 3)
+    assert first == [{k: v for k, v in p.items() if k != "seed"} for p in trained[:3]]
+    assert len({training_key(p) for p in first}) == 3
 
 
 def test_a_replay_trains_each_training_at_the_tables_least_memory(monkeypatch):

@@ -54,3 +54,7 @@ def test_a_blind_start_costs_its_whole_schedule(search_replay):
     # after 3 + 2 epochs; with one of them one more training is needed, 3 x 3 epochs. "small"
     # alone is in 2 start-ups of 3.
     assert blind == {f"{small_alone - 1e-9:.2f}": [5, 5, 9], "1.00": [5, 9, 9]}
+    # a sampler's own start-ups: both front points, or one of them and the dominated one
+    both, one = [[0.9, 10.0], [0.5, 1.0]], [[0.9, 10.0], [0.4, 5.0]]
+    own = search_replay.blind_start_epochs(table, (1.0,), 2, starts=[both, one, one])
+    assert own == {"1.00": [5, 9, 9]}

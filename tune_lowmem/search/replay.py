@@ -153,18 +153,38 @@ def replay(
     trials; `memory_band` is mo-asha's band (None: every trial at a rung is compared with every
     other)."""
     with tempfile.TemporaryDirectory() as folder:
-        place.bind(space.name, folder)
-        place.sweep_folder(folder, space.name).mkdir(parents=True)
-        searcher = ScreenedSearcher(space, space.name)
-        if "memory" in sampler_needs(type(searcher.study.sampler)):  # memory: the table's
-            searcher.study.sampler.memory = table.memory
-        if searcher.exactness is not None:  # its least-memory variants: the table's
-            searcher.exactness.memory = table.memory
+        searcher = table_searcher(space, table, folder)
         scheduler = None
         if space.scheduler is not None:
             band = {} if memory_band is None else {"memory_band": memory_band}
             scheduler = build_scheduler(space.scheduler, space.objectives, space.name, **band)
         return run_sweep(searcher, scheduler, table, workers, until)
+
+
+def table_searcher(space: SearchSpace, table: Table, folder: str) -> ScreenedSearcher:
+    """The sweep's searcher, its sweep folder in `folder`, reading every memory from the
+    table: a known-memory sampler's, and exactness's least-memory variants."""
+    place.bind(space.name, folder)
+    place.sweep_folder(folder, space.name).mkdir(parents=True)
+    searcher = ScreenedSearcher(space, space.name)
+    if "memory" in sampler_needs(type(searcher.study.sampler)):
+        searcher.study.sampler.memory = table.memory
+    if searcher.exactness is not None:
+        searcher.exactness.memory = table.memory
+    return searcher
+
+
+def first_asks(space: SearchSpace, table: Table, count: int) -> list[dict[str, Any]]:
+    """The first `count` points the sweep's searcher asks with no result told: what a sweep of
+    `count` trials at once starts with, blind to the learned objective."""
+    with tempfile.TemporaryDirectory() as folder:
+        searcher = table_searcher(space, table, folder)
+        asked = [searcher.suggest(f"replay_{i:05d}") for i in range(count)]
+    return [
+        {k: v for k, v in point["params"].items() if k != "seed"}
+        for point in asked
+        if point not in (None, Searcher.FINISHED)
+    ]
 
 
 def run_sweep(
