@@ -153,19 +153,10 @@ def sampler_starts(
     """The final points of the trainings a method's sweep asks first, blind (its first
     `workers` asks), per sampler seed."""
     least = least_memory(table)
-    extra = {"sampler_options": setting["sampler_options"]} if setting["sampler_options"] else {}
     starts = []
     for seed in seeds:
-        raw = replay.replay_space(
-            table,
-            base,
-            setting["sampler"],
-            seed,
-            num_samples=setting["points"],
-            exactness=setting.get("exactness", False),
-            **extra,
-        )
-        asked = replay.first_asks(SearchSpace.from_dict(raw), table, setting["workers"])
+        space = sweep_space(table, base, setting, seed)
+        asked = replay.first_asks(space, table, setting["workers"])
         curves = [tuple(table.curves[replay.key(point)][0]) for point in asked]
         starts.append([[curve[-1], least[curve]] for curve in curves])
     return starts
@@ -262,9 +253,8 @@ def method_name(setting: dict) -> str:
     return f"{sampler} + mo-asha ({rule})"
 
 
-def sweep(table: replay.Table, base: dict, setting: dict, seed: int, targets) -> dict[str, float]:
-    """One replayed sweep: epochs to each target (inf: not reached)."""
-    best, recorded = table.best_hypervolume(), sorted({*RECORDED, *targets})
+def sweep_space(table: replay.Table, base: dict, setting: dict, seed: int) -> SearchSpace:
+    """The search space of one replayed sweep of a method (`settings`) and sampler seed."""
     extra = {"sampler_options": setting["sampler_options"]} if setting["sampler_options"] else {}
     raw = replay.replay_space(
         table,
@@ -276,8 +266,14 @@ def sweep(table: replay.Table, base: dict, setting: dict, seed: int, targets) ->
         exactness=setting.get("exactness", False),
         **extra,
     )
+    return SearchSpace.from_dict(raw)
+
+
+def sweep(table: replay.Table, base: dict, setting: dict, seed: int, targets) -> dict[str, float]:
+    """One replayed sweep: epochs to each target (inf: not reached)."""
+    best, recorded = table.best_hypervolume(), sorted({*RECORDED, *targets})
     history = replay.replay(
-        SearchSpace.from_dict(raw),
+        sweep_space(table, base, setting, seed),
         table,
         setting["workers"],
         setting["memory_band"],
