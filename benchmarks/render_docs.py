@@ -337,7 +337,7 @@ def search_replay(result: dict) -> str:
     if blind_column:
         workers = result["rows"][0]["settings"]["workers"]
         header.append(
-            f"at best from its first {workers} asks: median epochs to {' / '.join(share)}"
+            f"at best from its {first_asks(workers, 'ask')}: median epochs to {' / '.join(share)}"
         )
     header += [f"median over {baseline['method']}'s at {s}" for s in share]
     header += [f"fewer / more (net epochs) than {baseline['method']} at {s}" for s in share]
@@ -372,12 +372,19 @@ def blind_start(about: dict) -> str:
         f"{median} [{q1}-{q3}] to {float(t):.0%}" for t, (q1, median, q3) in blind["epochs"].items()
     )
     workers = blind["workers"]
+    at_once = "one trial at a time" if workers == 1 else f"{workers} trials at once"
     return (
-        f" A sweep of {workers} trials at once that trains every trial to the end asks its first "
-        f"{workers} trainings before any result: even knowing every accuracy from then on, it "
-        f"needs {reach} (median [quartiles] over {blind['draws']} such start-ups drawn at "
-        "random)."
+        f" A sweep of {at_once} that trains every trial to the end asks its "
+        f"{first_asks(workers, 'training')} before any result: even knowing every accuracy from "
+        f"then on, it needs {reach} (median [quartiles] over {blind['draws']} such start-ups "
+        "drawn at random)."
     )
+
+
+def first_asks(workers: int, what: str) -> str:
+    """What a sweep of `workers` trials at once asks before any result, in words: its "first
+    training", or its "first 4 trainings"."""
+    return f"first {what}" if workers == 1 else f"first {workers} {what}s"
 
 
 def recorded(about: dict) -> str:
