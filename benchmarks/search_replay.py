@@ -84,20 +84,24 @@ def trained_finals(table: replay.Table) -> list[list[float]]:
 
 
 def fewest_added(
-    chosen: list[list[float]], table: replay.Table, target: float, front: list[list[float]]
+    chosen: list[list[float]], front: list[list[float]], needed: float, reference: list[float]
 ) -> int:
-    """The fewest `front` points that, beside `chosen`, hold `target` of the table's best
-    hypervolume (only front points need be tried: a dominated point adds no more than the
-    point that dominates it)."""
-    best, reference = table.best_hypervolume(), table.reference()
+    """The fewest `front` points that, beside `chosen`, hold the hypervolume `needed` (only
+    front points need be tried: a dominated point adds no more than the point that dominates
+    it)."""
     return next(
         k
         for k in range(len(front) + 1)
         if any(
-            replay.hypervolume([*chosen, *added], reference) >= (target - 1e-12) * best
+            replay.hypervolume([*chosen, *added], reference) >= needed
             for added in itertools.combinations(front, k)
         )
     )
+
+
+def needed_hypervolume(table: replay.Table, target: float) -> float:
+    """The hypervolume that holds `target` of the table's best (a rounding's slack below)."""
+    return (target - 1e-12) * table.best_hypervolume()
 
 
 def table_front(finals: list[list[float]]) -> list[list[float]]:
@@ -108,9 +112,12 @@ def table_front(finals: list[list[float]]) -> list[list[float]]:
 def fewest_epochs(table: replay.Table, targets: tuple[float, ...]) -> dict[str, int]:
     """The fewest epochs in which any sweep can reach each target: the fewest trainings whose
     final points hold that share of the best hypervolume, each trained to the end."""
-    front = table_front(trained_finals(table))
-    epochs = len(next(iter(table.curves.values()))[0])
-    return {f"{t:.2f}": epochs * fewest_added([], table, t, front) for t in targets}
+    front, reference = table_front(trained_finals(table)), table.reference()
+    return {
+        f"{t:.2f}": table.epochs()
+        * fewest_added([], front, needed_hypervolume(table, t), reference)
+        for t in targets
+    }
 
 
 BLIND_DRAWS = 500  # start-ups drawn per table (seeded): the quartiles move by an epoch at most
@@ -132,19 +139,21 @@ def blind_start_epochs(
     the others have trained all but an epoch each. No sweep from these start-ups that trains
     its trials to the end needs fewer: early stopping alone can go below it."""
     finals = trained_finals(table)
-    front, epochs = table_front(finals), len(next(iter(table.curves.values()))[0])
+    front, epochs, reference = table_front(finals), table.epochs(), table.reference()
     if starts is None:
         rng = np.random.default_rng(0)
         drawn = [rng.choice(len(finals), size=workers, replace=False) for _ in range(BLIND_DRAWS)]
         starts = [[finals[i] for i in start] for start in drawn]
-    needed = {}
+    quartiles = {}
     for t in targets:
-        spent = []
+        needed, spent = needed_hypervolume(table, t), []
         for start in starts:
-            added = fewest_added(start, table, t, front)
+            added = fewest_added(start, front, needed, reference)
             spent.append(epochs * (workers + added) - (workers - 1 if added == 0 else 0))
-        needed[f"{t:.2f}"] = [int(v) for v in np.percentile(spent, [25, 50, 75], method="nearest")]
-    return needed
+        quartiles[f"{t:.2f}"] = [
+            int(v) for v in np.percentile(spent, [25, 50, 75], method="nearest")
+        ]
+    return quartiles
 
 
 def sampler_starts(
@@ -173,7 +182,7 @@ def describe(
     trainings = trainings.drop_duplicates(["trained", "train_seconds"])
     hours = float(trainings["train_seconds"].sum() / 3600)
     best = table.best_hypervolume()
-    epochs = len(next(iter(table.curves.values()))[0])
+    epochs = table.epochs()
     finals = np.array(table.finals())
     alone = [replay.hypervolume([point], table.reference()) / best for point in finals]
     print(

@@ -72,6 +72,10 @@ class Table:
         recorded = self.curves.get(key(params))
         return None if recorded is None else recorded[1]
 
+    def epochs(self) -> int:
+        """The schedule's length: every recorded curve has one value per epoch."""
+        return len(next(iter(self.curves.values()))[0])
+
     def finals(self) -> list[list[float]]:
         return [[curve[-1], memory] for curve, memory in self.curves.values()]
 
@@ -180,11 +184,12 @@ def first_asks(space: SearchSpace, table: Table, count: int) -> list[dict[str, A
     with tempfile.TemporaryDirectory() as folder:
         searcher = table_searcher(space, table, folder)
         asked = [searcher.suggest(f"replay_{i:05d}") for i in range(count)]
-    return [
-        {k: v for k, v in point["params"].items() if k != "seed"}
-        for point in asked
-        if point not in (None, Searcher.FINISHED)
-    ]
+    return [trained_params(point) for point in asked if point not in (None, Searcher.FINISHED)]
+
+
+def trained_params(suggested: Mapping[str, Any]) -> dict[str, Any]:
+    """A suggested trial's point as the table keys it: its params without the seed."""
+    return {k: v for k, v in suggested["params"].items() if k != "seed"}
 
 
 def run_sweep(
@@ -202,7 +207,7 @@ def run_sweep(
             if suggested is None or suggested == Searcher.FINISHED:
                 exhausted = True
                 break
-            params = {k: v for k, v in suggested["params"].items() if k != "seed"}
+            params = trained_params(suggested)
             curve, memory = table.curves[key(params)]
             running.append(Running(trial_id, curve, memory, clock, suggested["params"]))
             started += 1
