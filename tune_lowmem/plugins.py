@@ -138,6 +138,7 @@ BUILTIN_TECHNIQUES = {
     "precision": "tune_lowmem.techniques.precision:Precision",
     "adam_state": "tune_lowmem.techniques.adam_state:AdamState",
     "fused_step": "tune_lowmem.techniques.fused_step:FusedStep",
+    "cuda_workspace": "tune_lowmem.techniques.cuda_workspace:CudaWorkspace",
 }
 # The built-in techniques' SETTINGS, declared apart from their torch code so that the config and
 # the store read them without torch (a plug-in's come from its class).
@@ -148,6 +149,7 @@ BUILTIN_SETTINGS = {
     "precision": "tune_lowmem.techniques.settings:PRECISION",
     "adam_state": "tune_lowmem.techniques.settings:ADAM_STATE",
     "fused_step": "tune_lowmem.techniques.settings:FUSED_STEP",
+    "cuda_workspace": "tune_lowmem.techniques.settings:CUDA_WORKSPACE",
 }
 TECHNIQUE_GROUP = "tune_lowmem.techniques"
 TECHNIQUE_BASE = "tune_lowmem.techniques.base:Technique"

@@ -20,10 +20,19 @@ MEASURED_RUN_PEAK = "memory.measured_run_peak_mb"
 # The profiler's prediction (known before training) and the measurement (known once it starts),
 # named as the store's columns: the parts of a training step as the paper counts them, and the
 # run's peak. `memory.predicted_total_mb` is the memory objective of stores' older sweeps.
+# A CUDA trial's predicted run peak by part (`memory.cuda.CudaPrediction`): of the run peak,
+# the allocator's 512-byte blocks beyond the tensors' bytes (rounding), the BLAS workspaces and
+# cuDNN's at the peak (empty: not known where it was predicted); beside it, the CUDA context
+# and what the allocator reserves for it. Empty in a CPU trial's rows and in older stores.
+CUDA_PREDICTED_METRICS = tuple(
+    f"memory.predicted_cuda_{part}_mb"
+    for part in ("rounding", "blas", "cudnn", "context", "reserved")
+)
 PREDICTED_METRICS = (
     *(f"memory.predicted_{part}_mb" for part in PARTS),
     PREDICTED_RUN_PEAK,
     FLOPS_METRIC,
+    *CUDA_PREDICTED_METRICS,
 )
 MEASURED_METRICS = (*(f"memory.measured_{part}_mb" for part in PARTS), MEASURED_RUN_PEAK)
 # Both totals as the masked step holds them (the ones above count sparse weights as CSR)

@@ -8,7 +8,11 @@
   clamped to 1, which is not an exact division by the loss scale.
 - `default_foreach`: whether torch's optimizers, left to choose, step with multi-tensor kernels
   (`torch.optim.optimizer._default_to_fused_or_foreach`). The memory prediction steps fake
-  weights, which torch never chooses them for, so it asks on the real ones and says so.
+  weights, which torch never chooses them for, so it asks on the real ones and says so (or, for
+  a CUDA trial predicted without a GPU, applies the same rule to the device it will run on).
+- `in_backward`: whether a backward pass runs on this thread (`torch._C._current_graph_task_id`):
+  a CUDA trial's backward runs on autograd's device thread, whose cuBLAS handle, and so whose
+  workspace, is not the forward's.
 - `engine_called`: whether an operator was called by autograd's engine itself (a backward pass
   runs: `torch._C._current_graph_task_id`; its Python entry, `torch.autograd.graph.
   _engine_run_backward`); the storage tracker models how the engine sums gradients.
@@ -27,7 +31,14 @@ import torch
 import torch.autograd.graph
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-__all__ = ["FakeTensorMode", "decomposes", "default_foreach", "engine_called", "multiply_"]
+__all__ = [
+    "FakeTensorMode",
+    "decomposes",
+    "default_foreach",
+    "engine_called",
+    "in_backward",
+    "multiply_",
+]
 
 
 def multiply_(tensors: list[torch.Tensor], factor: float) -> None:
@@ -37,12 +48,24 @@ def multiply_(tensors: list[torch.Tensor], factor: float) -> None:
         torch._foreach_mul_(tensors, factor)
 
 
-def default_foreach(parameters: list[torch.Tensor]) -> bool:
+def default_foreach(parameters: list[torch.Tensor], device_type: str | None = None) -> bool:
     """Whether an optimizer built with foreach=None steps `parameters` with multi-tensor kernels
-    (on CUDA: yes; on the CPU: no)."""
-    from torch.optim.optimizer import _default_to_fused_or_foreach
+    (on CUDA: yes; on the CPU: no); `device_type`: as it would were they on that device (the
+    rule of `_default_to_fused_or_foreach`: every tensor of a plain type, on a device with
+    multi-tensor kernels), for a CUDA trial predicted on a machine without a GPU."""
+    from torch.optim.optimizer import _default_to_fused_or_foreach, _foreach_supported_types
+    from torch.utils._foreach_utils import _get_foreach_kernels_supported_devices
 
-    return _default_to_fused_or_foreach(parameters, differentiable=False)[1]
+    if device_type is None:
+        return _default_to_fused_or_foreach(parameters, differentiable=False)[1]
+    supported = device_type in _get_foreach_kernels_supported_devices()
+    return supported and all(type(p) in _foreach_supported_types for p in parameters)
+
+
+def in_backward() -> bool:
+    """Whether a backward pass is running on this thread (autograd's engine has a graph task):
+    on CUDA the engine runs it on a device thread of its own, with a cuBLAS handle of its own."""
+    return torch._C._current_graph_task_id() != -1
 
 
 _ENGINE_ENTRY = torch.autograd.graph._engine_run_backward.__code__

@@ -4,6 +4,7 @@ the same model's baseline without any technique."""
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 
 from ..analysis.counted import ACCOUNTED, STORED, counted
@@ -32,6 +33,12 @@ def add_parser(subparsers) -> None:
         help="for tasks with sequences (the translation task): tokens of each synthetic "
         "sentence pair (default 30 30, a typical IWSLT'14 batch)",
     )
+    parser.add_argument(
+        "--capability",
+        metavar="MAJOR.MINOR",
+        help="for a CUDA trial (device cuda): the compute capability of the GPU it will run on, "
+        "whose workspaces its run peak counts (default: this machine's GPU, else 9.0, Hopper)",
+    )
     add_threads_argument(parser)
     parser.set_defaults(run=run)
 
@@ -41,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ..memory import baseline_config
     from ..memory.allocations import measure_allocations
+    from ..memory.cuda import trial_target
     from ..memory.measure import measure
     from ..memory.predict import heap_object_bytes, predict, run_peak_storage
     from ..memory.stepping import at_peak, peak_steps
@@ -55,13 +63,16 @@ def run(args: argparse.Namespace) -> int:
     lengths = (
         None if args.lengths is None else tuple(positive_int(n, "--lengths") for n in args.lengths)
     )
+    capability = None if args.capability is None else compute_capability(args.capability)
     task = synthetic_task(config, torch.device("cpu"), lengths)  # refuses what it cannot profile
     if args.measure:
         apply_threads(args)
-    ways = {"predicted": predict} | ({"measured": measure} if args.measure else {})
+    target = trial_target(config, capability=capability)
+    predicted = functools.partial(predict, target=target)
+    ways = {"predicted": predicted} | ({"measured": measure} if args.measure else {})
     baselines = {name: way(baseline_config(config), lengths) for name, way in ways.items()}
     # a run is predicted at its peak: measured at each step that may be it, the larger kept
-    reports = {"predicted": predict(config, lengths)}
+    reports = {"predicted": predicted(config, lengths)}
     allocations = run_peaks = None
     if args.measure:
         reports["measured"] = at_peak(measure, config, lengths)
@@ -97,7 +108,10 @@ def run(args: argparse.Namespace) -> int:
     sparse = totals["predicted_stored_total_mb"] != reports["predicted"].total_mb
     print(describe(config, task))
     print(table(reports, baselines, totals, sparse, objects))
-    print(run_peak_note(reports["predicted"], run_peaks, run_peak_storage(config, lengths)))
+    if target is None:
+        print(run_peak_note(reports["predicted"], run_peaks, run_peak_storage(config, lengths)))
+    else:
+        print(cuda_note(reports["predicted"].cuda, target))
     print(
         SPARSE_NOTE
         if sparse
@@ -109,6 +123,44 @@ def run(args: argparse.Namespace) -> int:
         print(peak_note(config, reports["predicted"], reports["measured"], task, objects))
         print(allocator_note(allocations, totals["predicted_stored_total_mb"] - objects / MB))
     return 0
+
+
+def compute_capability(text: str) -> tuple[int, int]:
+    """`--capability` as (major, minor), or one line naming the flag."""
+    from ..validation import ConfigError
+
+    major, dot, minor = text.partition(".")
+    if not (dot and major.isdigit() and minor.isdigit()):
+        raise ConfigError(
+            "--capability", f"{text!r} is not allowed; MAJOR.MINOR (e.g. 9.0 or 8.0) is required"
+        )
+    return int(major), int(minor)
+
+
+def cuda_note(cuda, target) -> str:
+    """A CUDA trial's run peak as its caching allocator will count it, by part, and beside it
+    the context and what the allocator reserves (`memory.cuda`)."""
+    from ..memory.cuda import calibration
+
+    major, minor = target.capability
+    where = "probed on this GPU" if target.on_card else "by torch's rules"
+    cudnn = (
+        "cuDNN's convolution workspace unknown here (no GPU, no cuda_workspace.cudnn_limit_mb): "
+        "left out, the trial probes it on its card"
+        if cuda.cudnn_bytes is None
+        else f"cuDNN's at the peak {cuda.cudnn_bytes / MB:.3f} MB"
+    )
+    measured = (
+        "measured" if calibration()["measured"] else "provisional, not yet measured on a card"
+    )
+    return (
+        f"on CUDA (compute capability {major}.{minor}, torch {'.'.join(map(str, target.version))}"
+        f", workspaces {where}): the run's peak as the caching allocator counts it "
+        f"{cuda.run_peak_bytes / MB:.3f} MB, of which the allocator's 512-byte blocks "
+        f"{cuda.rounding_bytes / MB:.3f} MB, BLAS workspaces {cuda.blas_bytes / MB:.3f} MB; "
+        f"{cudnn}; beside it the CUDA context {cuda.context_bytes / MB:.0f} MB, reserved "
+        f"{cuda.reserved_bytes / MB:.3f} MB ({measured}: memory/cuda_calibration.json)"
+    )
 
 
 def run_peak_note(predicted, measured, storage: int) -> str:

@@ -73,10 +73,12 @@ from ..plugins import techniques
 from ..torch_private import FakeTensorMode, default_foreach
 from ..train import Trainer
 from . import accounting
+from .cuda import CudaRun, CudaTarget, Moment, allocated_size, cuda_prediction, trial_target
+from .cuda_libraries import cuda_call
 from .report import MemoryReport
 from .synthetic import synthetic_task
 from .tracker import StorageTracker
-from .workspace import computing_threads
+from .workspace import computing_threads, signature
 
 # The CPU heap's bytes per storage beyond its data, for the autograd graph's and the tensors'
 # objects (TensorImpl, StorageImpl, malloc's header and alignment, the graph's nodes and saved
@@ -108,12 +110,33 @@ class DryRun:
     # an evaluation batch's input on the device, its pass's peak beyond the weights and state
     # (storage, workspace as in `step_peak`; heap objects); None: the task has no evaluation pass
     evaluation: tuple[int, int, int] | None
+    # a CUDA trial's: the moments in the caching allocator's blocks and the calls that take a
+    # library's workspace (`cuda.CudaRun`, without the occasional work: `cuda_run`); None on the CPU
+    cuda: CudaRun | None = None
 
     @functools.cached_property
-    def occasional(self) -> tuple[int, int]:
-        """The occasional work's temporaries and heap objects at their peak (`occasional_peak`),
-        measured once, when first asked: a trial that has none never pays for it."""
+    def _occasional_measured(self) -> tuple[int, int, int]:
+        """`occasional_peak`'s figures, measured once, when first asked: a trial that has none
+        never pays for it."""
         return self.measure_occasional()
+
+    @property
+    def occasional(self) -> tuple[int, int]:
+        """The occasional work's temporaries and heap objects at their peak (`occasional_peak`)."""
+        return self._occasional_measured[:2]
+
+    def cuda_run(self, occasional: bool) -> CudaRun:
+        """The CUDA trial's moments (`cuda`), with its occasional work where it has some
+        (`occasional`): that work's temporaries beside the step's gradients, in blocks and exact."""
+        if not occasional:
+            return self.cuda
+        gradients = [p.grad for p in self.model.parameters() if p.grad is not None]
+        exact, _, blocks = self._occasional_measured
+        work = (
+            Moment(_storage_bytes(gradients, allocated_size) + blocks, {}),
+            Moment(_storage_bytes(gradients) + exact, {}),
+        )
+        return dataclasses.replace(self.cuda, moments={**self.cuda.moments, "occasional": work})
 
     def activation(self, occasional: bool) -> tuple[int, int]:
         """The activation part's tensor storage and heap objects: the step's, or when the trial
@@ -127,25 +150,36 @@ def predict(
     lengths: tuple[int, int] | None = None,
     workspace: bool = True,
     threads: int | None = None,
+    target: CudaTarget | None = None,
 ) -> MemoryReport:
     """The config's training memory and FLOPs per step, without allocating any activation:
     every tensor as the step holds it. `lengths`: the translation task's synthetic (source,
     target) sentence lengths; `workspace`: the run's peak counts operators' workspace on the CPU
     (`workspace`; this machine's kernels) or, when False, tensors alone (from shapes only);
     `threads`: the CPU threads the trial will compute with, which choose its kernels and so
-    their workspace (default: this process's; a sweep's driver passes `resources.cpu`)."""
+    their workspace (default: this process's; a sweep's driver passes `resources.cpu`);
+    `target`: the CUDA device the trial runs on (default: `cuda.trial_target`'s, from the
+    config and this machine), whose run peak is its caching allocator's (`cuda`)."""
     lengths = None if lengths is None else tuple(lengths)
+    target = trial_target(config) if target is None else target
     with computing_threads(threads):
-        run = dry_run(shape_key(config, lengths), lengths, workspace)
-    return parts(run, occasional=occasional_work(config))
+        run = dry_run(shape_key(config, lengths, cuda=target is not None), lengths, workspace)
+    return parts(run, occasional=occasional_work(config), target=target)
 
 
-def parts(run: DryRun, layout: str | None = None, occasional: bool = False) -> MemoryReport:
+def parts(
+    run: DryRun,
+    layout: str | None = None,
+    occasional: bool = False,
+    target: CudaTarget | None = None,
+) -> MemoryReport:
     """A dry run's memory by part, compressed weights as held or counted in `layout`
     (`accounting.model_bytes`); `occasional`: the trial has occasional work
     (`DryRun.activation`). On the CPU the activation part has the heap's objects with it, as the
-    CPU measurement sees them. The run's peak (`run_peak`) holds the weights as they are held,
-    whatever `layout` counts."""
+    CPU measurement sees them. The run's peak (`run_peak`; a CUDA trial's on `target`,
+    `cuda.cuda_prediction`, with its parts) holds the weights as they are held, whatever
+    `layout` counts."""
+    cuda = None if run.cuda is None else cuda_prediction(run.cuda_run(occasional), target)
     return MemoryReport(
         model_bytes=accounting.model_bytes(run.model, layout),
         optimizer_bytes=accounting.held_gradient_bytes(run.model)
@@ -153,7 +187,8 @@ def parts(run: DryRun, layout: str | None = None, occasional: bool = False) -> M
         activation_bytes=sum(run.activation(occasional)),
         flops_per_step=run.flops_per_step,
         source="predicted",
-        run_peak_bytes=sum(run_peak(run, occasional)),
+        run_peak_bytes=sum(run_peak(run, occasional)) if cuda is None else cuda.run_peak_bytes,
+        cuda=cuda,
     )
 
 
@@ -207,14 +242,18 @@ def heap_object_bytes(config: TrialConfig, lengths: tuple[int, int] | None = Non
     return dry_run(shape_key(config, lengths), lengths).activation(occasional_work(config))[1]
 
 
-def shape_key(config: TrialConfig, lengths: tuple[int, int] | None = None) -> TrialConfig:
+def shape_key(
+    config: TrialConfig, lengths: tuple[int, int] | None = None, cuda: bool | None = None
+) -> TrialConfig:
     """The config reduced to what decides the activations and FLOPs: the task's model, its
     schedule's shape fields (`Task.SHAPE_FIELDS`) and each technique's `shape_settings`; default
-    data, seed 0, the rest at defaults; the device is the type a trial would run on."""
+    data, seed 0, the rest at defaults; the device is the type a trial runs on (`cuda`: whether
+    it is CUDA; None: as `cuda.trial_target` says from the config and this machine)."""
     synthetic_task(config, torch.device("cpu"), lengths)  # refuses what the profiler cannot run
     schedule = config.schedule
     shapes = {name: getattr(schedule, name) for name in config.task_type().SHAPE_FIELDS}
-    device = "cuda" if config.device != "cpu" and torch.cuda.is_available() else "cpu"
+    cuda = trial_target(config) is not None if cuda is None else cuda
+    device = "cuda" if cuda else "cpu"
     reduced = TrialConfig(
         task=config.task, device=device, model=config.model, schedule=type(schedule)(**shapes)
     ).to_flat()
@@ -239,15 +278,20 @@ def dry_run(
 def _cached_dry_run(
     key: TrialConfig, lengths: tuple[int, int] | None, workspace: bool, threads: int | None
 ) -> DryRun:
-    device = torch.device(key.device)
+    device = torch.device(key.device)  # the trial's; a CUDA one without a GPU here: the CPU's
+    host = device if device.type == "cpu" or torch.cuda.is_available() else torch.device("cpu")
+    built = key if host == device else TrialConfig.from_dict({**key.to_flat(), "device": "cpu"})
+    cuda = device.type == "cuda"
+    workspace &= not cuda  # a CUDA trial's workspaces are `cuda`'s, not the CPU's operators'
     with _global_rng_kept():
-        trainer = Trainer(key, task=synthetic_task(key, device, lengths))
+        trainer = Trainer(built, task=synthetic_task(built, host, lengths))
     task, model, precision = trainer.task, trainer.model.train(), trainer.step_runner
     batch = next(iter(task.train_batches(0)))  # real and small: splitting it reads its lengths
     microbatches, normaliser = task.microbatches(batch), task.normaliser(batch)
     shapes = [tuple(tuple(t.shape) for t in batch_tensors(m)) for m in microbatches]
     run = passes(shapes)
-    foreach = default_foreach(list(model.parameters()))  # decided on the real weights
+    # decided on the real weights, as torch would decide on the trial's device
+    foreach = default_foreach(list(model.parameters()), None if host == device else device.type)
     fake_mode = FakeTensorMode()
     _fake_state(model, fake_mode)
     flops = {}
@@ -265,7 +309,10 @@ def _cached_dry_run(
         ]
         existing = [t for fake in fakes for t in (*batch_tensors(fake), *host_data_tensors(fake))]
         existing += [*model.parameters(), *model.buffers(), *accounting.state_tensors(optimizer)]
-        with StorageTracker(existing) as tracker:
+        # a CUDA trial's calls that take a library's workspace; storages of the host not seen
+        notes = cuda_call if cuda else signature
+        seen = "cuda" if cuda and host.type == "cuda" else None
+        with StorageTracker(existing, notes=notes, device_type=seen) as tracker:
             for index, microbatch in zip(run, fakes, strict=True):
                 before = tracker.flops
                 with precision.forward_context():
@@ -278,13 +325,34 @@ def _cached_dry_run(
     step = _peak(tracker, _held(model, optimizer), heap)
     with_grad = {name for name, param in model.named_parameters() if param.grad is not None}
     occasional = functools.partial(occasional_peak, key, lengths, with_grad, heap)
-    evaluation = evaluation_peak(task, model, optimizer, precision, fake_mode, heap, workspace)
+    evaluated = evaluation_pass(task, model, optimizer, precision, fake_mode, notes, seen)
+    evaluation = None
+    if evaluated is not None:
+        batch_on_device, eval_tracker, eval_held = evaluated
+        peak = _peak(eval_tracker, eval_held, heap, workspace)
+        evaluation = (_storage_bytes(batch_on_device), *peak)
     # the host minibatch is on the trial's device only when that is the host (a task moves each
     # microbatch to the device in `loss`, where the tracker counts the copy as the step's); the
     # host data it refers to is not the step's
     input_bytes = _storage_bytes([t for t in batch_tensors(batch) if t.device == device])
     flops_per_step = sum(flops[s] for s in shapes)
     held = [*model.parameters(), *model.buffers(), *accounting.state_tensors(optimizer)]
+    cuda_run = None
+    if cuda:
+        moments = {"step": _moments(tracker, [])}
+        if evaluated is not None:
+            batch_blocks = _storage_bytes(batch_on_device, allocated_size)
+            blocks, exact = _moments(eval_tracker, eval_held)
+            moments["evaluation"] = (
+                Moment(blocks.peak + batch_blocks, _plus(blocks.at_calls, batch_blocks)),
+                Moment(exact.peak + evaluation[0], _plus(exact.at_calls, evaluation[0])),
+            )
+        calls = tracker.calls + (eval_tracker.calls if evaluated is not None else [])
+        cuda_run = CudaRun(
+            held=(_storage_bytes(held, allocated_size), _storage_bytes(held)),
+            moments=moments,
+            roles=frozenset(call[:2] for _, call in calls),
+        )
     return DryRun(
         model,
         optimizer,
@@ -295,22 +363,35 @@ def _cached_dry_run(
         held_bytes=_storage_bytes(held),
         step_peak=_peak(tracker, [], heap, workspace),
         evaluation=evaluation,
+        cuda=cuda_run,
     )
 
 
-def evaluation_peak(
+def _moments(tracker: StorageTracker, exclude: list[torch.Tensor]) -> tuple[Moment, Moment]:
+    """A tracked pass's moment beyond `exclude` for a CUDA trial: in the allocator's blocks, and
+    in exact bytes (`StorageTracker.call_peaks`)."""
+    blocks = tracker.call_peaks(exclude, allocated_size)
+    exact = tracker.call_peaks(exclude)
+    return Moment(*blocks), Moment(*exact)
+
+
+def _plus(at_calls: dict[tuple, int], nbytes: int) -> dict[tuple, int]:
+    return {call: alive + nbytes for call, alive in at_calls.items()}
+
+
+def evaluation_pass(
     task,
     model: nn.Module,
     optimizer,
     precision,
     fake_mode: FakeTensorMode,
-    heap_bytes: int,
-    workspace: bool,
-) -> tuple[int, int, int] | None:
+    notes=signature,
+    device_type: str | None = None,
+) -> tuple[list[torch.Tensor], StorageTracker, list[torch.Tensor]] | None:
     """One `Task.evaluation_pass` on a fake batch of evaluation's shape, in eval mode under
-    no_grad as `Trainer.run` evaluates: the batch's bytes on the device, and the pass's peak
-    beyond the weights, buffers and optimizer state (storage, with `workspace` operators'
-    workspace; heap objects at `heap_bytes` a storage)."""
+    no_grad as `Trainer.run` evaluates, under a tracker (`notes` and `device_type` as the step's):
+    the batch's tensors on the device, the tracker, and the weights, buffers and optimizer state
+    it ran beside; None where the task has no evaluation pass."""
     real = task.synthetic_evaluation_batch(torch.Generator().manual_seed(0))
     held = _held(model, optimizer)
     model.eval()
@@ -318,7 +399,8 @@ def evaluation_peak(
         with fake_mode:
             batch = map_tensors(fake_mode.from_tensor, real)
             existing = [*held, *batch_tensors(batch)]
-            with StorageTracker(existing) as tracker, torch.no_grad():
+            tracker = StorageTracker(existing, notes=notes, device_type=device_type)
+            with tracker, torch.no_grad():
                 with precision.forward_context():
                     result = task.evaluation_pass(model, batch)
                 evaluates, result = result is not None, None
@@ -326,26 +408,27 @@ def evaluation_peak(
         model.train()
     if not evaluates:
         return None
-    on_device = [t for t in batch_tensors(real) if t.device == held[0].device]
-    return (_storage_bytes(on_device), *_peak(tracker, held, heap_bytes, workspace))
+    return [t for t in batch_tensors(real) if t.device == held[0].device], tracker, held
 
 
 dry_run.cache_clear = _cached_dry_run.cache_clear  # e.g. after the heap constant changes
 
 
-def _storage_bytes(tensors: list[torch.Tensor]) -> int:
-    """The bytes of the distinct storages under `tensors`."""
+def _storage_bytes(tensors: list[torch.Tensor], block=None) -> int:
+    """The bytes of the distinct storages under `tensors`, each as `block` makes them (an
+    allocator's rounding; None: exact)."""
     storages = [t.untyped_storage() for t in tensors]  # alive together: ids are theirs alone
-    return sum({id(storage): storage.nbytes() for storage in storages}.values())
+    sizes = {id(storage): storage.nbytes() for storage in storages}.values()
+    return sum(sizes if block is None else map(block, sizes))
 
 
 def occasional_peak(
     key: TrialConfig, lengths: tuple[int, int] | None, with_grad: set[str], heap_bytes: int
-) -> tuple[int, int]:
+) -> tuple[int, int, int]:
     """The techniques' occasional work, real, on the CPU (see the module docstring): the most
     bytes of tensor storage it holds at once beyond the step's weights, buffers, optimizer state
-    and gradients (zeros on the parameters named in `with_grad`), and its heap objects then at
-    `heap_bytes` a storage."""
+    and gradients (zeros on the parameters named in `with_grad`), its heap objects then at
+    `heap_bytes` a storage, and that storage in a CUDA allocator's blocks (`cuda.allocated_size`)."""
     cpu = TrialConfig.from_dict({**key.to_flat(), "device": "cpu"})
     with _global_rng_kept():
         trainer = Trainer(cpu, task=synthetic_task(cpu, torch.device("cpu"), lengths))
@@ -356,7 +439,8 @@ def occasional_peak(
     with StorageTracker(_held(model, optimizer)) as tracker:
         for technique in trainer.techniques:
             technique.run_occasional_work()
-    return _peak(tracker, _held(model, optimizer), heap_bytes)
+    held = _held(model, optimizer)
+    return (*_peak(tracker, held, heap_bytes), tracker.peak(held, block=allocated_size))
 
 
 def _held(model: nn.Module, optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:

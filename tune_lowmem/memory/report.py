@@ -7,6 +7,7 @@ baseline (batch 100, fp32) comes to 404.8 MB (in MiB it would be 386.0).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ..config import TrialConfig
 from ..results import PARTS
@@ -34,8 +35,10 @@ class MemoryReport:
     # dense as stored (masked sparse weights take their full size), the allocator's own view
     peak_bytes: int | None = None
     # the run's peak: the most bytes live at once over training steps, occasional work and
-    # evaluation, inputs included (predicted: `predict.run_peak`; measured: the allocator's)
+    # evaluation, inputs included (predicted: `predict.run_peak`; measured: the allocator's);
+    # a CUDA trial's prediction: its caching allocator's, with its parts in `cuda`
     run_peak_bytes: int | None = None
+    cuda: Any = None  # predicted for a CUDA trial: its `memory.cuda.CudaPrediction`
 
     def __post_init__(self) -> None:
         if self.source not in SOURCES:
@@ -57,7 +60,8 @@ class MemoryReport:
 
     def to_dict(self) -> dict[str, float | int | str | None]:
         """``<source>_<part>_mb`` for each of PARTS (the store's ``memory.`` columns drop the
-        prefix), the FLOPs, the source, and a measurement's ``measured_peak_mb``."""
+        prefix), the FLOPs, the source, a measurement's ``measured_peak_mb``, the run's peak and
+        a CUDA prediction's parts (``predicted_cuda_<part>_mb``)."""
         parts = (self.model_bytes, self.optimizer_bytes, self.activation_bytes, self.total_bytes)
         values: dict[str, float | int | str | None] = {
             f"{self.source}_{part}_mb": nbytes / MB for part, nbytes in zip(PARTS, parts)
@@ -67,6 +71,8 @@ class MemoryReport:
             values[f"{self.source}_peak_mb"] = self.peak_bytes / MB
         if self.run_peak_bytes is not None:
             values[f"{self.source}_run_peak_mb"] = self.run_peak_bytes / MB
+        if self.cuda is not None:
+            values.update(self.cuda.to_mb())
         return values
 
 

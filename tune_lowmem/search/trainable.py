@@ -60,7 +60,7 @@ from ..results import (
     STORED_METRICS,
 )
 from ..space import SearchSpace
-from ..train import Trainer, resolve_device
+from ..train import Trainer, apply_environment, resolve_device
 
 CHECKPOINT_FILE = "trainer.pt"
 FULL_COLLECTION_EVERY = 64  # trials of a worker process between collections of its frozen objects
@@ -194,7 +194,8 @@ class _Run:
 
         try:
             self.config = self.space.trial_config(self.params)
-            self.predicted = predict(self.config)
+            apply_environment(self.config)  # before CUDA starts: its libraries read it then
+            self.predicted = predict(self.config)  # on the trial's own device, probed there
             self.paper_csr = accounted(self.config, "csr")
             share = trial_share(self.space.resources, self.config)  # what Ray was asked for
             hold_to_share(share, resolve_device(self.config.device))  # its OOM is its own
