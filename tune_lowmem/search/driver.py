@@ -361,7 +361,7 @@ def front(space: SearchSpace, trials: pd.DataFrame) -> pd.DataFrame:
     missing = [c for c in columns if c not in done.columns]
     if done.empty or missing:
         return pd.DataFrame(columns=[*space.objectives, *params, "seeds"])
-    means = pareto.aggregate_seeds(done, "seed_group", list(columns))
+    means = pareto.aggregate_seeds(done, "seed_group", list(columns), "config.seed")
     first = done.drop_duplicates("seed_group").set_index("seed_group")
     points = pd.DataFrame(
         {
