@@ -10,6 +10,8 @@
   (`torch.optim.optimizer._default_to_fused_or_foreach`). The memory prediction steps fake
   weights, which torch never chooses them for, so it asks on the real ones and says so (or, for
   a CUDA trial predicted without a GPU, applies the same rule to the device it will run on).
+- `clear_blas_workspaces`: frees the BLAS workspaces torch keeps per handle and stream
+  (`torch._C._cuda_clearCublasWorkspaces`), so probing them on a trial's card leaves none there.
 - `in_backward`: whether a backward pass runs on this thread (`torch._C._current_graph_task_id`):
   a CUDA trial's backward runs on autograd's device thread, whose cuBLAS handle, and so whose
   workspace, is not the forward's.
@@ -33,6 +35,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 __all__ = [
     "FakeTensorMode",
+    "clear_blas_workspaces",
     "decomposes",
     "default_foreach",
     "engine_called",
@@ -60,6 +63,13 @@ def default_foreach(parameters: list[torch.Tensor], device_type: str | None = No
         return _default_to_fused_or_foreach(parameters, differentiable=False)[1]
     supported = device_type in _get_foreach_kernels_supported_devices()
     return supported and all(type(p) in _foreach_supported_types for p in parameters)
+
+
+def clear_blas_workspaces() -> None:
+    """Free the cuBLAS and cuBLASLt workspaces torch keeps per handle and stream
+    (`torch._C._cuda_clearCublasWorkspaces`, what torch's own tests call between cases): a probe
+    of them leaves none behind, and the trial's first products take their own again."""
+    torch._C._cuda_clearCublasWorkspaces()
 
 
 def in_backward() -> bool:

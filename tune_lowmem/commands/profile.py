@@ -4,6 +4,7 @@ the same model's baseline without any technique."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 
@@ -24,6 +25,13 @@ def add_parser(subparsers) -> None:
         action="store_true",
         help="also run real training steps and measure them: with the project's tracker, and "
         "independently from torch's allocator reports (the profiler's memory events)",
+    )
+    parser.add_argument(
+        "--whole-run",
+        action="store_true",
+        help="with --measure: also run the trial's whole schedule on its data (every epoch's "
+        "evaluation, a checkpoint saved and restored after each) and measure its peak: torch's "
+        "CPU allocator's reports replayed, or on CUDA max_memory_allocated; as long as the trial",
     )
     parser.add_argument(
         "--lengths",
@@ -54,10 +62,13 @@ def run(args: argparse.Namespace) -> int:
     from ..memory.stepping import at_peak, peak_steps
     from ..memory.stored import stored_totals
     from ..memory.synthetic import synthetic_task
+    from ..memory.whole_run import measure_run
     from ..preflight import cuda_present
-    from ..validation import positive_int
+    from ..validation import ConfigError, positive_int
 
     config = config_from_arguments(args)
+    if args.whole_run and not args.measure:
+        raise ConfigError("--whole-run", "is a measurement: --measure is required with it")
     if args.measure:
         cuda_present(config.device, "device (with --measure)")
     lengths = (
@@ -79,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
         steps = [measure_allocations(config, lengths, update) for update in peak_steps(config)]
         allocations = max(steps, key=lambda step: step.total_bytes)  # as `at_peak` keeps
         run_peaks = max(steps, key=lambda step: step.run_peak_bytes)
+    whole = measure_run(config) if args.whole_run else None
     totals = stored_totals(reports["predicted"], reports.get("measured"))
     objects = heap_object_bytes(config, lengths)
     if args.json:
@@ -103,6 +115,8 @@ def run(args: argparse.Namespace) -> int:
                 allocator_run_peak_mb=run_peaks.run_peak_bytes / MB,
                 allocator_run_tensor_peak_mb=run_peaks.run_tensor_peak_bytes / MB,
             )
+        if whole is not None:
+            result["whole_run"] = {**dataclasses.asdict(whole), "peak_mb": whole.peak_bytes / MB}
         print(json.dumps(result))
         return 0
     sparse = totals["predicted_stored_total_mb"] != reports["predicted"].total_mb
@@ -122,6 +136,9 @@ def run(args: argparse.Namespace) -> int:
     if args.measure:
         print(peak_note(config, reports["predicted"], reports["measured"], task, objects))
         print(allocator_note(allocations, totals["predicted_stored_total_mb"] - objects / MB))
+    if whole is not None:
+        storage = run_peak_storage(config, lengths) if target is None else None
+        print(whole_run_note(whole, reports["predicted"], storage))
     return 0
 
 
@@ -267,12 +284,13 @@ def peak_note(config, predicted, measured, task, objects: int) -> str:
     """What the measured peak holds beyond the predicted (stored) total: the input minibatch,
     which neither part counts, and the rest, said by device."""
     from ..data.batch import batch_tensors
+    from ..train import resolve_device
 
     batch = sum(t.nbytes for t in batch_tensors(next(iter(task.train_batches(0)))))
     rest = measured.peak_bytes - predicted.total_bytes - batch
     where = (
         "cuDNN/cuBLAS workspaces and the allocator's 512-byte rounding, not predicted"
-        if config.device != "cpu"
+        if resolve_device(config.device).type != "cpu"
         else "the rest of the CPU heap; kernels' workspace is freed inside each operator and "
         "never sampled"
     )
@@ -281,6 +299,22 @@ def peak_note(config, predicted, measured, task, objects: int) -> str:
         f"{predicted.total_bytes / MB:.3f} MB (of which {objects / MB:.3f} MB the CPU heap's "
         f"tensor and autograd objects) + the input minibatch {batch / MB:.3f} MB "
         f"{'+' if rest >= 0 else '-'} {abs(rest) / MB:.3f} MB: {where}"
+    )
+
+
+def whole_run_note(whole, predicted, storage: int | None) -> str:
+    """The whole run as measured (`memory.whole_run`) beside the searched run peak: on the CPU its
+    tensor storage and operators' workspace (`storage`: the allocator serves no heap object)."""
+    searched = predicted.run_peak_bytes if storage is None else storage
+    error = whole.peak_bytes / searched - 1
+    what = "max_memory_allocated" if whole.device == "cuda" else "torch's CPU allocator"
+    return (
+        f"the whole run ({whole.epochs} epoch{'s' * (whole.epochs != 1)}, {whole.updates} "
+        "updates, an evaluation and "
+        f"{'a checkpoint saved and restored' if whole.checkpoints else 'no checkpoint'} after "
+        f"each epoch) on its data, {what}: peak {whole.peak_bytes / MB:.3f} MB, during "
+        f"{whole.peak_during}; predicted {searched / MB:.3f} MB ({error:+.2%} measured against it; "
+        "the data set's host copy in neither)"
     )
 
 

@@ -45,6 +45,7 @@ distinct call once (`probe_cudnn`); elsewhere it is bounded by the trial's limit
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -53,7 +54,7 @@ from typing import Any
 
 import torch
 
-from ..torch_private import in_backward
+from ..torch_private import clear_blas_workspaces, in_backward
 
 MiB = 1 << 20
 FORWARD, BACKWARD = "forward", "backward"  # the thread a call runs on, and so its handle
@@ -229,10 +230,12 @@ class BlasProbe:
     lt_kept: int  # kept beyond cuBLAS's after a product with a vector bias (cuBLASLt's own)
 
 
+@functools.cache
 def probe_blas(device: torch.device) -> BlasProbe:
     """The BLAS workspaces of a fresh stream on this thread (workspaces are kept per handle and
     stream, so a new stream takes new ones): a product, then one with a vector bias, each
-    output freed; CUDA only."""
+    output freed; then every kept workspace freed (`torch_private.clear_blas_workspaces`), so the
+    probe leaves the trial's card as it found it. Once per process; CUDA only."""
     stream = torch.cuda.Stream(device)
     with torch.cuda.stream(stream):
         a, b = torch.zeros(64, 64, device=device), torch.zeros(64, 64, device=device)
@@ -250,4 +253,6 @@ def probe_blas(device: torch.device) -> BlasProbe:
         del out
         torch.cuda.synchronize(device)
         lt = torch.cuda.memory_allocated(device) - base - kept
+        del a, b, bias
+    clear_blas_workspaces()
     return BlasProbe(kept, max(0, during - kept), lt)

@@ -5,10 +5,11 @@ On the CPU, under torch's allocator's reports (`workspace.memory_reports`): the 
 and run inside one profiler session, and every allocation and free the CPU allocator reports is
 replayed in order (the replay `allocations` makes of one step): the peak is the most bytes live
 at once over the run, everything torch allocated included (kernels' internal buffers too). The
+session records in cycles, one per piece of the run (its build, each step, each evaluation,
+each checkpoint), each replayed as it ends, so a long run's trace is never held whole. The
 task, and with it the data set's host copy, is made before the session starts, so no figure
-counts that copy (the prediction does not: it exists before the trial and outlives it). Named
-ranges of the trace say what the run was doing at its peak: a training step, an evaluation, a
-checkpoint.
+counts that copy (the prediction does not: it exists before the trial and outlives it). The cycle the peak fell in says what the run was doing then: a
+training step, an evaluation, a checkpoint.
 
 On CUDA, the caching allocator's own peak: `torch.cuda.max_memory_allocated` (and
 `max_memory_reserved`) from a reset before the trainer is built to the run's end.
@@ -22,22 +23,17 @@ from __future__ import annotations
 import dataclasses
 import gc
 import tempfile
+import warnings
 from pathlib import Path
 
 import torch
-from torch.profiler import ProfilerActivity, record_function
+from torch.profiler import ProfilerActivity, schedule
 
 from ..config import TrialConfig
 from ..train import Trainer, apply_environment, resolve_device, seed_everything
 from .allocations import DEVICE_TYPES
 from .workspace import exported_trace, memory_reports
 
-RANGES = {  # what the run is doing: a range of the trace each
-    "tune_lowmem.build": "building",
-    "tune_lowmem.train_epoch": "training",
-    "tune_lowmem.evaluation": "evaluation",
-    "tune_lowmem.checkpoint": "checkpoint",
-}
 CHECKPOINT_FILE = "trainer.pt"
 
 
@@ -70,26 +66,28 @@ def measure_run(config: TrialConfig, checkpoints: bool = True) -> WholeRun:
         return _on_cpu(config, task, path if checkpoints else None)
 
 
-def _run(config: TrialConfig, task, path: Path | None) -> tuple[Trainer, int]:
-    """The trial's trainer run to its end in named ranges; how many checkpoints it took."""
-    with record_function("tune_lowmem.build"):
-        trainer = Trainer(config, task=task)
+def _run(config: TrialConfig, task, path: Path | None, done) -> tuple[Trainer, int]:
+    """The trial's trainer run to its end; `done(what)` after each piece of it (its build, each
+    training step, each evaluation, each checkpoint saved and restored). How many checkpoints
+    it took."""
+    trainer = Trainer(config, task=task)
+    done("building")
     saved = 0
 
     def on_epoch(_metrics, trainer: Trainer) -> None:
         nonlocal saved
         if path is None:
             return
-        with record_function("tune_lowmem.checkpoint"):
-            trainer.save(path)  # as the trainable saves: then restores on a resume
-            state = torch.load(path, map_location="cpu", weights_only=True)
-            trainer.load_state_dict(state["trainer"])
-            del state
+        trainer.save(path)  # as the trainable saves: then restores on a resume
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        trainer.load_state_dict(state["trainer"])
+        del state
         saved += 1
+        done("checkpoint")
 
-    trainer.train_epoch = _ranged(trainer.train_epoch, "tune_lowmem.train_epoch")
+    trainer.train_step = _then(trainer.train_step, done, "training")
     evaluate = task.evaluate
-    task.evaluate = _ranged(evaluate, "tune_lowmem.evaluation")
+    task.evaluate = _then(evaluate, done, "evaluation")
     try:
         trainer.run(on_epoch)
     finally:
@@ -97,18 +95,23 @@ def _run(config: TrialConfig, task, path: Path | None) -> tuple[Trainer, int]:
     return trainer, saved
 
 
-def _ranged(function, name: str):
-    def ranged(*args, **kwargs):
-        with record_function(name):
-            return function(*args, **kwargs)
+def _then(function, done, what: str):
+    """`function`, then `done(what)`."""
 
-    return ranged
+    def call(*args, **kwargs):
+        result = function(*args, **kwargs)
+        done(what)
+        return result
+
+    return call
 
 
 def _on_cuda(config: TrialConfig, task, device: torch.device, path: Path | None) -> WholeRun:
+    gc.collect()
     torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()  # what an earlier run left cached is not this run's reserve
     torch.cuda.reset_peak_memory_stats(device)
-    trainer, saved = _run(config, task, path)
+    trainer, saved = _run(config, task, path, lambda what: None)
     torch.cuda.synchronize(device)
     return WholeRun(
         device="cuda",
@@ -122,42 +125,60 @@ def _on_cuda(config: TrialConfig, task, device: torch.device, path: Path | None)
     )
 
 
+class _Replay:
+    """The allocator's reports replayed across the profiler's cycles, one cycle per piece of the
+    run: the bytes live carry over from one cycle to the next (the session records each cycle
+    back to back, so no report falls between them), the peak and what the run was doing."""
+
+    def __init__(self) -> None:
+        self.live: dict[int, int] = {}
+        self.total = self.peak = self.events = 0
+        self.doing, self.peak_during = "building", "building"
+
+    def read(self, profiler) -> None:
+        """One finished cycle's reports (`on_trace_ready`)."""
+        reports = sorted(
+            (e["ts"], e["args"].get("Ev Idx", 0), e["args"]["Addr"], e["args"]["Bytes"])
+            for e in exported_trace(profiler)
+            if e.get("name") == "[memory]" and e["args"].get("Device Type") == DEVICE_TYPES["cpu"]
+        )
+        for _, _, address, nbytes in reports:
+            if nbytes > 0:
+                self.live[address] = nbytes
+                self.total += nbytes
+            else:
+                self.total -= self.live.pop(address, 0)
+            if self.total > self.peak:
+                self.peak, self.peak_during = self.total, self.doing
+        self.events += len(reports)
+
+
 def _on_cpu(config: TrialConfig, task, path: Path | None) -> WholeRun:
+    replay = _Replay()
     gc.collect()
-    with memory_reports([ProfilerActivity.CPU]) as profiler:
-        trainer, saved = _run(config, task, path)
-    trace = exported_trace(profiler)
-    ranges = sorted(
-        (e["ts"], e["ts"] + e["dur"], RANGES[e["name"]])
-        for e in trace
-        if e.get("ph") == "X" and e.get("name") in RANGES
-    )
-    events = sorted(
-        (e["ts"], e["args"].get("Ev Idx", 0), e["args"]["Addr"], e["args"]["Bytes"])
-        for e in trace
-        if e.get("name") == "[memory]" and e["args"].get("Device Type") == DEVICE_TYPES["cpu"]
-    )
-    live: dict[int, int] = {}
-    total = peak = 0
-    peak_time = None
-    for time, _, address, nbytes in events:
-        if nbytes > 0:
-            live[address] = nbytes
-            total += nbytes
-        else:
-            total -= live.pop(address, 0)
-        if total > peak:
-            peak, peak_time = total, time
-    during = [
-        name for start, end, name in ranges if peak_time is not None and start <= peak_time <= end
-    ]
+    # torch warns that a cycle without warm-up skews timings, and that each cycle's events are
+    # cleared at its end: none is timed here, and each is replayed before it is cleared
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*(warmup|clears events).*")
+        cycles = schedule(wait=0, warmup=0, active=1)
+        session = memory_reports(
+            [ProfilerActivity.CPU], schedule=cycles, on_trace_ready=replay.read
+        )
+        with session as profiler:
+
+            def done(what: str) -> None:
+                replay.doing = what
+                profiler.step()  # ends this piece's cycle (replayed now) and starts the next
+
+            trainer, saved = _run(config, task, path, done)
+            replay.doing = "after"
     return WholeRun(
         device="cpu",
-        peak_bytes=peak,
+        peak_bytes=replay.peak,
         reserved_bytes=None,
-        peak_during=during[-1] if during else "building",
+        peak_during=replay.peak_during,
         epochs=trainer.epoch,
         updates=trainer.updates,
         checkpoints=saved,
-        events=len(events),
+        events=replay.events,
     )

@@ -110,11 +110,12 @@ def _real(value: Any) -> Any:
     return value
 
 
-def memory_reports(activities: list[ProfilerActivity]) -> profile:
-    """A profiler session that records the allocators' reports on `activities`, printing nothing
-    of its own (`KINETO_QUIET`): every profile the project takes is one of these."""
+def memory_reports(activities: list[ProfilerActivity], **options: Any) -> profile:
+    """A profiler session that records the allocators' reports on `activities` (`options`:
+    `torch.profiler.profile`'s others, e.g. a schedule), printing nothing of its own
+    (`KINETO_QUIET`): every profile the project takes is one of these."""
     os.environ.setdefault("KINETO_LOG_LEVEL", KINETO_QUIET)
-    return profile(activities=activities, profile_memory=True)
+    return profile(activities=activities, profile_memory=True, **options)
 
 
 def _probe(signatures: list[tuple]) -> dict[tuple, int]:
