@@ -473,6 +473,36 @@ def fidelity(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def quickstart_front(result: dict) -> str:
+    """Each front point's promised run peak against its whole run measured."""
+    lines = [
+        (
+            f"Command: `{result['command']}` (torch {result['torch']}, {result['threads']} "
+            f"thread, as the sweep's trials), on the front of `{result['sweep']}`."
+        ),
+        "",
+    ]
+    header = ["trial", "val accuracy", "searched run peak MB", "of it tensors and workspace MB"]
+    header += ["measured whole run MB", "error", "peak during", "run"]
+    rows = [
+        [
+            p["trial_id"],
+            f"{p['val_accuracy']:.3f}",
+            f"{p['searched_run_peak_mb']:.3f}",
+            f"{p['predicted_run_storage_mb']:.3f}",
+            f"{p['measured_run_peak_mb']:.3f}",
+            percent(p["error"]),
+            p["peak_during"],
+            (
+                f"{p['epochs']} epochs, {p['updates']} updates, {p['checkpoints']} checkpoints, "
+                f"{p['allocator_reports']} allocator reports"
+            ),
+        ]
+        for p in result["points"]
+    ]
+    return "\n".join(lines + table(header, rows)) + "\n"
+
+
 def gpu_check(result: dict) -> str:
     """A run of the device check as it printed, a fenced block (its figures are in the lines)."""
     return "\n".join(["```", *result["output"], "```"]) + "\n"
@@ -488,6 +518,7 @@ RENDERERS: dict[str, Callable[[dict], str]] = {
     "cluster_sweep": cluster_sweep,
     "search_replay": search_replay,
     "fidelity": fidelity,
+    "quickstart_front": quickstart_front,
 }
 
 

@@ -1,6 +1,6 @@
 """What only a CUDA device can show (pytest -m gpu; deselected by default, run by
 benchmarks/gpu_check.py): the share's limit, the step's syncs, every precision path, the
-allocator's view against the real peak."""
+CUDA prediction against the whole run's max_memory_allocated, the workspaces against torch's rules."""
 
 from __future__ import annotations
 
