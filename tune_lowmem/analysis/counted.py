@@ -63,8 +63,9 @@ _SOURCES = {
 }
 _OTHERS = {
     MEASURED_RUN_PEAK: (
-        "measured peak memory of the whole run",
-        "torch's allocator over a real step and an evaluation, kernels' workspace included",
+        "measured peak memory of a side run at the trial's start",
+        "torch's allocator over one real step on synthetic minibatches and an evaluation batch, "
+        "kernels' workspace included (the first step and checkpoints not in it)",
     ),
     PREDICTED_RUN_PEAK: (
         "predicted peak memory of the whole run",
@@ -73,6 +74,26 @@ _OTHERS = {
     PAPER_CSR_METRIC: (
         "predicted training step memory as the paper counts it",
         "sparse weights as CSR whatever their layout",
+    ),
+    "memory.predicted_cuda_rounding_mb": (
+        "predicted CUDA allocator's rounding",
+        "of the CUDA run peak: the caching allocator's 512-byte blocks beyond the tensors",
+    ),
+    "memory.predicted_cuda_blas_mb": (
+        "predicted BLAS workspaces",
+        "of the CUDA run peak: cuBLAS's and cuBLASLt's, by torch's rules or probed on the card",
+    ),
+    "memory.predicted_cuda_cudnn_mb": (
+        "predicted cuDNN workspace",
+        "of the CUDA run peak, at its peak: probed on the card, or the trial's limit",
+    ),
+    "memory.predicted_cuda_context_mb": (
+        "CUDA context",
+        "beside the CUDA run peak, outside the allocator: measured on a card",
+    ),
+    "memory.predicted_cuda_reserved_mb": (
+        "predicted GPU memory reserved",
+        "for the CUDA run peak: the reserve per allocated byte measured on a card",
     ),
     "memory.cuda_max_allocated_mb": ("peak GPU memory of live tensors", "the CUDA allocator's"),
     "memory.cuda_max_reserved_mb": ("peak GPU memory reserved", "the CUDA allocator's"),
