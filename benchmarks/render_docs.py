@@ -483,7 +483,7 @@ def quickstart_front(result: dict) -> str:
         "",
     ]
     header = ["trial", "val accuracy", "searched run peak MB", "of it tensors and workspace MB"]
-    header += ["measured whole run MB", "error", "peak during", "run"]
+    header += ["measured whole run MB", "measured against predicted", "peak during", "run"]
     rows = [
         [
             p["trial_id"],
@@ -491,7 +491,7 @@ def quickstart_front(result: dict) -> str:
             f"{p['searched_run_peak_mb']:.3f}",
             f"{p['predicted_run_storage_mb']:.3f}",
             f"{p['measured_run_peak_mb']:.3f}",
-            percent(p["error"]),
+            f"{100 * p['error']:+.2f}%",
             p["peak_during"],
             (
                 f"{p['epochs']} epochs, {p['updates']} updates, {p['checkpoints']} checkpoints, "

@@ -64,8 +64,10 @@ _SOURCES = {
 _OTHERS = {
     MEASURED_RUN_PEAK: (
         "measured peak memory of a side run at the trial's start",
-        "torch's allocator over one real step on synthetic minibatches and an evaluation batch, "
-        "kernels' workspace included (the first step and checkpoints not in it)",
+        (
+            "torch's allocator over one real step on synthetic minibatches and an evaluation "
+            "batch, kernels' workspace included (the first step and checkpoints not in it)"
+        ),
     ),
     PREDICTED_RUN_PEAK: (
         "predicted peak memory of the whole run",
