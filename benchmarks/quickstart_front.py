@@ -38,6 +38,7 @@ from tune_lowmem.space import SearchSpace
 RESULTS = Path(__file__).parent / "results" / "quickstart_front.json"
 SPACE = Path(__file__).resolve().parents[1] / "search_spaces" / "quickstart.yaml"
 SEARCHED = "memory.predicted_run_peak_mb"
+COMMAND = "nice -n 10 .venv/bin/python benchmarks/quickstart_front.py"
 
 
 def front(root: str, sweep: str) -> list[dict]:
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         figures = {k: v for k, v in points[-1].items() if k != "config"}
         print(json.dumps(figures), flush=True)
     result = {
-        "command": " ".join(["benchmarks/quickstart_front.py", *(argv or sys.argv[1:])]),
+        "command": " ".join([COMMAND, *(argv or sys.argv[1:])]),
         "sweep": "tune-lowmem launch search_spaces/quickstart.yaml",
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),

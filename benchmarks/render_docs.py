@@ -473,6 +473,39 @@ def fidelity(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def seed_spread(result: dict) -> str:
+    """The baseline's final accuracy by seed, then its spread against the fidelity margin."""
+    recipe, seeds = result["recipe"], result["seeds"]
+    lines = [
+        (
+            f"Command: `{result['command']}` (torch {result['torch']}, {result['threads']} thread "
+            f"a training). The fp32 baseline, {recipe['epochs']} epochs on {recipe['train']} "
+            f"images, batch {recipe['batch']}, {recipe['val']} validation images; endpoint: "
+            f"{result['endpoint']}."
+        ),
+        "",
+        *table(
+            ["seed", *(str(s["seed"]) for s in seeds)],
+            [["final val accuracy (points)", *(f"{s['val_accuracy_points']:.1f}" for s in seeds)]],
+        ),
+        "",
+        *table(
+            ["seeds", "mean", "SD", "margin", "margin / SD", "SD of a difference (sqrt 2 SD)"],
+            [
+                [
+                    len(seeds),
+                    f"{result['mean']:.2f}",
+                    f"{result['sd']:.2f}",
+                    f"{result['margin_points']:g}",
+                    f"{result['margin_in_sd']:.2f}",
+                    f"{result['difference_sd']:.2f}",
+                ]
+            ],
+        ),
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def quickstart_front(result: dict) -> str:
     """Each front point's promised run peak against its whole run measured."""
     lines = [
@@ -519,6 +552,7 @@ RENDERERS: dict[str, Callable[[dict], str]] = {
     "search_replay": search_replay,
     "fidelity": fidelity,
     "quickstart_front": quickstart_front,
+    "seed_spread": seed_spread,
 }
 
 

@@ -28,7 +28,7 @@ FIGURE = re.compile(
 )
 # an integer claim: a count of what a benchmark ran or found (epochs, seeds, trials, ...)
 INTEGER = re.compile(
-    r"\b(?P<value>\d{1,3}(?:,\d{3})+|\d+) (?:epochs?|seeds?|trials?|updates?|images?|points?"
+    r"(?<![\d.,])(?P<value>\d{1,3}(?:,\d{3})+|\d+) (?:epochs?|seeds?|trials?|updates?|images?|points?"
     r"|configurations?|steps?|runs?|rungs?|samples?)\b"
 )
 # what follows a figure that is not a measurement (the paper's, a constant, a setting)
