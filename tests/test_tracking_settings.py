@@ -61,3 +61,21 @@ def test_the_space_keeps_its_tracking_and_the_flag_overrides_it():
     assert SearchSpace.from_dict(space.to_dict()) == space
     assert space.tracked("http://127.0.0.1:5000").tracking.mlflow == "http://127.0.0.1:5000"
     assert SearchSpace.from_dict(SPACE).tracking.to_dict() == {"tensorboard": True, "mlflow": None}
+
+
+def test_a_sweep_that_asks_for_mlflow_without_its_client_is_one_line(tmp_path, capsys, monkeypatch):
+    """Where MLflow's client is not installed, asking for it is one line before Ray starts."""
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "mlflow" else find_spec(name, *a),
+    )
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump({**SPACE, "tracking": {"mlflow": "http://127.0.0.1:5000"}}))
+    code = main(["launch", str(path), "--store", str(tmp_path / "store")])
+    (line,) = capsys.readouterr().err.splitlines()
+    assert code == 2 and not ray.is_initialized() and not (tmp_path / "store").exists()
+    assert line.startswith("tune-lowmem launch: error: tracking.mlflow: MLflow's client is not")

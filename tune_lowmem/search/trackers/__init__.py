@@ -76,8 +76,12 @@ class Trackers(Callback):
 
     def setup(self, **info) -> None:
         folder = place.sweep_folder(place.root(self.sweep), self.sweep)
-        settings = saved_settings(folder) or TrackingSettings()
         self.trackers = {}
+        try:
+            settings = saved_settings(folder) or TrackingSettings()
+        except (OSError, ValueError, yaml.YAMLError) as error:  # the driver wrote it: not likely
+            say(f"{folder / SETTINGS_FILE}: {failure(error)}; the sweep goes on without trackers")
+            return
         if settings.tensorboard:
             self.trackers["TensorBoard"] = EventFiles(folder)
         if settings.mlflow is not None and self._answers(settings.mlflow):
@@ -87,7 +91,8 @@ class Trackers(Callback):
             )
 
     def on_trial_start(self, iteration: int, trials: list, trial: Trial, **info) -> None:
-        config = self.space.trial_config(trial.config["params"]).to_flat()
+        params = trial.config["params"]  # the whole configuration: MLflow's params
+        config = self.space.trial_config(params).to_flat() if "MLflow" in self.trackers else {}
         self._each("start", run_of(trial), config)
 
     def on_trial_result(self, iteration: int, trials: list, trial: Trial, result, **info) -> None:
