@@ -4,8 +4,8 @@ csv`` or ``json`` every figure and the whole configuration.
 
 The narrow table has, for each configuration, the trial that trains it again
 (``tune-lowmem train --store DIR --trial ID``), the sweep's objectives, the columns `NARROW`
-declares that the rows have, and the configuration's name: last where every name fits, else on
-a line of its own under its row. Below it each column is named in full (its store column, its
+declares that the rows have, and the configuration's name with its other settings: last where
+every name fits, else on lines of its own under its row. Below it each column is named in full (its store column, its
 direction, what it is and how it was obtained), and every line of prose is wrapped to the
 width; a terminal too narrow for the columns loses the last declared ones first.
 """
@@ -108,7 +108,10 @@ def narrow(
         if max(map(len, lines)) <= width or not others:
             break
         others = others[:-1]
-    names = rows["configuration"].tolist()
+    names = [  # with what else tells it apart (a rewiring knob, the learning rate)
+        f"{name}; {other}" if other else name
+        for name, other in zip(rows["configuration"], rows["other_settings"], strict=True)
+    ]
     if max(map(len, lines)) + 2 + max(map(len, names)) <= width:  # beside its row
         table["configuration"] = names
         lines = aligned(table).splitlines()

@@ -26,7 +26,7 @@ from ray.tune.experiment import Trial
 from ...config import ConfigError
 from ...space import SearchSpace
 from ...tracking_settings import FIELDS, SERVER_SCHEMES, TrackingSettings, tracking_settings
-from ...validation import read_section
+from ...validation import mapping, read_section
 from .. import place
 from ..progress import say
 from .curves import Run, curves, step, trial_run
@@ -56,7 +56,8 @@ def saved_settings(folder: Path) -> TrackingSettings | None:
     path = folder / SETTINGS_FILE
     if not path.is_file():
         return None
-    return tracking_settings(read_section(yaml.safe_load(path.read_text()) or {}, FIELDS, ""))
+    values = mapping(yaml.safe_load(path.read_text()) or {}, str(path))
+    return tracking_settings(read_section(values, FIELDS, "tracking."))
 
 
 class Trackers(Callback):

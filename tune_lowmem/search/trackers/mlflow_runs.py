@@ -50,6 +50,7 @@ CLIENT_DEFAULTS = {
 }
 ENDED = {"completed": "FINISHED", "stopped": "FINISHED"}  # any other outcome: FAILED
 PARENT_TAG = "mlflow.parentRunId"  # MLflow's own tag for a nested run
+KIND = {"mlflow.experimentKind": "custom_model_development"}  # its UI then lists runs first
 TRIAL_TAG = "tune_lowmem.trial_id"
 
 
@@ -133,7 +134,9 @@ class MLflowRuns:
             return
         name = os.environ.get("MLFLOW_EXPERIMENT_NAME", EXPERIMENT)
         found = self.client.get_experiment_by_name(name)
-        experiment = found.experiment_id if found else self.client.create_experiment(name)
+        experiment = (
+            found.experiment_id if found else self.client.create_experiment(name, tags=KIND)
+        )
         self.ids = {"uri": self.uri, "experiment_id": experiment, "parent": None, "runs": {}}
         tags = {"tune_lowmem.sweep": self.sweep, "tune_lowmem.folder": str(self.folder)}
         parent, _ = self._run(self.sweep, tags, {})
