@@ -158,8 +158,11 @@ def followed(local_ray, tracking_server, tmp_path_factory):
         finally:
             done.set()
             poller.join()
-        trials = get_json(f"{url}/api/studies/{study}?after=0")["trials"]
-        polls.append(sum(t["state"] == "Complete" for t in trials))  # once the sweep ended
+        deadline = time.monotonic() + 30  # the dashboard keeps its answer a few seconds
+        while polls[-1] != POINTS and time.monotonic() < deadline:
+            time.sleep(0.5)
+            trials = get_json(f"{url}/api/studies/{study}?after=0")["trials"]
+            polls.append(sum(t["state"] == "Complete" for t in trials))
         yield Followed(root, before, outcome, f"{url}/dashboard/studies/{study}", polls)
 
 
