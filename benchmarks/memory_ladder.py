@@ -42,7 +42,8 @@ when timed, the timing's settings and machine record.
 
     .venv/bin/python benchmarks/memory_ladder.py [--task wrn|dct] [--batch 100]
         [--measure 0 23 31] [--measure-timeout 3600] [--only 1 5] [--key KEY]
-        [--measure-time [--time-updates 5] [--time-warm-up 2] [--allow-load]]
+        [--measure-time [--time-updates 5] [--time-warm-up 2] [--time-timeout 7200]
+        [--allow-load]]
 """
 
 from __future__ import annotations
@@ -408,6 +409,7 @@ def main() -> None:
     parser.add_argument("--measure-time", action="store_true", help="time every rung printed")
     parser.add_argument("--time-updates", type=int, default=5, help="updates timed per rung")
     parser.add_argument("--time-warm-up", type=int, default=2, help="steps before the timed ones")
+    parser.add_argument("--time-timeout", type=float, default=7200, help="seconds per rung")
     add_arguments(parser)
     args = parser.parse_args()
     base = base_config(args.task, args.batch)
@@ -415,7 +417,7 @@ def main() -> None:
     if args.measure_time:
         threads = torch.get_num_threads()
         watch = Watch.start(threads, args.allow_load)  # a loaded machine refused before any work
-        timing = Timing(threads, args.time_warm_up, args.time_updates, args.measure_timeout)
+        timing = Timing(threads, args.time_warm_up, args.time_updates, args.time_timeout)
     if args.task == "wrn":
         title, ladder = f"WRN-28-2, batch {args.batch}", wrn_rungs()
     else:

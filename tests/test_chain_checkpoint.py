@@ -162,6 +162,20 @@ def test_chain_min_is_predicted_and_holds_less_than_residual_2star():
     assert predicted.flops_per_step > plain.flops_per_step  # what the recomputation costs
 
 
+@pytest.mark.parametrize("strategy", ["chain-1", "chain-4"])
+def test_the_dry_run_runs_the_plan_a_step_trains_with(strategy):
+    """The profiler's fake step and a real training step run the same placement: the same
+    FLOPs, recomputation included, and the same activation memory within the profiler's error
+    (WRN-16-1 at 8 images, where both plans recompute, each its own share)."""
+    flat = {"model.depth": 16, "schedule.batch_size": 8}
+    config = tiny_wrn_config(checkpoint=strategy, **flat)
+    predicted, measured = predict(config), measure(config)
+    assert predicted.flops_per_step == measured.flops_per_step
+    assert predicted.activation_bytes == pytest.approx(measured.activation_bytes, rel=0.03)
+    plain = predict(tiny_wrn_config(**flat), workspace=False).flops_per_step
+    assert predicted.flops_per_step > plain
+
+
 def recomputed_flops(strategy: str) -> int:
     """FLOPs of one training forward and backward of WRN-16-1 on 8 images beyond the plain
     step's, counted by torch (`FlopCounterMode`): what the strategy recomputes."""
