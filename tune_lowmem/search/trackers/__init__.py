@@ -159,7 +159,7 @@ def run_of(trial: Trial) -> Run:
 def sweep_params(space: SearchSpace) -> dict[str, Any]:
     """What the sweep's parent run records of its space."""
     return {
-        "sampler": space.sampler,
+        "sampler": space.sampler.name,
         "num_samples": space.num_samples,
         "seeds_per_point": space.seeds_per_point,
         "objectives": ",".join(f"{k}:{v}" for k, v in space.objectives.items()),
