@@ -490,6 +490,27 @@ def fidelity(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def tracking_overhead(result: dict) -> str:
+    """The quickstart's wall time with event files and without, by round and in median."""
+    seconds, medians = result["seconds"], result["median_seconds"]
+    rounds = [
+        [i + 1, f"{on:.1f}", f"{off:.1f}", f"{on / off:.4f}"]
+        for i, (on, off) in enumerate(zip(seconds["on"], seconds["off"], strict=True))
+    ]
+    median = ["median", f"{medians['on']:.1f}", f"{medians['off']:.1f}"]
+    lines = [
+        f"Command: `{result['command']}`: {result['setup']}.",
+        "",
+        describe(result["machine"]),
+        "",
+        *table(
+            ["round", "event files on (s)", "off (s)", "on / off"],
+            [*rounds, [*median, f"{result['median_ratio_on_off']:.4f}"]],
+        ),
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def gpu_check(result: dict) -> str:
     """A run of the device check as it printed, a fenced block (its figures are in the lines)."""
     return "\n".join(["```", *result["output"], "```"]) + "\n"
@@ -505,6 +526,7 @@ RENDERERS: dict[str, Callable[[dict], str]] = {
     "cluster_sweep": cluster_sweep,
     "search_replay": search_replay,
     "fidelity": fidelity,
+    "tracking_overhead": tracking_overhead,
 }
 
 

@@ -41,10 +41,12 @@ The schema (see search_spaces/quickstart.yaml for a full example)::
     max_failures: 1                    # retries of a trial whose worker died (not of a raised error)
     resume_checkpoint_s: 10            # training seconds between a trial's Tune checkpoints (0: every epoch)
     scheduler: {type: mo-asha, grace_epochs: 1, reduction_factor: 3}   # optional early stopping
+    tracking: {tensorboard: true, mlflow: http://127.0.0.1:5000}   # besides the store (docs/tracking.md)
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -66,6 +68,8 @@ from .scheduler_settings import FIELDS as SCHEDULER_FIELDS
 from .scheduler_settings import SchedulerSettings, scheduler_settings
 from .store import check_name
 from .store.compat import FIRST_METRICS
+from .tracking_settings import FIELDS as TRACKING_FIELDS
+from .tracking_settings import TrackingSettings, mlflow_uri, tracking_settings
 from .validation import (
     Field,
     checked,
@@ -152,21 +156,29 @@ class SearchSpace:
     # killed driver's snapshot name a checkpoint that Tune has already deleted.
     resume_checkpoint_s: float = 10.0
     scheduler: SchedulerSettings | None = None  # None: every trial trains to its end
+    # Event files and an MLflow server besides the store. Read from the sweep's folder while it
+    # runs (`search.trackers`), so a space pickled before the field existed never needs it.
+    tracking: TrackingSettings = field(default_factory=TrackingSettings)
 
     # ---- reading -------------------------------------------------------------------------
 
     @classmethod
     def load(
-        cls, source: str | Path | Mapping[str, Any], num_samples: int | None = None
+        cls,
+        source: str | Path | Mapping[str, Any],
+        num_samples: int | None = None,
+        mlflow: str | None = None,
     ) -> SearchSpace:
         """Read and validate a YAML file, or the same values as a mapping; `num_samples`
-        overrides the space's."""
+        overrides the space's, `mlflow` (``--mlflow``) its tracking URI."""
+        mlflow_uri(mlflow, "--mlflow")  # the flag first: one line, before the space's proofs
         raw = source
         if not isinstance(raw, Mapping):
             raw = _space_file(raw)
         if num_samples is not None:
             raw = {**raw, "num_samples": num_samples}
-        return cls.from_dict(raw)
+        space = cls.from_dict(raw)
+        return space if mlflow is None else space.tracked(mlflow)
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> SearchSpace:
@@ -198,6 +210,7 @@ class SearchSpace:
                 "num_samples": num_samples,
                 "resources": resources,
                 "scheduler": scheduler,
+                "tracking": tracking_settings(values["tracking"]),
             }
         )
 
@@ -222,7 +235,13 @@ class SearchSpace:
             "max_failures": self.max_failures,
             "resume_checkpoint_s": self.resume_checkpoint_s,
             "scheduler": None if self.scheduler is None else self.scheduler.to_dict(),
+            "tracking": self.tracking.to_dict(),
         }
+
+    def tracked(self, mlflow: str) -> SearchSpace:
+        """The space with its trials logged to the MLflow tracking URI `mlflow` (``--mlflow``)."""
+        tracking = tracking_settings(self.tracking.to_dict(), mlflow)
+        return dataclasses.replace(self, tracking=tracking)
 
     # ---- using -----------------------------------------------------------------------------
 
@@ -325,6 +344,7 @@ _SPACE_FIELDS = {  # the file's top level; what needs other keys is checked in `
     "max_failures": Field(nonnegative_int, 1),
     "resume_checkpoint_s": Field(nonnegative_float, 10.0),
     "scheduler": Field(section(SCHEDULER_FIELDS, optional=True)),
+    "tracking": Field(section(TRACKING_FIELDS), {}, blank_is_default=True),
 }
 
 
