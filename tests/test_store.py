@@ -22,6 +22,7 @@ import pytest
 from tune_lowmem.config import ConfigError, TrialConfig
 from tune_lowmem.store import (
     REMOVED_FIELDS,
+    SCHEMA_VERSION,
     SweepRows,
     TrialRecord,
     WriteFailed,
@@ -70,7 +71,7 @@ EXPECTED = {
     "sweep": "wrn",
     "trial_id": "t_00001",
     "status": "completed",
-    "schema_version": 1,
+    "schema_version": SCHEMA_VERSION,
     "config.precision": "fp16",
     "config.sparsity.density": 0.1,
     "config.microbatch.size": 25,
@@ -312,12 +313,13 @@ def test_newer_schema_is_skipped_and_older_files_read_with_nulls(tmp_path, capsy
     rows = read_trials(tmp_path).set_index("trial_id")
     assert trial_config(rows.loc["before_fused_norm"]) == CONFIG  # the added field's default
 
-    newer = table.set_column(0, "schema_version", pa.array([2], pa.int64()))
+    newer = table.set_column(0, "schema_version", pa.array([SCHEMA_VERSION + 1], pa.int64()))
     newer = newer.set_column(1, "trial_id", pa.array(["new"]))
     pq.write_table(newer, tmp_path / "trials" / "sweep=wrn" / "new.parquet")
     assert sorted(read_trials(tmp_path)["trial_id"]) == ["before_fused_norm", "old", "t_00001"]
     (line,) = capsys.readouterr().err.splitlines()
-    assert "new.parquet: schema_version 2 is newer than this tune-lowmem reads (1)" in line
+    said = f"schema_version {SCHEMA_VERSION + 1} is newer than this tune-lowmem reads ({SCHEMA_VERSION})"
+    assert f"new.parquet: {said}" in line
 
 
 def test_lists_stored_as_json_text_by_older_versions_still_read(tmp_path):

@@ -53,17 +53,12 @@ from typing import Any
 from . import constraints
 from .config import ConfigError, TrialConfig
 from .constraints import Condition  # the name a pickled space's conditions hold
+from .outcome import MAXIMIZE, METRIC, SPACE_OBJECTIVES, Direction, column
 from .params import GRID_LIMIT, Param, param_specs
 from .plugins import DEFAULT_SAMPLER, get_sampler, sampler_needs
-from .results import (
-    DIRECTIONS,
-    MEASURED_METRICS,
-    PREDICTED_METRICS,
-)
 from .scheduler_settings import FIELDS as SCHEDULER_FIELDS
 from .scheduler_settings import SchedulerSettings, scheduler_settings
 from .store import check_name
-from .store.compat import FIRST_METRICS
 from .validation import (
     Field,
     checked,
@@ -97,7 +92,7 @@ def worst_value(metric: str, direction: str, task: str | None = None) -> float:
     known = get_task(task).METRICS.get(metric) if task is not None else None
     if known is not None and known.direction == direction:
         return known.worst(UNKNOWN_WORST)
-    return -UNKNOWN_WORST if direction == "maximize" else UNKNOWN_WORST
+    return -UNKNOWN_WORST if direction == MAXIMIZE else UNKNOWN_WORST
 
 
 @dataclass(frozen=True)
@@ -133,7 +128,7 @@ class SearchSpace:
     name: str
     base: dict[str, Any]  # the full flat TrialConfig of the fixed values
     params: tuple[Param, ...]
-    objectives: dict[str, str]  # metric -> maximize | minimize, in order
+    objectives: dict[str, Direction]  # metric (or outcome column) -> direction, in order
     num_samples: int
     description: str = ""
     conditions: dict[str, Condition] = field(default_factory=dict)  # child param -> condition
@@ -209,7 +204,7 @@ class SearchSpace:
             "base": dict(self.base),
             "params": {p.name: p.to_dict() for p in self.params},
             "conditions": {child: c.text for child, c in self.conditions.items()},
-            "objectives": dict(self.objectives),
+            "objectives": {name: str(way) for name, way in self.objectives.items()},
             "memory_budget_mb": self.memory_budget_mb,
             "sampler": self.sampler,
             "sampler_options": dict(self.sampler_options),
@@ -381,26 +376,23 @@ def _base(raw: dict[str, Any]) -> dict[str, Any]:
     return flat
 
 
-def _objectives(raw: dict[str, Any], task: str) -> dict[str, str]:
-    """Metric -> direction; a metric the task reports or a memory column (old names read)."""
+def _objectives(raw: dict[str, Any], task: str) -> dict[str, Direction]:
+    """Metric -> direction; a metric the task reports or an outcome column (`outcome.column`:
+    older names read as today's)."""
     from .tasks import get_task
 
-    require(bool(raw), "objectives", "at least one metric -> maximize | minimize is required")
-    known = (*get_task(task).metric_names(), *PREDICTED_METRICS, *MEASURED_METRICS)
+    ways = " | ".join(Direction)
+    require(bool(raw), "objectives", f"at least one metric -> {ways} is required")
+    known = (*get_task(task).metric_names(), *SPACE_OBJECTIVES)
     objectives = {}
     for metric, direction in raw.items():
-        name = FIRST_METRICS.get(metric, metric)
+        name = column(str(metric)).removeprefix(METRIC)  # a task's metric by its own name
         require(
             name in known,
             f"objectives.{metric}",
             f"not a metric of {task}; allowed: {', '.join(known)}",
         )
-        require(
-            direction in DIRECTIONS,
-            f"objectives.{metric}",
-            f"{direction!r} is not allowed; allowed: {', '.join(DIRECTIONS)}",
-        )
-        objectives[name] = direction
+        objectives[name] = Direction.of(direction, f"objectives.{metric}")
     return objectives
 
 

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from .. import pareto
+from ..outcome import MAXIMIZE, MINIMIZE
 from ..plugins import SAMPLERS
 from .plotting import Drawn, new_figure, outside_legend, save, style
 from .points import Points
@@ -40,7 +41,7 @@ def draw(points: Points, out: Path) -> Drawn:
         order = trials.index.get_indexer(
             part.sort_values(["started_at", "trial_id"], na_position="last").index
         )
-        history = pareto.hypervolume_history(values[order], ("maximize", "minimize"), reference)
+        history = pareto.hypervolume_history(values[order], (MAXIMIZE, MINIMIZE), reference)
         sampler, from_store = sampler_of(part, sweep)
         named.append(from_store)
         color, marker = style(i)

@@ -37,6 +37,7 @@ from ray.tune import Callback
 from .. import pareto, preflight, store
 from ..analysis import baselines
 from ..config import ConfigError
+from ..outcome import column
 from ..plugins import module_directory
 from ..space import SearchSpace
 from ..yaml_loading import load_file
@@ -340,7 +341,7 @@ def front(space: SearchSpace, trials: pd.DataFrame) -> pd.DataFrame:
     ``seeds``, the number of distinct seeds completed for the point (a sampler proposing the
     same point twice gives it two trials of the same seed: one config, one row here)."""
     params = [p.name for p in space.params]
-    columns = {store.store_column(m): m for m in space.objectives}
+    columns = {column(m): m for m in space.objectives}
     if trials.empty or "status" not in trials:
         return pd.DataFrame(columns=[*space.objectives, *params, "seeds"])
     done = trials[trials["status"] == "completed"]

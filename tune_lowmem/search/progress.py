@@ -23,6 +23,7 @@ from ray.tune.experiment import Trial
 
 from .. import pareto, store
 from ..analysis.counted import labelled
+from ..outcome import column, is_outcome
 from ..space import SearchSpace
 
 BEST_SHOWN = 3  # points of the running Pareto front printed after each finished trial
@@ -141,7 +142,7 @@ class ProgressPrinter(Callback):
         """The running front on the objectives, test metrics left out: nothing is chosen on test
         data, not even what a progress line calls best (no line when nothing else is left)."""
         objectives = {k: v for k, v in self.space.objectives.items() if not k.startswith("test_")}
-        if not results or all(store.store_column(k).startswith("memory.") for k in objectives):
+        if not results or all(is_outcome(column(k)) for k in objectives):
             return ""
         values = pd.DataFrame(
             [{k: r.get(k, np.nan) for k in objectives} for r in results], dtype=float

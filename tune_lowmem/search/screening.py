@@ -17,9 +17,9 @@ from ..config import ConfigError, TrialConfig
 from ..memory import MemoryReport
 from ..memory.predict import predict
 from ..memory.stored import accounted
-from ..results import MEMORY_OBJECTIVE, PREDICTED_METRICS
+from ..outcome import MEMORY, MEMORY_OBJECTIVE, known_before_training, memory_columns
 from ..space import SearchSpace
-from .trainable import failure_reason, memory_metrics, out_of_memory, sweep_rows
+from .trainable import failure_reason, out_of_memory, sweep_rows
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ def screen(space: SearchSpace, params: Mapping[str, Any]) -> Screening:
         return Screening("infeasible", config, None, f"too big to build: {failure_reason(error)}")
     budget = space.memory_budget_mb
     if budget is not None and (memory := budgeted_memory_mb(space, predicted)) > budget:
-        name = budgeted_memory(space).removeprefix("memory.")
+        name = budgeted_memory(space).removeprefix(MEMORY)
         reason = f"predicted memory {memory:.1f} MB ({name}) is over memory_budget_mb {budget:g}"
         return Screening("infeasible", config, predicted, reason)
     return Screening("feasible", config, predicted)
@@ -60,11 +60,12 @@ def screen(space: SearchSpace, params: Mapping[str, Any]) -> Screening:
 def budgeted_memory(space: SearchSpace) -> str:
     """The memory a budget holds a point to: the space's objective the profiler predicts (the
     run's peak in the shipped joint spaces), else a training step's predicted total."""
-    return next((name for name in space.objectives if name in PREDICTED_METRICS), MEMORY_OBJECTIVE)
+    predicted = (n for n in space.objectives if n.startswith(MEMORY) and known_before_training(n))
+    return next(predicted, MEMORY_OBJECTIVE)
 
 
 def budgeted_memory_mb(space: SearchSpace, predicted: MemoryReport) -> float:
-    return float(memory_metrics(predicted, None)[budgeted_memory(space)])
+    return float(memory_columns(predicted)[budgeted_memory(space)])
 
 
 def write_screened(
@@ -80,7 +81,7 @@ def write_screened(
     now = datetime.now(UTC)
     known = screening.predicted is not None
     csr = accounted(screening.config, "csr") if known else None
-    memory = memory_metrics(screening.predicted, None, csr)
+    memory = memory_columns(screening.predicted, None, csr)
     config = (
         screening.config.to_flat() if screening.config is not None else {**space.base, **params}
     )

@@ -39,7 +39,7 @@ from optuna.trial import FixedTrial, FrozenTrial, TrialState
 from ray.tune.search import Searcher
 
 from .. import store
-from ..results import MEASURED_METRICS, PREDICTED_METRICS
+from ..outcome import MEMORY, memory_columns, result_from_row
 from ..space import SearchSpace, worst_value
 from . import journal, place
 from .exactness import Exactness, answered_by, trained_params
@@ -47,7 +47,6 @@ from .progress import say
 from .samplers import build_sampler
 from .scheduler import STOPPED, STOPPED_POINTS, projected
 from .screening import Screening, budgeted_memory_mb, screen, write_screened
-from .trainable import memory_metrics, result_from_row
 from .tune_state import tune_trials
 
 SCREENED_PREFIXES = {"infeasible": "infeasible-", "failed": "invalid-"}
@@ -59,10 +58,10 @@ log = logging.getLogger(__name__)
 
 
 def objective_names(space: SearchSpace) -> list[str]:
-    """The objectives as Optuna's metric names: the memory ones by their store column's name
-    (``memory.predicted_total_mb``), the others by their own (``val_accuracy``)."""
-    memory = (*PREDICTED_METRICS, *MEASURED_METRICS)
-    return [store.store_column(name) if name in memory else name for name in space.objectives]
+    """The objectives as Optuna's metric names: as the space names them, the outcome ones by
+    their store column (``memory.predicted_total_mb``), the others by their own
+    (``val_accuracy``)."""
+    return list(space.objectives)
 
 
 @dataclass
@@ -188,7 +187,7 @@ class ScreenedSearcher(Searcher):
         return {
             (int(row["point"]), int(row["config.seed"])): (
                 row["trial_id"],
-                result_from_row(self.space, row),
+                result_from_row(row, self.space.objectives),
             )
             for row in trained
         }
@@ -269,13 +268,13 @@ class ScreenedSearcher(Searcher):
         if screening.status == "failed":
             self.tell(number, None)
             return
-        self.tell(number, self.dominated(memory_metrics(screening.predicted, None)))
+        self.tell(number, self.dominated(memory_columns(screening.predicted)))
 
     def dominated(self, memory: dict[str, Any]) -> list[float]:
         """An infeasible point's values: its memory where known, the worst value of the rest."""
         values = []
         for name, direction in self.space.objectives.items():
-            known = memory.get(name) if name.startswith("memory.") else None
+            known = memory.get(name) if name.startswith(MEMORY) else None
             task = self.space.base["task"]
             values.append(worst_value(name, direction, task) if known is None else float(known))
         return values
