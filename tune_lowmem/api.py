@@ -47,6 +47,7 @@ class SweepStatus:
     planned_points: int | None  # the space's num_samples (None: its space is not readable)
     seeds_per_point: int | None
     space_problem: str | None  # why the saved space could not be read, in one line
+    baseline: bool = False  # the sweep trains its baseline too (`search.baseline`)
 
     @property
     def stored(self) -> int:
@@ -109,6 +110,7 @@ class Store:
             space.get("num_samples") if space else None,
             space.get("seeds_per_point", 1) if space else None,
             problem,
+            bool(space.get("baseline", False)) if space else False,  # older spaces: none
         )
 
     def front(

@@ -33,6 +33,7 @@ The schema (see search_spaces/quickstart.yaml for a full example)::
     sampler_options: {population_size: 8}   # optional keyword arguments of the Optuna sampler
     sampler_seed: 0
     exactness: true                    # each training once, at least memory (absent: true, but for a grid)
+    baseline: true                     # also train the base with every technique off, once per seed (absent: true)
     num_samples: 12                    # points to evaluate (a grid's sampler: at most the grid's size, default all)
     seeds_per_point: 1                 # each feasible point trains with seeds 0..k-1
     resources: {cpu: 1, gpu: 0}        # per trial; gpu: auto sizes a GPU share from predicted memory
@@ -140,6 +141,10 @@ class SearchSpace:
     # before answers it (`search.exactness`). None: as `uses_exactness` says for the sampler.
     exactness: bool | None = None
     seeds_per_point: int = 1
+    # Train the sweep's baseline (`search.baseline`): the base with every technique off, once per
+    # seed, outside the sampler. A space file without the key trains it; a space pickled before
+    # the field existed (a resumed older sweep, whose Tune run counted no such trials) does not.
+    baseline: bool = False
     resources: Resources = field(default_factory=Resources)
     max_concurrent: int | None = None
     max_failures: int = 1
@@ -210,6 +215,7 @@ class SearchSpace:
             "sampler_options": dict(self.sampler_options),
             "sampler_seed": self.sampler_seed,
             "exactness": self.exactness,
+            "baseline": self.baseline,
             "num_samples": self.num_samples,
             "seeds_per_point": self.seeds_per_point,
             "resources": self.resources.to_dict(),
@@ -240,6 +246,11 @@ class SearchSpace:
         if self.exactness is not None:
             return self.exactness
         return "grid" not in sampler_needs(get_sampler(self.sampler))
+
+    @property
+    def planned_trials(self) -> int:
+        """The trials the sweep runs at most: each point's seeds, and the baseline's."""
+        return (self.num_samples + bool(self.baseline)) * self.seeds_per_point
 
     def trial_config(self, params: Mapping[str, Any]) -> TrialConfig:
         """The frozen config of one trial: the base with a point's values (and seed) over it."""
@@ -294,6 +305,10 @@ def _optional_flag(value: Any, field_name: str) -> bool | None:
     return checked(value, value is None or isinstance(value, bool), field_name, "true or false")
 
 
+def _flag(value: Any, field_name: str) -> bool:
+    return checked(value, isinstance(value, bool), field_name, "true or false")
+
+
 _RESOURCE_FIELDS = {
     "cpu": Field(positive_int, 1),
     "gpu": Field(_gpu, 0),
@@ -311,6 +326,7 @@ _SPACE_FIELDS = {  # the file's top level; what needs other keys is checked in `
     "sampler_options": Field(mapping, {}, blank_is_default=True),
     "sampler_seed": Field(_optional_seed, 0),
     "exactness": Field(_optional_flag),  # absent: `SearchSpace.uses_exactness` decides
+    "baseline": Field(_flag, True),
     "num_samples": Field(optional_positive_int),  # required unless the grid gives it
     "seeds_per_point": Field(positive_int, 1),
     "resources": Field(section(_RESOURCE_FIELDS), {}, blank_is_default=True),

@@ -23,6 +23,7 @@ import pandas as pd
 from ..outcome import (
     CUDA_MAX_ALLOCATED,
     CUDA_MAX_RESERVED,
+    FLOPS,
     MEASURED,
     MEASURED_PARTS,
     MEASURED_STEP_EVAL_PEAK,
@@ -92,6 +93,10 @@ _OTHERS = {
         "predicted training step memory as the paper counts it",
         "sparse weights as CSR whatever their layout",
     ),
+    FLOPS: (
+        "floating-point operations per training step",
+        "counted over a step's operators: forward, backward and recomputation of a minibatch",
+    ),
     CUDA_MAX_ALLOCATED: ("peak GPU memory of live tensors", "the CUDA allocator's"),
     CUDA_MAX_RESERVED: ("peak GPU memory reserved", "the CUDA allocator's"),
 }
@@ -112,7 +117,7 @@ def words(column: str) -> str:
     training step memory (MB)", ``time.measured_update_s`` -> "measured seconds per update":
     axes and headings say what the figure is, not where it is kept."""
     name, _ = _said(column)
-    return name if column.startswith(TIME) else f"{name} (MB)"
+    return f"{name} (MB)" if column.endswith("_mb") else name
 
 
 def how(column: str) -> str:

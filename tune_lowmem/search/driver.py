@@ -178,7 +178,7 @@ def _tuner(space: SearchSpace, sweep: str, root: Path) -> tune.Tuner:
         _trainable(space, sweep, root),
         tune_config=tune.TuneConfig(
             search_alg=search,
-            num_samples=space.num_samples * space.seeds_per_point,
+            num_samples=space.planned_trials,
             scheduler=scheduler,
             trial_dirname_creator=trial_dirname,
             reuse_actors=True,  # a worker process per trial costs seconds of imports
@@ -268,9 +268,10 @@ def launch(
     with _ray(address, space):
         folder.mkdir(parents=True)
         (folder / SPACE_FILE).write_text(yaml.safe_dump(space.to_dict(), sort_keys=False))
+        baseline = " and the baseline" if space.baseline else ""
         say(
-            f"sweep {sweep}: {space.num_samples} points x {space.seeds_per_point} seed(s), "
-            f"sampler {space.sampler}, store {root}"
+            f"sweep {sweep}: {space.num_samples} points x {space.seeds_per_point} seed(s)"
+            f"{baseline}, sampler {space.sampler}, store {root}"
         )
         results = _fit(_tuner(space, sweep, root))
     return _finish(space, sweep, root, results)
@@ -324,7 +325,10 @@ def saved_space(name: str, root: str | Path) -> SearchSpace:
         raise ConfigError(
             "NAME", f"no sweep {name!r} in {root}; sweeps there: {', '.join(known) or 'none'}"
         )
-    return SearchSpace.from_dict(load_file(path, "sweep space file"))
+    saved = load_file(path, "sweep space file")
+    if isinstance(saved, dict):  # launched before baselines were trained: its Tune run has none
+        saved.setdefault("baseline", False)
+    return SearchSpace.from_dict(saved)
 
 
 def _finish(space: SearchSpace, sweep: str, root: Path, results) -> SweepResult:

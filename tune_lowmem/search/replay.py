@@ -119,6 +119,7 @@ def replay_space(table: Table, base: Mapping[str, Any], sampler: str, seed: int,
         "objectives": {METRIC: str(MAXIMIZE), MEMORY_OBJECTIVE: str(MINIMIZE)},
         "sampler": sampler,
         "sampler_seed": seed,
+        "baseline": False,  # a replay measures its sampler: no reference trained beside it
         **extra,
     }
 

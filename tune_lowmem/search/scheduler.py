@@ -53,6 +53,7 @@ from .. import pareto, store
 from ..outcome import split
 from ..scheduler_settings import SchedulerSettings
 from . import place
+from .baseline import is_baseline
 from .exact import training_key
 
 # `memory_band`: a trial is compared with trials of at most this factor more or less memory
@@ -103,6 +104,8 @@ class MultiObjectiveASHA(FIFOScheduler):
     # ---- decisions ----------------------------------------------------------------------
 
     def on_trial_result(self, tune_controller, trial, result: dict) -> str:
+        if is_baseline(trial.config):  # the sweep's reference: trained to its end, no rung's peer
+            return TrialScheduler.CONTINUE
         return self.decide(trial.trial_id, result, trial.config.get("params"))
 
     def decide(

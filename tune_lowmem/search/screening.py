@@ -21,6 +21,9 @@ from ..outcome import MEMORY, MEMORY_OBJECTIVE, known_before_training, memory_co
 from ..space import SearchSpace
 from .trainable import failure_reason, out_of_memory, sweep_rows
 
+# A point stored without training: its id's prefix by status (then its point's number).
+SCREENED_PREFIXES = {"infeasible": "infeasible-", "failed": "invalid-"}
+
 
 @dataclass(frozen=True)
 class Screening:
@@ -73,11 +76,12 @@ def write_screened(
     sweep: str,
     trial_id: str,
     space: SearchSpace,
-    point: int,
+    point: int | None,
     params: Mapping[str, Any],
     screening: Screening,
 ) -> store.TrialRecord:
-    """Store a point that was never trained (infeasible, or not a valid config)."""
+    """Store a point that was never trained (infeasible, or not a valid config); `point` None:
+    the sweep's baseline."""
     now = datetime.now(UTC)
     known = screening.predicted is not None
     csr = accounted(screening.config, "csr") if known else None
@@ -92,7 +96,7 @@ def write_screened(
             trial_id,
             screening.status,
             config,
-            memory=memory,
+            outcome=memory,
             point=point,
             failure_reason=reason,
             started_at=now,
@@ -103,7 +107,7 @@ def write_screened(
             trial_id,
             screening.status,
             space.base,
-            memory=memory,
+            outcome=memory,
             point=point,
             failure_reason=f"{reason} (params: {dict(params)})",
             started_at=now,

@@ -174,10 +174,14 @@ class TrialRecord:
             _check_count("point", self.point)
 
     def outcome(self) -> dict[str, float | int | None]:
-        """Its memory and time under their full column names, every outcome column present."""
-        given = {MEMORY + k: v for k, v in self.memory.items()}
-        given.update((TIME + k, v) for k, v in self.time.items())
-        return {name: given.get(name) for name in OUTCOME_TYPES}
+        """Its memory and time under their columns, every outcome column present."""
+        groups = {MEMORY: self.memory, TIME: self.time}
+        return {
+            name: groups[group].get(name.removeprefix(group))
+            for name in OUTCOME_TYPES
+            for group in groups
+            if name.startswith(group)
+        }
 
 
 @dataclass(frozen=True)
