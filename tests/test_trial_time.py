@@ -35,7 +35,7 @@ def test_every_epoch_reports_its_seconds_and_the_trial_their_medians():
     for row in history:
         update, evaluation, epoch = (row[n] for n in MEASURED_TIMES)
         assert 0 < update < epoch and 0 < evaluation < epoch
-        assert epoch <= row["epoch_seconds"] + evaluation + 0.05  # the updates, then evaluation
+        assert epoch >= row["epoch_seconds"] + evaluation  # the updates, then the evaluation
     times = measured_times(history)
     for name in (MEASURED_UPDATE_S, MEASURED_EVALUATION_S, MEASURED_EPOCH_S):
         assert times[name] == pytest.approx(np.median([row[name] for row in history]))

@@ -75,8 +75,8 @@ def final_result(
     outcome: Mapping[str, Any],
     reason: str | None = None,
 ) -> dict[str, Any]:
-    """What a trial of `space` reports (`outcome.trial_result`): its outcome over what the
-    epoch's metrics hold under the same names (an epoch's own time, in its row of epochs)."""
+    """What a trial of `space` reports (`outcome.trial_result`); its outcome columns win over an
+    epoch's own values of them in `metrics` (an epoch's seconds, kept in its row of epochs)."""
     return trial_result(space.objectives, status, metrics, outcome, reason)
 
 
