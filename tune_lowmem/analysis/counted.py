@@ -104,12 +104,10 @@ _OTHERS = {
 
 # How a time column's figure (``time.<source>_<what>_s``) was obtained, by its source.
 _TIMED = {
-    MEASURED: (
-        "on the trial's own device, the median over its epochs; an update at steady state "
-        "(an epoch's updates after its first, those before a rewiring left out)"
-    ),
+    MEASURED: "on the trial's own device, the median over its epochs",
     PREDICTED: "from the config's dry run and the device's own kernel timings, before training",
 }
+_STEADY = "at steady state (an epoch's updates after its first, those before a rewiring left out)"
 
 
 def words(column: str) -> str:
@@ -130,7 +128,8 @@ def how(column: str) -> str:
 def _said(column: str) -> tuple[str, str]:
     if column.startswith(TIME):
         source, _, what = column.removeprefix(TIME).removesuffix("_s").partition("_")
-        return f"{source} seconds per {what}", _TIMED.get(source, "as reported")
+        steady = f"; an update {_STEADY}" if (source, what) == (MEASURED, "update") else ""
+        return f"{source} seconds per {what}", _TIMED.get(source, "as reported") + steady
     if column in _OTHERS:
         return _OTHERS[column]
     source, _, part = column.removeprefix(MEMORY).removesuffix("_mb").partition("_")
