@@ -125,8 +125,7 @@ SPACE_OBJECTIVES = (
     *MEASURED_PARTS.values(),
     MEASURED_STEP_EVAL_PEAK,
 )
-TIME_COLUMNS = tuple(name for name in COLUMNS if name.startswith(TIME))
-MEASURED_TIMES = tuple(name for name in TIME_COLUMNS if COLUMNS[name].source == MEASURED)
+MEASURED_TIMES = tuple(n for n, c in COLUMNS.items() if n.startswith(TIME) and c.source == MEASURED)
 
 
 def known_before_training(name: str) -> bool:
