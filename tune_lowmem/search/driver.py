@@ -38,7 +38,7 @@ from .. import pareto, preflight, store
 from ..analysis import baselines
 from ..config import ConfigError
 from ..outcome import column
-from ..plugins import module_directory
+from ..plugins import plugins_folder
 from ..space import SearchSpace
 from ..yaml_loading import load_file
 from . import journal, legacy, place
@@ -199,8 +199,8 @@ def _ray(address: str | None, space: SearchSpace) -> Iterator[None]:
     """Connect to `address`, or start a local cluster of this machine's CPUs; reuse a live one.
     Nothing starts unless the space's sampler builds (its options, its dependencies) and a local
     cluster (this machine) holds one trial; once joined, the cluster must hold one, else the
-    trial would wait forever. A task given as ``module:attribute`` from the working directory
-    goes on the workers' path."""
+    trial would wait forever. A plug-in the space names as ``module:attribute`` from the
+    working directory (a task, a step runner) puts it on the workers' path."""
     import ray
 
     for key, value in TUNE_ENVIRONMENT.items():
@@ -215,9 +215,9 @@ def _ray(address: str | None, space: SearchSpace) -> Iterator[None]:
     passed = {
         k: os.environ[k] for k in ("TUNE_LOWMEM_DATA", "TUNE_LOWMEM_CACHE") if k in os.environ
     }
-    task_folder = module_directory(space.base["task"])
-    if task_folder is not None:
-        paths = (task_folder, os.environ.get("PYTHONPATH"))
+    folder = plugins_folder()
+    if folder is not None:
+        paths = (folder, os.environ.get("PYTHONPATH"))
         passed["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
     options: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING}
     if passed:
@@ -271,7 +271,7 @@ def launch(
         baseline = " and the baseline" if space.baseline else ""
         say(
             f"sweep {sweep}: {space.num_samples} points x {space.seeds_per_point} seed(s)"
-            f"{baseline}, sampler {space.sampler}, store {root}"
+            f"{baseline}, sampler {space.sampler.name}, store {root}"
         )
         results = _fit(_tuner(space, sweep, root))
     return _finish(space, sweep, root, results)

@@ -82,7 +82,7 @@ def final_result(
 
 def sweep_rows(space: SearchSpace, sweep: str) -> store.SweepRows:
     """What builds the store rows of `sweep`, a sweep of `space` (its sampler and objectives)."""
-    return store.SweepRows(sweep, space.sampler, space.objectives)
+    return store.SweepRows(sweep, space.sampler.name, space.objectives)
 
 
 def out_of_memory(error: BaseException) -> bool:
