@@ -7,7 +7,18 @@ import argparse
 import json
 
 from ..analysis.counted import ACCOUNTED, STORED, counted
-from ..memory.report import MB, PARTS
+from ..outcome import (
+    MB,
+    MEASURED_STORED_TOTAL,
+    PARTS,
+    PREDICTED_PARTS,
+    PREDICTED_STORED_TOTAL,
+    column,
+    memory_columns,
+)
+
+# each source's total as the step holds it (`outcome.memory_columns`)
+STORED_TOTAL = {"predicted": PREDICTED_STORED_TOTAL, "measured": MEASURED_STORED_TOTAL}
 from . import add_config_arguments, config_from_arguments
 from .threads import add_threads_argument, apply_threads
 
@@ -44,7 +55,6 @@ def run(args: argparse.Namespace) -> int:
     from ..memory.measure import measure
     from ..memory.predict import heap_object_bytes, predict, run_peak_storage
     from ..memory.stepping import at_peak, peak_steps
-    from ..memory.stored import stored_totals
     from ..memory.synthetic import synthetic_task
     from ..preflight import cuda_present
     from ..validation import positive_int
@@ -68,13 +78,14 @@ def run(args: argparse.Namespace) -> int:
         steps = [measure_allocations(config, lengths, update) for update in peak_steps(config)]
         allocations = max(steps, key=lambda step: step.total_bytes)  # as `at_peak` keeps
         run_peaks = max(steps, key=lambda step: step.run_peak_bytes)
-    totals = stored_totals(reports["predicted"], reports.get("measured"))
+    columns = memory_columns(reports["predicted"], reports.get("measured"))
+    totals = {source: columns[STORED_TOTAL[source]] for source in reports}
     objects = heap_object_bytes(config, lengths)
     if args.json:
         result = {
             name: {
                 **report.to_dict(),
-                f"{name}_stored_total_mb": totals[f"{name}_stored_total_mb"],
+                f"{name}_stored_total_mb": totals[name],
                 "ratio_to_baseline": report.ratio_to(baselines[name]),
             }
             for name, report in reports.items()
@@ -83,9 +94,7 @@ def run(args: argparse.Namespace) -> int:
         result["baseline"] = {name: report.to_dict() for name, report in baselines.items()}
         keys = {k for r in (*reports.values(), *baselines.values()) for k in r.to_dict()}
         keys |= {f"{name}_stored_total_mb" for name in reports}
-        result["counted"] = {
-            k: counted(f"memory.{k}") for k in sorted(keys) if counted(f"memory.{k}")
-        }
+        result["counted"] = {k: counted(column(k)) for k in sorted(keys) if counted(column(k))}
         if allocations is not None:
             result["allocator"] = allocations.to_dict()
             result["allocator"].update(
@@ -94,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
             )
         print(json.dumps(result))
         return 0
-    sparse = totals["predicted_stored_total_mb"] != reports["predicted"].total_mb
+    sparse = totals["predicted"] != reports["predicted"].total_mb
     print(describe(config, task))
     print(table(reports, baselines, totals, sparse, objects))
     print(run_peak_note(reports["predicted"], run_peaks, run_peak_storage(config, lengths)))
@@ -107,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.measure:
         print(peak_note(config, reports["predicted"], reports["measured"], task, objects))
-        print(allocator_note(allocations, totals["predicted_stored_total_mb"] - objects / MB))
+        print(allocator_note(allocations, totals["predicted"] - objects / MB))
     return 0
 
 
@@ -164,15 +173,15 @@ def packed_note(config, lengths) -> str:
 
 
 def table(reports: dict, baselines: dict, totals: dict, sparse: bool, objects: int = 0) -> str:
-    """One column per report: its parts and totals (the stored ones from `totals`, as
-    `stored_totals` names them), each labelled stored or accounted (`counted`; a dense
+    """One column per report: its parts and totals (the stored ones from `totals`, by source),
+    each labelled stored or accounted (`counted`; a dense
     configuration's are equal, said once by `DENSE_NOTE`), the predicted stored total's tensor
     storage (without `objects`, the CPU heap's tensor and autograd objects it counts), FLOPs, the
     baseline (dense: stored), the ratios and, measured, the peak of all PyTorch held."""
     rows: dict[str, list[str]] = {}
     for source, report in reports.items():
         values, baseline = report.to_dict(), baselines[source]
-        stored_mb, peak = totals[f"{source}_stored_total_mb"], values.get(f"{source}_peak_mb")
+        stored_mb, peak = totals[source], values.get(f"{source}_peak_mb")
         cells = {
             **{
                 _label(f"{part} MB", part, sparse): f"{values[f'{source}_{part}_mb']:.3f}"
@@ -205,7 +214,7 @@ def table(reports: dict, baselines: dict, totals: dict, sparse: bool, objects: i
 def _label(row: str, part: str, sparse: bool) -> str:
     """A row's label: how its figure (of `part`) counts where a sparse weight makes a difference;
     the totals always say it (a dense configuration's total is stored, and equal accounted)."""
-    how = counted(f"memory.predicted_{part}_mb")
+    how = counted(PREDICTED_PARTS[part])
     if row.startswith("total"):
         return f"{row}, {how if sparse else STORED}"
     return f"{row}, {how}" if sparse and how == ACCOUNTED else row

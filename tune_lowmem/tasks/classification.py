@@ -20,6 +20,7 @@ from torch import nn
 from ..config import TrialConfig
 from ..data import cifar10, to_device
 from ..models.wideresnet import BasicBlock, WideResNet, WideResNetConfig
+from ..outcome import MAXIMIZE, MINIMIZE
 from ..techniques.base import EVERY
 from ..validation import (
     auto_or_positive_int,
@@ -33,11 +34,11 @@ from ..validation import (
 from .base import Metric, Task
 
 CLASSIFICATION_METRICS = {
-    "val_accuracy": Metric("maximize", 0.0, 1.0, "top-1 accuracy on the validation split"),
-    "val_loss": Metric("minimize", 0.0, None, "cross entropy per image, validation split"),
-    "test_accuracy": Metric("maximize", 0.0, 1.0, "top-1 accuracy on the test split"),
-    "test_loss": Metric("minimize", 0.0, None, "cross entropy per image, test split"),
-    "train_loss": Metric("minimize", 0.0, None, "mean training loss of the epoch"),
+    "val_accuracy": Metric(MAXIMIZE, 0.0, 1.0, "top-1 accuracy on the validation split"),
+    "val_loss": Metric(MINIMIZE, 0.0, None, "cross entropy per image, validation split"),
+    "test_accuracy": Metric(MAXIMIZE, 0.0, 1.0, "top-1 accuracy on the test split"),
+    "test_loss": Metric(MINIMIZE, 0.0, None, "cross entropy per image, test split"),
+    "train_loss": Metric(MINIMIZE, 0.0, None, "mean training loss of the epoch"),
 }
 
 

@@ -21,6 +21,7 @@ from ...config import TrialConfig
 from ...data import data_root, iwslt14
 from ...models.dynamicconv import DynamicConvConfig, DynamicConvTransformer
 from ...optim import FairseqAdam
+from ...outcome import MAXIMIZE, MINIMIZE
 from ...validation import (
     ConfigError,
     auto_or_positive_int,
@@ -53,30 +54,30 @@ IWSLT14_LENGTHS = (30, 30)
 
 TRANSLATION_METRICS = {
     "val_bleu": Metric(
-        "maximize",
+        MAXIMIZE,
         0.0,
         100.0,
         "tokenised BLEU of beam search (BPE removed, lower-cased), validation split",
     ),
     "test_bleu": Metric(
-        "maximize",
+        MAXIMIZE,
         0.0,
         100.0,
         "tokenised BLEU of beam search (BPE removed, lower-cased), test split",
     ),
     "val_sacrebleu": Metric(
-        "maximize", 0.0, 100.0, "detokenised sacreBLEU (13a) on the validation split (final)"
+        MAXIMIZE, 0.0, 100.0, "detokenised sacreBLEU (13a) on the validation split (final)"
     ),
     "test_sacrebleu": Metric(
-        "maximize", 0.0, 100.0, "detokenised sacreBLEU (13a) on the test split (final)"
+        MAXIMIZE, 0.0, 100.0, "detokenised sacreBLEU (13a) on the test split (final)"
     ),
-    "val_loss": Metric("minimize", 0.0, None, "label-smoothed loss per target token (nats)"),
-    "test_loss": Metric("minimize", 0.0, None, "label-smoothed loss per target token (nats)"),
-    "val_nll_loss": Metric("minimize", 0.0, None, "negative log-likelihood per token (nats)"),
-    "test_nll_loss": Metric("minimize", 0.0, None, "negative log-likelihood per token (nats)"),
-    "val_ppl": Metric("minimize", 1.0, None, "perplexity, exp(val_nll_loss)"),
-    "test_ppl": Metric("minimize", 1.0, None, "perplexity, exp(test_nll_loss)"),
-    "train_loss": Metric("minimize", 0.0, None, "mean training loss of the epoch"),
+    "val_loss": Metric(MINIMIZE, 0.0, None, "label-smoothed loss per target token (nats)"),
+    "test_loss": Metric(MINIMIZE, 0.0, None, "label-smoothed loss per target token (nats)"),
+    "val_nll_loss": Metric(MINIMIZE, 0.0, None, "negative log-likelihood per token (nats)"),
+    "test_nll_loss": Metric(MINIMIZE, 0.0, None, "negative log-likelihood per token (nats)"),
+    "val_ppl": Metric(MINIMIZE, 1.0, None, "perplexity, exp(val_nll_loss)"),
+    "test_ppl": Metric(MINIMIZE, 1.0, None, "perplexity, exp(test_nll_loss)"),
+    "train_loss": Metric(MINIMIZE, 0.0, None, "mean training loss of the epoch"),
 }
 
 
