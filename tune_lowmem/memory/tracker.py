@@ -48,6 +48,7 @@ from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 
 from ..torch_private import engine_called
+from .calls import CallCounts
 from .workspace import signature, workspace_bytes
 
 
@@ -72,13 +73,15 @@ class StorageTracker(TorchDispatchMode):
     `probe`, if given, is called after every operator (e.g. `torch.cuda.memory_allocated`) and
     its values are kept in `samples`, one per event; with `probe_reads_heap` (a probe of the
     process heap, where the tracker's own records live; not a GPU allocator's) less the bytes of
-    those records (see the module docstring)."""
+    those records (see the module docstring). `calls`, if given, counts every operator call
+    (`calls.CallCounts`: what the time prediction prices)."""
 
     def __init__(
         self,
         existing: Iterable[torch.Tensor] = (),
         probe: Callable[[], int] | None = None,
         probe_reads_heap: bool = False,
+        calls: CallCounts | None = None,
     ) -> None:
         super().__init__()
         self.clock = 0
@@ -92,6 +95,7 @@ class StorageTracker(TorchDispatchMode):
         self.samples: list[int] = []
         self._summand: Life | None = None  # the first summand of the last operator, if a sum
         self.calls: list[tuple[int, tuple]] = []  # (event, signature) of calls with workspace
+        self.counted = calls  # every call, counted for the time prediction
         if probe:
             self._sample()
 
@@ -102,6 +106,8 @@ class StorageTracker(TorchDispatchMode):
         self.clock += 1
         if (call := signature(func, args, kwargs)) is not None:
             self.calls.append((self.clock, call))
+        if self.counted is not None:
+            self.counted.add(func, args, kwargs, out)
         if _is_sum(func, args, kwargs, out):
             self._summand = self._alive.get(id(args[0].untyped_storage()))
         formula = flop_registry.get(func._overloadpacket)
