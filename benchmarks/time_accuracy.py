@@ -11,8 +11,9 @@ Protocol (written before any run; changing it means changing this file):
   now) against the measured seconds per update: the real `Trainer.train_step` on synthetic
   minibatches of the point's shapes, `WARM_UP` updates first, then the median wall time
   (`time.perf_counter`, around each call) of `UPDATES` updates, leaving out an update in which a
-  sparse model rewires or an fp16 step is skipped. The measurement shares no code with the
-  prediction.
+  sparse model rewires or an fp16 step is skipped, in a process of its own (as a trial's: the
+  prediction's probe leaves its allocator in another state), with the page faults of each
+  update (`resource.getrusage`) beside. The measurement shares no code with the prediction.
 - The evaluation points span WideResNet, torchvision's ResNet-18 and MobileNet and the
   DC-Transformer (small, on 30/30-token sentence pairs), every technique and precision (fp32,
   bf16, amp-bf16, fp16, amp-fp16), packed sparse layers, microbatches of one example up to the
@@ -40,7 +41,9 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import multiprocessing
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -102,13 +105,19 @@ AMP_BF16, AMP_FP16 = {"precision": "amp-bf16"}, {"precision": "amp-fp16"}
 CALIBRATION = {
     "cal wrn-10-1 b16": wrn(10, 1, 16),
     "cal wrn-10-1 b16 bf16 micro4": wrn(10, 1, 16, **BF16, **micro(4)),
+    "cal wrn-10-1 b24 micro1 density0.1": wrn(10, 1, 24, **micro(1), **sparse(0.1)),
+    "cal wrn-10-1 b8 fp16": wrn(10, 1, 8, **FP16),
     "cal wrn-16-1 b16 residual-1 density0.2": wrn(
         16, 1, 16, checkpoint="residual-1", **sparse(0.2)
     ),
+    "cal wrn-16-2 b32 amp-bf16 chain-min": wrn(16, 2, 32, **AMP_BF16, checkpoint="chain-min"),
     "cal resnet18 b8 micro2": tv("resnet18", 8, **micro(2)),
     "cal mobilenet b16 bf16": tv("mobilenet_v3_small", 16, **BF16),
     "cal dct e32x1 300tok": dct(32, 1, 300),
     "cal dct e64x1 600tok amp-bf16 micro100": dct(64, 1, 600, **AMP_BF16, **micro(100)),
+    "cal dct e96x2 900tok residual-1 density0.3": dct(
+        96, 2, 900, checkpoint="residual-1", **sparse(0.3)
+    ),
 }
 
 EVALUATION = {
@@ -198,9 +207,11 @@ def rewirings(trainer: Trainer) -> float:
     return sum(t.metrics().get("sparsity_rewirings", 0.0) for t in trainer.techniques)
 
 
-def measured_update(config: TrialConfig) -> list[float]:
-    """Wall seconds of each counted update (see the protocol): the trial's own trainer on
-    synthetic minibatches, timed around `Trainer.train_step` here."""
+def measured_update(flat: dict, threads: int) -> list[tuple[float, int]]:
+    """Wall seconds and minor page faults of each counted update (see the protocol): the
+    trial's own trainer on synthetic minibatches, timed around `Trainer.train_step` here."""
+    torch.set_num_threads(threads)
+    config = TrialConfig.from_dict(flat)
     task = config.task_type()(config, torch.device(config.device), synthetic=True)
     if (lengths := lengths_of(config)) is not None:
         task.set_synthetic_lengths(lengths)
@@ -208,27 +219,37 @@ def measured_update(config: TrialConfig) -> list[float]:
     batches = itertools.chain.from_iterable(map(task.train_batches, itertools.count()))
     for _ in range(WARM_UP):
         trainer.train_step(next(batches))
-    seconds: list[float] = []
+    counted: list[tuple[float, int]] = []
     for _ in range(MOST_TRIES):
         batch, before = next(batches), rewirings(trainer)
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         started = time.perf_counter()
         stepped = trainer.train_step(batch)["stepped"]
         elapsed = time.perf_counter() - started
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
         if stepped and rewirings(trainer) == before:
-            seconds.append(elapsed)
-        if len(seconds) == UPDATES:
+            counted.append((elapsed, faults))
+        if len(counted) == UPDATES:
             break
-    return seconds
+    return counted
 
 
-def evaluate(name: str, flat: dict) -> dict:
+def measured_in_a_new_process(flat: dict, threads: int) -> list[tuple[float, int]]:
+    """`measured_update` in a process of its own, as a trial has: nothing the prediction ran
+    (the probe's allocations) shapes its allocator's state."""
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(measured_update, (flat, threads))
+
+
+def evaluate(name: str, flat: dict, threads: int) -> dict:
     from tune_lowmem.timing import predict_time
 
     config = TrialConfig.from_dict(flat)
     started = time.perf_counter()
-    predicted = predict_time(config, lengths_of(config))
+    predicted = predict_time(config, lengths_of(config), threads)
     predict_seconds = time.perf_counter() - started
-    samples = measured_update(config)
+    counted = measured_in_a_new_process(flat, threads)
+    samples = [seconds for seconds, _ in counted]
     measured = statistics.median(samples)
     return {
         "name": name,
@@ -239,8 +260,10 @@ def evaluate(name: str, flat: dict) -> dict:
         "predicted_epoch_s": predicted.epoch_seconds,
         "calls_per_update": predicted.calls_per_update,
         "unpriced_per_update": predicted.unpriced_per_update,
+        "predicted_page_faults": predicted.page_faults_per_update,
         "measured_update_s": measured,
         "measured_samples_s": samples,
+        "measured_page_faults": statistics.median(faults for _, faults in counted),
         "error": predicted.update_seconds / measured - 1,
         "prediction_seconds": predict_seconds,  # the dry run and the probe of its new calls
     }
@@ -309,12 +332,13 @@ def main() -> None:
         "points": [],
     }
     for name, flat in points.items():
-        point = evaluate(name, flat)
+        point = evaluate(name, flat, args.threads)
         results["points"].append(point)
         results["summary"] = summarise(results["points"])
         print(
             f"{name:58} predicted {point['predicted_update_s']:8.4f} s measured "
-            f"{point['measured_update_s']:8.4f} s {point['error']:+7.1%} "
+            f"{point['measured_update_s']:8.4f} s {point['error']:+7.1%}; page faults "
+            f"{point['predicted_page_faults']:7.0f} / {point['measured_page_faults']:7.0f} "
             f"(prediction {point['prediction_seconds']:5.1f} s)",
             flush=True,
         )

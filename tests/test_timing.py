@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from tune_lowmem.config import TrialConfig
-from tune_lowmem.memory.calls import BACKWARD, PLAIN, RECORDS, CallCounts
+from tune_lowmem.memory.calls import BACKWARD, PLAIN, RECORDS, CallCounts, Recording
 from tune_lowmem.memory.predict import dry_run, pass_weights, passes, shape_key
-from tune_lowmem.timing import TimePrediction, cache, predict_time, probe
+from tune_lowmem.timing import TimePrediction, cache, faults, predict_time, probe
 from tune_lowmem.timing.device import Device
 from tune_lowmem.timing.predict import priced
 from tune_lowmem.timing.timers import CallTime, EventTimer, WallTimer, timer_for
@@ -26,7 +26,7 @@ def tiny(**flat) -> TrialConfig:
 def contexts(config: TrialConfig) -> dict[str, int]:
     """Calls per update of a config's dry run, by context."""
     counted = dict.fromkeys((RECORDS, BACKWARD, PLAIN), 0)
-    for (context, _, _), count in dry_run(shape_key(config)).calls.items():
+    for (context, _, _), count in dry_run(shape_key(config)).recording.calls.items():
         counted[context] += count
     return counted
 
@@ -110,9 +110,9 @@ def test_a_second_prediction_probes_nothing_again(monkeypatch):
     probed = []
     real_probe = probe.probe
 
-    def counting(call, made, timer):
-        probed.append(call)
-        return real_probe(call, made, timer)
+    def counting(calls, timer):
+        probed.extend(calls)
+        return real_probe(calls, timer)
 
     monkeypatch.setattr(probe, "probe", counting)
     config = tiny(**{"model.hidden": 32})
@@ -163,6 +163,30 @@ def test_half_precision_batch_norm_backward_is_priced():
     flat = {"model.depth": 10, "model.width": 1, "schedule.batch_size": 4, "device": "cpu"}
     predicted = predict_time(TrialConfig.from_dict({**flat, "precision": "bf16"}), threads=1)
     assert predicted.unpriced_per_update <= 1
+
+
+def test_fresh_memory_is_counted_in_pages_and_priced_per_page():
+    """Storages above glibc's largest threshold come from fresh mappings each time: every page
+    of each faults, in every run; small ones come back from the heap and fault none once it has
+    grown. A page costs the device some time beyond rewriting it."""
+    big = 40 * 2**20  # over 32 MiB: a fresh mapping at every request
+    storages = ((1, 3, big), (2, 4, big // 2), (3, None, 4096))
+    recording = Recording({}, storages, ((1, 1),))
+    pages = faults.faults_per_run(recording)
+    assert (big + big // 2) / 4096 <= pages < 1.1 * (big + big // 2) / 4096 + 64
+    small = Recording({}, tuple((i, i + 1, 1024) for i in range(1, 200)), ((1, 1),))
+    assert faults.faults_per_run(small) < 8
+    assert faults.page_seconds(Device.of("cpu", 1)) > 0
+    assert faults.page_seconds(Device("cuda", "Some GPU", 1, torch.__version__)) == 0
+
+
+def test_a_microbatch_pass_that_faults_faults_once_for_each_microbatch():
+    big = 40 * 2**20
+    one = Recording({}, ((1, 2, big),), ((1, 1),))
+    repeated = Recording({}, ((1, 2, big), (3, 4, big), (5, 6, big)), ((1, 1), (3, 6), (5, 1)))
+    assert faults.faults_per_run(repeated) == pytest.approx(
+        8 * faults.faults_per_run(one), rel=0.02
+    )
 
 
 class QueueEvent:

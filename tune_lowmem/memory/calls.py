@@ -9,11 +9,14 @@ again as zero tensors, so that a probe can run the call for real: the workspace 
 
 `CallCounts` is what a dry run records of its operators for the time prediction: each distinct
 call with how many times an update runs it (a pass that stands for several microbatches counts
-that many) and the framework's work around it (`context`).
+that many) and the framework's work around it (`context`); a `Recording` keeps them with the
+storages the code allocated and the passes it made, whose pattern the time prediction replays
+on the host's allocator (`tune_lowmem.timing.faults`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import torch
@@ -117,3 +120,16 @@ class CallCounts:
         made = described(out) if torch.Tag.dynamic_output_shape in func.tags else None
         key = (context(args, kwargs), call_key(func, args, kwargs), made)
         self.counts[key] = self.counts.get(key, 0) + self.weight
+
+
+@dataclass(frozen=True, eq=False)
+class Recording:
+    """What the time prediction keeps of a dry run's step (or of one evaluation pass): each
+    distinct call with how many times it runs (`CallCounts.counts`), each storage the code
+    allocated as (its first event, the event from which it is gone or None: alive at the end,
+    its bytes), and its passes in order as (the first event of the pass, how many microbatches
+    it stands for), the optimizer's update the last."""
+
+    calls: dict[tuple[str, tuple, Any], int]
+    storages: tuple[tuple[int, int | None, int], ...]
+    segments: tuple[tuple[int, int], ...]

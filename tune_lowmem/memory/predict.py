@@ -73,7 +73,7 @@ from ..plugins import techniques
 from ..torch_private import FakeTensorMode, default_foreach
 from ..train import Trainer
 from . import accounting
-from .calls import CallCounts
+from .calls import CallCounts, Recording
 from .report import MemoryReport
 from .synthetic import synthetic_task
 from .tracker import StorageTracker
@@ -109,10 +109,10 @@ class DryRun:
     # an evaluation batch's input on the device, its pass's peak beyond the weights and state
     # (storage, workspace as in `step_peak`; heap objects); None: the task has no evaluation pass
     evaluation: tuple[int, int, int] | None
-    # each distinct operator call of an update (every microbatch's passes, then the update) and
-    # of one evaluation pass (None: no such pass), with how many times it runs (`CallCounts`)
-    calls: dict[tuple[str, tuple], int]
-    evaluation_calls: dict[tuple[str, tuple], int] | None
+    # what the time prediction prices: an update's calls (every microbatch's passes, then the
+    # update), the storages they allocate and the passes; one evaluation pass's (None: no pass)
+    recording: Recording
+    evaluation_recording: Recording | None
 
     @functools.cached_property
     def occasional(self) -> tuple[int, int]:
@@ -271,10 +271,11 @@ def _cached_dry_run(
         ]
         existing = [t for fake in fakes for t in (*batch_tensors(fake), *host_data_tensors(fake))]
         existing += [*model.parameters(), *model.buffers(), *accounting.state_tensors(optimizer)]
-        calls = CallCounts()
+        calls, segments = CallCounts(), []
         with StorageTracker(existing, calls=calls) as tracker:
             for index, microbatch in zip(run, fakes, strict=True):
                 calls.weight = weights[index]
+                segments.append((tracker.clock + 1, weights[index]))
                 before = tracker.flops
                 with precision.forward_context():
                     loss, _ = task.loss(model, microbatch)
@@ -282,14 +283,16 @@ def _cached_dry_run(
                 del loss
                 flops[shapes[index]] = tracker.flops - before
             calls.weight = 1
+            segments.append((tracker.clock + 1, 1))
             update(model, optimizer, precision)
+    recording = Recording(calls.counts, tracker.allocated(), tuple(segments))
     heap = HEAP_BYTES_PER_STORAGE if device.type == "cpu" else 0  # the trial's device's
     step = _peak(tracker, _held(model, optimizer), heap)
     with_grad = {name for name, param in model.named_parameters() if param.grad is not None}
     occasional = functools.partial(occasional_peak, key, lengths, with_grad, heap)
-    evaluation_calls = CallCounts()
+    evaluation_recorded: list[Recording] = []
     evaluation = evaluation_peak(
-        task, model, optimizer, precision, fake_mode, heap, workspace, evaluation_calls
+        task, model, optimizer, precision, fake_mode, heap, workspace, evaluation_recorded
     )
     # the host minibatch is on the trial's device only when that is the host (a task moves each
     # microbatch to the device in `loss`, where the tracker counts the copy as the step's); the
@@ -307,8 +310,8 @@ def _cached_dry_run(
         held_bytes=_storage_bytes(held),
         step_peak=_peak(tracker, [], heap, workspace),
         evaluation=evaluation,
-        calls=calls.counts,
-        evaluation_calls=None if evaluation is None else evaluation_calls.counts,
+        recording=recording,
+        evaluation_recording=evaluation_recorded[0] if evaluation is not None else None,
     )
 
 
@@ -320,13 +323,13 @@ def evaluation_peak(
     fake_mode: FakeTensorMode,
     heap_bytes: int,
     workspace: bool,
-    calls: CallCounts | None = None,
+    recorded: list[Recording] | None = None,
 ) -> tuple[int, int, int] | None:
     """One `Task.evaluation_pass` on a fake batch of evaluation's shape, in eval mode under
     no_grad as `Trainer.run` evaluates: the batch's bytes on the device, and the pass's peak
     beyond the weights, buffers and optimizer state (storage, with `workspace` operators'
-    workspace; heap objects at `heap_bytes` a storage). `calls` counts the pass's operator
-    calls."""
+    workspace; heap objects at `heap_bytes` a storage). The pass's `Recording` is added to
+    `recorded`, when given."""
     real = task.synthetic_evaluation_batch(torch.Generator().manual_seed(0))
     held = _held(model, optimizer)
     model.eval()
@@ -334,6 +337,7 @@ def evaluation_peak(
         with fake_mode:
             batch = map_tensors(fake_mode.from_tensor, real)
             existing = [*held, *batch_tensors(batch)]
+            calls = CallCounts()
             with StorageTracker(existing, calls=calls) as tracker, torch.no_grad():
                 with precision.forward_context():
                     result = task.evaluation_pass(model, batch)
@@ -342,6 +346,8 @@ def evaluation_peak(
         model.train()
     if not evaluates:
         return None
+    if recorded is not None:
+        recorded.append(Recording(calls.counts, tracker.allocated(), ((1, 1),)))
     on_device = [t for t in batch_tensors(real) if t.device == held[0].device]
     return (_storage_bytes(on_device), *_peak(tracker, held, heap_bytes, workspace))
 

@@ -192,6 +192,11 @@ class StorageTracker(TorchDispatchMode):
         count = self._sum(self.lives + self.freed, lambda life: 1 if life.nbytes >= 0 else -1)
         return max(b + heap_bytes * n for b, n in zip(stored, count, strict=True))
 
+    def allocated(self) -> tuple[tuple[int, int | None, int], ...]:
+        """Each recorded storage as (the event it appeared at, the event from which it is gone,
+        None while it is alive, its bytes)."""
+        return tuple((life.born, life.died, life.nbytes) for life in self.lives)
+
     def _sum(self, lives: Iterable[Life], weight: Callable[[Life], int]) -> list[int]:
         """At each event, the sum of `weight` over `lives` alive then."""
         delta = [0] * (self.clock + 2)

@@ -1,7 +1,7 @@
 """The probe's figures, kept in memory and in one JSON file per device under the project's cache
 folder (`data.cache_dir`, $TUNE_LOWMEM_CACHE): `time-probe/<device>.json` holds the device it is
-for (`device.Device`), the framework's overheads and each call's `CallTime` (None: not priced),
-keyed by the call's text. A file is written whole and atomically, merged with what another
+for (`device.Device`), the framework's overheads and the cost of a page of fresh memory, and each
+call's `CallTime` (None: not priced), keyed by the call's text. A file is written whole and atomically, merged with what another
 process wrote meanwhile, so that trials sharing a machine share their probes."""
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from .device import Device
 from .timers import CallTime
 
 SECTIONS = ("overhead", "calls")
+FORMAT = 2  # a file of another format is probed again
 OPERATOR = type(torch.ops.aten.add.Tensor)  # an operator overload, named by `str`
 _memory: dict[Device, dict[str, dict[str, Any]]] = {}
 
@@ -55,6 +56,7 @@ def update(device: Device, name: str, figures: dict[str, Any]) -> None:
         on_disk[key].update(_memory[device][key])
     file.parent.mkdir(parents=True, exist_ok=True)
     payload = {
+        "format": FORMAT,
         "device": dataclasses.asdict(device),
         **{key: {k: _plain(v) for k, v in on_disk[key].items()} for key in SECTIONS},
     }
@@ -79,7 +81,7 @@ def _read(file: Path, device: Device) -> dict[str, dict[str, Any]]:
         stored = json.loads(file.read_text())
     except (OSError, ValueError):
         return empty
-    if stored.get("device") != dataclasses.asdict(device):
+    if stored.get("device") != dataclasses.asdict(device) or stored.get("format") != FORMAT:
         return empty
     calls = {k: None if v is None else CallTime(*v) for k, v in stored.get("calls", {}).items()}
     return {"overhead": dict(stored.get("overhead", {})), "calls": calls}

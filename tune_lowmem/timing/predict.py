@@ -6,10 +6,14 @@ microbatch's forward and backward passes (a pass that stands for several microba
 that many times, `memory.predict.pass_weights`), the recomputation of a checkpointed backward
 (it runs inside the recorded backward), the finiteness check, the unscale and the optimizer's
 step; and those of one evaluation pass. Each call is priced by its own probed time on the
-device (`probe`) plus the framework's overhead around a call of its context (`overhead`):
+device (`probe`; the page faults it made while probed left out) plus the framework's overhead
+around a call of its context (`overhead`), and on the CPU the pages of fresh memory the update
+touches (`faults`: its allocations played on a fresh process's allocator) at the device's cost
+per page:
 
     update     = sum over the update's calls of count x (probed time + overhead)
-    evaluation = evaluation batches x the same sum over one evaluation pass's calls
+                 + pages touched first x seconds per page
+    evaluation = evaluation batches x the same over one evaluation pass
     epoch      = updates per epoch x update + evaluation
 
 Left out: a technique's occasional work (a sparse model's rewiring, every few hundred updates;
@@ -26,11 +30,13 @@ from dataclasses import dataclass
 import torch
 
 from ..config import TrialConfig
+from ..memory.calls import Recording
 from ..memory.predict import dry_run, shape_key
 from ..memory.synthetic import synthetic_task
 from ..memory.workspace import computing_threads
 from ..train import bound_techniques
 from .device import Device
+from .faults import faults_per_run, page_seconds
 from .overhead import overheads
 from .probe import call_times
 from .timers import timer_for
@@ -51,6 +57,7 @@ class TimePrediction:
     device: Device
     calls_per_update: int
     unpriced_per_update: int  # calls the probe could not run, priced at the overhead alone
+    page_faults_per_update: float  # pages of fresh memory an update touches (`faults`)
 
     def to_dict(self) -> dict[str, float | int | str | None]:
         """The figures as a trial's ``time.`` columns name them, and what they were for."""
@@ -75,12 +82,18 @@ def predict_time(
         key = shape_key(config, lengths)
         run = dry_run(key, lengths)
         device = Device.of(key.device)
-        update, calls, unpriced = priced(run.calls, device)
-        evaluation = None if run.evaluation_calls is None else priced(run.evaluation_calls, device)
+        update, calls, unpriced = priced(run.recording.calls, device)
+        faults = step_faults(run.recording, device)
+        update += faults * page_seconds(device)
+        evaluation = None
+        if run.evaluation_recording is not None:
+            pass_seconds = priced(run.evaluation_recording.calls, device)[0]
+            pass_faults = step_faults(run.evaluation_recording, device)
+            evaluation = pass_seconds + pass_faults * page_seconds(device)
     updates, batches = schedule_counts(config, lengths)
     evaluation_seconds = None
     if evaluation is not None and batches is not None:
-        evaluation_seconds = batches * evaluation[0]
+        evaluation_seconds = batches * evaluation
     return TimePrediction(
         update_seconds=update,
         evaluation_seconds=evaluation_seconds,
@@ -90,13 +103,14 @@ def predict_time(
         device=device,
         calls_per_update=calls,
         unpriced_per_update=unpriced,
+        page_faults_per_update=faults,
     )
 
 
 def priced(counts: Mapping[tuple, int], device: Device) -> tuple[float, int, int]:
-    """Seconds of the counted calls on `device` (see the module docstring), how many calls they
-    are, and how many of them the probe could not run."""
-    framework = overheads(device)
+    """Seconds of the counted calls on `device` (see the module docstring), their own page
+    faults left out, how many calls they are, and how many of them the probe could not run."""
+    framework, page = overheads(device), page_seconds(device)
     times = call_times({(call, made) for _, call, made in counts}, device)
     asynchronous = timer_for(device.kind).asynchronous
     seconds, unpriced = 0.0, 0
@@ -106,8 +120,14 @@ def priced(counts: Mapping[tuple, int], device: Device) -> tuple[float, int, int
             unpriced += count
             seconds += count * max(0.0, framework[context])
         else:
-            seconds += count * max(0.0, time.cost(framework[context], asynchronous))
+            seconds += count * max(0.0, time.cost(framework[context], asynchronous, page))
     return seconds, sum(counts.values()), unpriced
+
+
+def step_faults(recording: Recording, device: Device) -> float:
+    """Pages a run of the recording touches first on `device` (none on a GPU, whose caching
+    allocator keeps its blocks)."""
+    return faults_per_run(recording) if device.kind == "cpu" else 0.0
 
 
 def schedule_counts(config: TrialConfig, lengths: tuple[int, int] | None) -> tuple[int, int | None]:

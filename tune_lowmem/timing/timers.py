@@ -6,7 +6,9 @@ its kernel (timed between two CUDA events, `EventTimer`) and the host's time to 
 dispatcher and the framework's work around it included: small kernels are launch-bound.
 
 Both timers take a call and how many times to run it back to back, and answer a `CallTime`: its
-device's time and the host's, per call.
+device's time and the host's, per call, and on the CPU the pages it touched for the first time
+(minor page faults: memory the kernel gave the process for its outputs), whose cost depends on
+the allocator's state, not on the call, and is priced apart (`faults`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,11 @@ from typing import NamedTuple
 
 import torch
 
+try:
+    import resource
+except ImportError:  # not a Unix: no page fault counts
+    resource = None
+
 SAMPLE_S = 1e-3  # a timed sample runs a short call this long, back to back
 MOST_PER_SAMPLE = 1000
 QUICK_S = 0.02  # a call under this is sampled `SAMPLES` times
@@ -26,31 +33,43 @@ SAMPLES = 5
 
 
 class CallTime(NamedTuple):
-    """One call's seconds on its device and on the host (equal where the host runs it)."""
+    """One call's seconds on its device and on the host (equal where the host runs it), and the
+    pages it touched for the first time while timed (the CPU's; none on a GPU)."""
 
     device: float
     host: float
+    faults: float = 0.0
 
-    def cost(self, overhead: float, asynchronous: bool) -> float:
+    def cost(self, overhead: float, asynchronous: bool, page: float = 0.0) -> float:
         """The call's seconds in a step with `overhead` seconds of the framework's host work
-        around it: the host's and the device's in turn, or, where the host runs ahead of an
-        asynchronous device, the longer of the two."""
+        around it, less its page faults at `page` seconds each (a step's own are priced apart):
+        the host's and the device's in turn, or, where the host runs ahead of an asynchronous
+        device, the longer of the two."""
         if asynchronous:
             return max(self.device, self.host + overhead)
-        return self.host + overhead
+        return max(0.0, self.host - self.faults * page) + overhead
 
 
 class WallTimer:
-    """The host runs the kernel: a call's time is its wall time (the CPU)."""
+    """The host runs the kernel: a call's time is its wall time (the CPU), with the process's
+    minor page faults meanwhile."""
 
     asynchronous = False
 
     def seconds(self, run: Callable[[], object], number: int) -> CallTime:
+        faults = page_faults()
         started = time.perf_counter()
         for _ in range(number):
             run()
         wall = (time.perf_counter() - started) / number
-        return CallTime(wall, wall)
+        return CallTime(wall, wall, (page_faults() - faults) / number)
+
+
+def page_faults() -> int:
+    """The process's minor page faults so far (0 where the platform does not count them)."""
+    if resource is None:
+        return 0
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 class EventTimer:
@@ -88,11 +107,9 @@ def steady(run: Callable[[], object], timer: WallTimer | EventTimer) -> CallTime
     running a short call back to back for about `SAMPLE_S` (fewer samples of a slow call)."""
     timer.seconds(run, 1)
     first = timer.seconds(run, 1)
-    slowest = max(first)
+    slowest = max(first.device, first.host)
     if slowest >= SLOW_S:
         return first
     number = max(1, min(MOST_PER_SAMPLE, round(SAMPLE_S / max(slowest, 1e-9))))
     samples = [timer.seconds(run, number) for _ in range(SAMPLES if slowest < QUICK_S else 3)]
-    return CallTime(
-        statistics.median(s.device for s in samples), statistics.median(s.host for s in samples)
-    )
+    return CallTime(*(statistics.median(values) for values in zip(*samples)))
