@@ -57,16 +57,17 @@ def page_seconds(device: Device) -> float:
 
 
 def measure_page() -> float:
-    """The median over `SAMPLES` of (writing `BYTES` of fresh memory - rewriting as many) / the
-    pages that faulted."""
+    """The median over `SAMPLES` of (taking `BYTES` of fresh memory, writing it and giving it
+    back - rewriting as many bytes) / the pages that faulted: a page a step takes fresh is
+    given back when its storage is freed (unmapped, or trimmed from the heap's top)."""
     written = torch.zeros(BYTES, dtype=torch.uint8)
     samples = []
     for _ in range(SAMPLES):
         before, started = page_faults(), time.perf_counter()
         fresh = torch.empty(BYTES, dtype=torch.uint8).zero_()
+        del fresh
         first = time.perf_counter() - started
         touched = page_faults() - before
-        del fresh
         started = time.perf_counter()
         written.zero_()
         again = time.perf_counter() - started

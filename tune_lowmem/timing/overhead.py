@@ -13,23 +13,24 @@ whose tensors are a few elements (their kernels cost next to nothing):
   known from `records`).
 
 Each experiment's calls are recorded as a dry run records them (`memory.calls.CallCounts`) and
-priced by the probe; the experiment is timed as a whole (`timers.steady`), and its context's
-overhead is what the whole takes beyond its calls' probed times and the contexts measured before
-it, per call of its context. No constant is fitted: every figure is this device's, at the
+each is timed alone, back to back as the chain runs it; the experiment is timed as a whole
+(`timers.steady`), and its context's overhead is what the whole takes beyond its calls' times
+and the contexts measured before it, per call of its context. No constant is fitted: every figure is this device's, at the
 trial's thread count, cached with the calls' (`cache`).
 """
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import nn
 
-from ..memory.calls import BACKWARD, PLAIN, RECORDS, CallCounts
+from ..memory.calls import BACKWARD, PLAIN, RECORDS, CallCounts, real
 from ..memory.tracker import StorageTracker
 from ..memory.workspace import computing_threads
 from . import cache
 from .device import Device
-from .probe import call_times
 from .timers import steady, timer_for
 
 CHAIN = 32
@@ -74,18 +75,24 @@ def measure(device: Device) -> dict[str, float]:
         chain(x).sum().backward()
 
     found: dict[str, float] = {}
+    timer = timer_for(torch_device)
     for context, experiment in ((PLAIN, evaluation), (RECORDS, forward), (BACKWARD, step)):
         counts = recorded(experiment)
-        timer = timer_for(torch_device)
         whole = steady(experiment, timer).host
-        times = call_times({(call, made) for _, call, made in counts}, device)
         rest = whole - sum(
-            n * ((times[call, made].host if times[call, made] else 0.0) + found.get(where, 0.0))
-            for (where, call, made), n in counts.items()
+            n * (alone(call, timer) + found.get(where, 0.0))
+            for (where, call, _), n in counts.items()
         )
         own = sum(n for (where, _, _), n in counts.items() if where == context)
         found[context] = rest / own
     return found
+
+
+def alone(call: tuple, timer) -> float:
+    """A call's host seconds run back to back, as the chain runs its calls (the probe's rounds,
+    among other calls, are the step's measure, not the chain's)."""
+    func, args, kwargs = call
+    return steady(functools.partial(func, *real(args), **dict(real(kwargs))), timer).host
 
 
 def recorded(experiment) -> dict[tuple, int]:
