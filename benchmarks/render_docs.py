@@ -110,17 +110,25 @@ def profiler_accuracy(result: dict) -> str:
 
 
 LADDER_MEASURED = ["measured run peak MB", "x measured", "error"]
+LADDER_TIMED = ["s/update", "x time"]
 
 
-def ladder_row(rung: dict, measured: bool) -> list:
+def ladder_row(rung: dict, measured: bool, timed: bool = False) -> list:
     """A rung's cells; with `measured`, its measured run peak, its ratio to the measured
-    baseline's and the prediction's error ("-" for a rung not measured)."""
+    baseline's and the prediction's error ("-" for a rung not measured); with `timed`, beside
+    its memory ratio its measured seconds per update and their ratio to the baseline's."""
     cells = [
         rung["index"],
         rung["rung"],
         f"{rung['run_peak_mb']:.2f}",
         f"{rung['x_run_peak']:.1f}x",
     ]
+    if timed:
+        if "measured_update_s" in rung:
+            slowdown = rung["measured_slowdown"]
+            cells += [f"{rung['measured_update_s']:.3f}", f"{slowdown:.2f}x" if slowdown else "-"]
+        else:  # not timed, or a timing that ran past its time limit (which says so)
+            cells += [rung.get("timed", "-"), "-"]
     cells += [
         f"{rung['activation_mb']:.2f}",
         f"{rung['stored_mb']:.2f}",
@@ -143,9 +151,10 @@ def memory_ladder(result: dict) -> str:
     lines = []
     for task in result.values():
         rows, base = task["rows"], task["rows"][0]
-        measured = any("measure_seconds" in r for r in rows)
-        header = ["#", "rung", "run peak MB", "x run", "act MB", "stored MB", "x stored"]
-        header += ["acc csr MB", "x csr", *(LADDER_MEASURED if measured else [])]
+        measured, timing = any("measure_seconds" in r for r in rows), task.get("time")
+        header = ["#", "rung", "run peak MB", "x run", *(LADDER_TIMED if timing else [])]
+        header += ["act MB", "stored MB", "x stored", "acc csr MB", "x csr"]
+        header += LADDER_MEASURED if measured else []
         lines += [
             f"{task['title']}; ratios to rung {base['index']} ({base['rung']}: run peak "
             f"{base['run_peak_mb']:.2f} MB predicted"
@@ -155,9 +164,17 @@ def memory_ladder(result: dict) -> str:
                 else "); no rung measured in this run"
             ),
             "",
-            *table([*header, "paper"], [ladder_row(r, measured) for r in rows]),
+            *table([*header, "paper"], [ladder_row(r, measured, bool(timing)) for r in rows]),
             "",
         ]
+        if timing:
+            lines += [
+                f"Time per update: `Trainer.train_step` at the ladder's batch, median of "
+                f"{timing['updates']} updates after {timing['warm_up']} warm-up steps, each rung "
+                f'in a process of its own; "x time" is the ratio to rung {base["index"]}\'s. '
+                + describe(timing["machine"]),
+                "",
+            ]
     return "\n".join(lines[:-1]) + "\n"
 
 

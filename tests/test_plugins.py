@@ -109,7 +109,7 @@ def test_every_task_declares_its_sections_metrics_and_synthetic_batch(name):
 def test_a_technique_reads_what_it_needs_of_a_task_or_the_default_it_declares():
     """`TASK_NEEDS` belong to the techniques, not to the `Task` interface: a task that sets
     none is read each technique's default, one that sets one is read its own."""
-    from tune_lowmem.models.segments import GENERIC_STRATEGIES
+    from tune_lowmem.models.strategies import GENERIC_STRATEGIES
     from tune_lowmem.techniques.checkpointing import Checkpointing
 
     needs = {name: t for t in techniques() for name in t.TASK_NEEDS}
