@@ -52,6 +52,7 @@ from pathlib import Path
 
 import torch
 from machine import Watch, add_arguments, describe
+from profiler_accuracy import dct, distribution, tv, wrn  # the same points' spelling
 
 from tune_lowmem.config import TrialConfig
 from tune_lowmem.train import Trainer
@@ -65,30 +66,6 @@ UPDATES = 7
 MOST_TRIES = 3 * UPDATES  # updates tried for UPDATES that count (rewirings, skipped steps)
 TARGETS = {"median": 0.05, "p90": 0.15}
 DCT_LENGTHS = (30, 30)
-
-
-def wrn(depth: int, width: int, batch: int, **settings) -> dict:
-    flat = {"model.depth": depth, "model.width": width, "schedule.batch_size": batch}
-    return {**flat, "device": "cpu", **settings}
-
-
-def tv(arch: str, batch: int, **settings) -> dict:
-    flat = {"task": "tv-cifar10", "model.arch": arch, "schedule.batch_size": batch}
-    return {**flat, "device": "cpu", **settings}
-
-
-def dct(embed: int, layers: int, tokens: int, **settings) -> dict:
-    kernels = [3, 7, 15, 31, 31, 31, 31][:layers]
-    model = {
-        "embed_dim": embed,
-        "ffn_dim": 2 * embed,
-        "encoder_layers": layers,
-        "decoder_layers": layers,
-        "encoder_kernels": kernels,
-        "decoder_kernels": kernels,
-    }
-    flat = {"task": "dct-iwslt14", "model": model, "schedule.max_tokens": tokens}
-    return {**flat, "device": "cpu", **settings}
 
 
 def micro(size: int, **more) -> dict:
@@ -140,19 +117,19 @@ EVALUATION = {
     "wrn-10-1 b32 simulated-micro8 density0.3": wrn(
         10, 1, 32, **micro(8, **{"microbatch.mode": "simulated"}), **sparse(0.3)
     ),
-    "wrn-10-1 b32 fused-unit": wrn(10, 1, 32, **{"model.fused_norm": "unit"}),
-    "wrn-10-1 b32 fused-block residual-1": wrn(
-        10, 1, 32, checkpoint="residual-1", **{"model.fused_norm": "block"}
+    "wrn-10-1 b24 fused-unit micro12": wrn(10, 1, 24, **{"model.fused_norm": "unit"}, **micro(12)),
+    "wrn-10-1 b24 fused-block residual-1": wrn(
+        10, 1, 24, checkpoint="residual-1", **{"model.fused_norm": "block"}
     ),
-    "wrn-10-1 b32 fused-step-exact": wrn(10, 1, 32, fused_step="exact"),
-    "wrn-10-1 b16 bf16 heavy-ball fused-block micro4 density0.3": wrn(
+    "wrn-10-1 b24 fused-step-exact micro6": wrn(10, 1, 24, fused_step="exact", **micro(6)),
+    "wrn-10-1 b8 bf16 heavy-ball fused-block micro2 density0.3": wrn(
         10,
         1,
-        16,
+        8,
         **BF16,
         fused_step="heavy-ball",
         **{"model.fused_norm": "block"},
-        **micro(4),
+        **micro(2),
         **sparse(0.3),
     ),
     "wrn-10-1 b16 bf16 kahan micro2": wrn(10, 1, 16, **BF16, precision_update="kahan", **micro(2)),
@@ -182,9 +159,7 @@ EVALUATION = {
     ),
     "dct e64x2 600tok amp-bf16 micro150": dct(64, 2, 600, **AMP_BF16, **micro(150)),
     "dct e64x2 600tok adam-int8": dct(64, 2, 600, adam_state="int8"),
-    "dct e64x2 600tok bf16 adam-bf16 micro60": dct(
-        64, 2, 600, **BF16, adam_state="bf16", **micro(60)
-    ),
+    "dct e64x2 600tok adam-bf16 micro60": dct(64, 2, 600, adam_state="bf16", **micro(60)),
     "dct e128x3 1200tok": dct(128, 3, 1200),
 }
 
@@ -266,20 +241,6 @@ def evaluate(name: str, flat: dict, threads: int) -> dict:
         "measured_page_faults": statistics.median(faults for _, faults in counted),
         "error": predicted.update_seconds / measured - 1,
         "prediction_seconds": predict_seconds,  # the dry run and the probe of its new calls
-    }
-
-
-def distribution(errors: list[float]) -> dict:
-    """Median, 90th percentile (nearest rank) and worst of the absolute errors."""
-    values = sorted(abs(e) for e in errors)
-    if not values:
-        return {}
-    rank = max(0, -(-9 * len(values) // 10) - 1)
-    return {
-        "points": len(values),
-        "median": statistics.median(values),
-        "p90": values[rank],
-        "worst": values[-1],
     }
 
 

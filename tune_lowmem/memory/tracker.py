@@ -94,6 +94,7 @@ class StorageTracker(TorchDispatchMode):
         self._alive: dict[int, Life] = {}  # id(storage) -> its life, while the storage exists
         self.samples: list[int] = []
         self._summand: Life | None = None  # the first summand of the last operator, if a sum
+        self.taken_over: list[tuple[Life, Life]] = []  # (summand, its sum) torch sums in place
         self.calls: list[tuple[int, tuple]] = []  # (event, signature) of calls with workspace
         self.counted = calls  # every call, counted for the time prediction
         if probe:
@@ -157,6 +158,7 @@ class StorageTracker(TorchDispatchMode):
         life.died = self.clock + 1  # alive at the event in progress, gone from the next one
         if life is self._summand:  # the engine's sum, which torch makes in this storage
             life.died = self.clock
+            self.taken_over.append((life, self.lives[-1]))  # the sum's, its last output
             if self.samples:
                 self.samples[-1] -= life.nbytes
         if self._alive.get(key) is life:
@@ -193,9 +195,21 @@ class StorageTracker(TorchDispatchMode):
         return max(b + heap_bytes * n for b, n in zip(stored, count, strict=True))
 
     def allocated(self) -> tuple[tuple[int, int | None, int], ...]:
-        """Each recorded storage as (the event it appeared at, the event from which it is gone,
-        None while it is alive, its bytes)."""
-        return tuple((life.born, life.died, life.nbytes) for life in self.lives)
+        """Each storage the code allocated as torch allocates without a mode (the time
+        prediction plays them on the host's allocator): (the event it appeared at, the event
+        from which it is gone, None while it is alive, its bytes); a sum the engine makes in
+        its first summand's storage is no allocation, the summand's storage living on as it."""
+        successor = {id(summand): total for summand, total in self.taken_over}
+        sums = {id(total) for _, total in self.taken_over}
+        allocated = []
+        for life in self.lives:
+            if id(life) in sums:
+                continue
+            last = life
+            while id(last) in successor:
+                last = successor[id(last)]
+            allocated.append((life.born, last.died, life.nbytes))
+        return tuple(allocated)
 
     def _sum(self, lives: Iterable[Life], weight: Callable[[Life], int]) -> list[int]:
         """At each event, the sum of `weight` over `lives` alive then."""

@@ -1,8 +1,9 @@
 """The probe's figures, kept in memory and in one JSON file per device under the project's cache
 folder (`data.cache_dir`, $TUNE_LOWMEM_CACHE): `time-probe/<device>.json` holds the device it is
-for (`device.Device`), the framework's overheads and the cost of a page of fresh memory, and each
-call's `CallTime` (None: not priced), keyed by the call's text. A file is written whole and atomically, merged with what another
-process wrote meanwhile, so that trials sharing a machine share their probes."""
+for (`device.Device`), the framework's overheads and the cost of a page of fresh memory, and
+each call's `CallTime` (None: not priced), keyed by the call's text. A file is written whole and
+atomically, merged with what another process wrote meanwhile, so that trials sharing a machine
+share their probes; one of another format (`FORMAT`) is probed again."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from .device import Device
 from .timers import CallTime
 
 SECTIONS = ("overhead", "calls")
-FORMAT = 2  # a file of another format is probed again
+FORMAT = 2
 OPERATOR = type(torch.ops.aten.add.Tensor)  # an operator overload, named by `str`
 _memory: dict[Device, dict[str, dict[str, Any]]] = {}
 

@@ -40,7 +40,7 @@ from .timers import page_faults
 PAGE = "page"  # the overhead section's key of the seconds per page
 BYTES = 64 * 2**20  # above glibc's largest threshold for fresh memory: always a fresh mapping
 SAMPLES = 5
-RUNS = 3  # the replay's runs of the step: the last one's faults are a steady step's
+RUNS = 6  # the replay's runs of the step: the median of the last five is a steady step's
 _counted: weakref.WeakKeyDictionary[Recording, float] = weakref.WeakKeyDictionary()
 
 

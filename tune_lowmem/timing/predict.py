@@ -8,8 +8,8 @@ that many times, `memory.predict.pass_weights`), the recomputation of a checkpoi
 step; and those of one evaluation pass. Each call is priced by its own probed time on the
 device (`probe`; the page faults it made while probed left out) plus the framework's overhead
 around a call of its context (`overhead`), and on the CPU the pages of fresh memory the update
-touches (`faults`: its allocations played on a fresh process's allocator) at the device's cost
-per page:
+touches (`faults`: its allocations played on the allocator of a process that has imported
+torch) at the device's cost per page:
 
     update     = sum over the update's calls of count x (probed time + overhead)
                  + pages touched first x seconds per page
