@@ -50,7 +50,9 @@ def read_once(*values: torch.Tensor | None) -> list[float]:
 def bound_techniques(config: TrialConfig, task: Task) -> list[Technique]:
     """The techniques a trial of `config` needs, bound to its task (some set what the task
     does: true microbatching its microbatch size)."""
-    return [technique(config, task) for technique in techniques() if technique.enabled(config)]
+    return [
+        technique(config, task) for technique in techniques(config) if technique.enabled(config)
+    ]
 
 
 def seed_everything(seed: int) -> None:
@@ -72,7 +74,8 @@ class Trainer:
         for technique in self.techniques:
             model = technique.apply(model)
         self.model: nn.Module = model.to(self.device)
-        # the technique that runs every loss's forward and backward and the optimizer step
+        # the technique that runs every loss's forward and backward and the optimizer step: the
+        # one the config names (`plugins.step_runner` refused a config where none or two are)
         self.step_runner: StepRunner = next(t for t in self.techniques if t.RUNS_STEP)
         self.optimizer = self.task.build_optimizer(self.model)
         for technique in self.techniques:
@@ -160,7 +163,7 @@ class Trainer:
                 epoch_seconds=train_seconds,
                 skipped_steps=self.step_runner.skipped_steps,
             )
-            for technique in techniques():
+            for technique in techniques(self.config):
                 own = self.technique(technique)
                 metrics.update(own.metrics() if own else technique.off_metrics(self.config))
             self.history.append(metrics)

@@ -37,7 +37,7 @@ from ray.tune import Callback
 from .. import pareto, preflight, store
 from ..analysis import baselines
 from ..config import ConfigError
-from ..plugins import module_directory
+from ..plugins import plugins_folder
 from ..space import SearchSpace
 from ..yaml_loading import load_file
 from . import journal, legacy, place
@@ -198,8 +198,8 @@ def _ray(address: str | None, space: SearchSpace) -> Iterator[None]:
     """Connect to `address`, or start a local cluster of this machine's CPUs; reuse a live one.
     Nothing starts unless the space's sampler builds (its options, its dependencies) and a local
     cluster (this machine) holds one trial; once joined, the cluster must hold one, else the
-    trial would wait forever. A task given as ``module:attribute`` from the working directory
-    goes on the workers' path."""
+    trial would wait forever. A plug-in the space names as ``module:attribute`` from the
+    working directory (a task, a step runner) puts it on the workers' path."""
     import ray
 
     for key, value in TUNE_ENVIRONMENT.items():
@@ -214,9 +214,9 @@ def _ray(address: str | None, space: SearchSpace) -> Iterator[None]:
     passed = {
         k: os.environ[k] for k in ("TUNE_LOWMEM_DATA", "TUNE_LOWMEM_CACHE") if k in os.environ
     }
-    task_folder = module_directory(space.base["task"])
-    if task_folder is not None:
-        paths = (task_folder, os.environ.get("PYTHONPATH"))
+    folder = plugins_folder()
+    if folder is not None:
+        paths = (folder, os.environ.get("PYTHONPATH"))
         passed["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
     options: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING}
     if passed:
@@ -269,7 +269,7 @@ def launch(
         (folder / SPACE_FILE).write_text(yaml.safe_dump(space.to_dict(), sort_keys=False))
         say(
             f"sweep {sweep}: {space.num_samples} points x {space.seeds_per_point} seed(s), "
-            f"sampler {space.sampler}, store {root}"
+            f"sampler {space.sampler.name}, store {root}"
         )
         results = _fit(_tuner(space, sweep, root))
     return _finish(space, sweep, root, results)
