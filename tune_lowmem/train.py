@@ -56,6 +56,14 @@ def read_once(*values: torch.Tensor | None) -> list[float]:
     return [1.0 if v is None else next(read) for v in values]
 
 
+def bound_techniques(config: TrialConfig, task: Task) -> list[Technique]:
+    """The techniques a trial of `config` needs, bound to its task (some set what the task
+    does: true microbatching its microbatch size)."""
+    return [
+        technique(config, task) for technique in techniques(config) if technique.enabled(config)
+    ]
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
@@ -70,11 +78,7 @@ class Trainer:
         self.device = resolve_device(config.device)
         seed_everything(config.seed)
         self.task = task or config.task_type()(config, self.device)
-        self.techniques: list[Technique] = [
-            technique(config, self.task)
-            for technique in techniques(config)
-            if technique.enabled(config)
-        ]
+        self.techniques = bound_techniques(config, self.task)
         model = self.task.build_model()
         for technique in self.techniques:
             model = technique.apply(model)

@@ -193,6 +193,12 @@ class Task:
         default a training minibatch (a task that evaluates at another batch says which)."""
         return self.synthetic_batch(generator)
 
+    def synthetic_evaluation_batches(self) -> int | None:
+        """How many batches of `synthetic_evaluation_batch`'s shape one evaluation of the
+        validation split stands for, for the time prediction (a partial last batch counts
+        whole); None when the task does not say (then no evaluation time is predicted)."""
+        return None
+
     # ---- what the techniques ask ------------------------------------------------------------
 
     def sparse_parameter_names(self, model: nn.Module) -> list[str]:

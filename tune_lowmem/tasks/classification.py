@@ -193,6 +193,13 @@ class Cifar10Classification(Task):
     def synthetic_evaluation_batch(self, generator: torch.Generator):
         return self._synthetic_images(self.eval_batch(), generator)
 
+    def synthetic_evaluation_batches(self) -> int:
+        """The validation split's images (`data.val_size`, held out in a search split; none in
+        the final split) in batches of `eval_batch`."""
+        data = self.config.data
+        images = data.val_size if data.split == "search" else 0
+        return math.ceil(images / self.eval_batch())
+
     def evaluation_pass(self, model: nn.Module, batch) -> tuple[torch.Tensor, torch.Tensor]:
         """The (host) batch's summed cross entropy and count of correct top-1 predictions."""
         images, labels = self.on_device(batch)

@@ -50,6 +50,7 @@ from .decode import bleu, detok_bleu, references, translate
 # them to profile long-sentence batches.
 IWSLT14_VOCAB = {"de": 8_848, "en": 6_632}
 IWSLT14_TRAIN_PAIRS = 160_239
+IWSLT14_VALID_PAIRS = 7_283  # "valid.de 7283 sents": the split a search validates on
 IWSLT14_LENGTHS = (30, 30)
 
 TRANSLATION_METRICS = {
@@ -325,8 +326,17 @@ class DynamicConvIwslt14(Task):
 
     def synthetic_evaluation_batch(self, generator: torch.Generator) -> iwslt14.Batch:
         """The synthetic sentence pairs that fill an evaluation batch's token budget."""
-        pairs = max(1, self.eval_tokens() // max(self.lengths))
-        return self._synthetic_pairs(pairs, generator)
+        return self._synthetic_pairs(self._evaluation_pairs(), generator)
+
+    def _evaluation_pairs(self) -> int:
+        """Synthetic sentence pairs in an evaluation batch's token budget."""
+        return max(1, self.eval_tokens() // max(self.lengths))
+
+    def synthetic_evaluation_batches(self) -> int:
+        """IWSLT'14's validation pairs (a search split's; the final split has none) in batches
+        of `synthetic_evaluation_batch`'s pairs."""
+        pairs = IWSLT14_VALID_PAIRS if self.config.data.split == "search" else 0
+        return math.ceil(pairs / self._evaluation_pairs())
 
     def evaluation_pass(self, model: nn.Module, batch) -> tuple[torch.Tensor, torch.Tensor]:
         """A token batch's summed label-smoothed loss and NLL, teacher forced (the validation
