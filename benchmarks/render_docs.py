@@ -110,17 +110,25 @@ def profiler_accuracy(result: dict) -> str:
 
 
 LADDER_MEASURED = ["measured run peak MB", "x measured", "error"]
+LADDER_TIMED = ["s/update", "x time"]
 
 
-def ladder_row(rung: dict, measured: bool) -> list:
+def ladder_row(rung: dict, measured: bool, timed: bool = False) -> list:
     """A rung's cells; with `measured`, its measured run peak, its ratio to the measured
-    baseline's and the prediction's error ("-" for a rung not measured)."""
+    baseline's and the prediction's error ("-" for a rung not measured); with `timed`, beside
+    its memory ratio its measured seconds per update and their ratio to the baseline's."""
     cells = [
         rung["index"],
         rung["rung"],
         f"{rung['run_peak_mb']:.2f}",
         f"{rung['x_run_peak']:.1f}x",
     ]
+    if timed:
+        if "measured_update_s" in rung:
+            slowdown = rung["measured_slowdown"]
+            cells += [f"{rung['measured_update_s']:.3f}", f"{slowdown:.2f}x" if slowdown else "-"]
+        else:  # not timed, or a timing that ran past its time limit (which says so)
+            cells += [rung.get("timed", "-"), "-"]
     cells += [
         f"{rung['activation_mb']:.2f}",
         f"{rung['stored_mb']:.2f}",
@@ -143,9 +151,10 @@ def memory_ladder(result: dict) -> str:
     lines = []
     for task in result.values():
         rows, base = task["rows"], task["rows"][0]
-        measured = any("measure_seconds" in r for r in rows)
-        header = ["#", "rung", "run peak MB", "x run", "act MB", "stored MB", "x stored"]
-        header += ["acc csr MB", "x csr", *(LADDER_MEASURED if measured else [])]
+        measured, timing = any("measure_seconds" in r for r in rows), task.get("time")
+        header = ["#", "rung", "run peak MB", "x run", *(LADDER_TIMED if timing else [])]
+        header += ["act MB", "stored MB", "x stored", "acc csr MB", "x csr"]
+        header += LADDER_MEASURED if measured else []
         lines += [
             f"{task['title']}; ratios to rung {base['index']} ({base['rung']}: run peak "
             f"{base['run_peak_mb']:.2f} MB predicted"
@@ -155,9 +164,17 @@ def memory_ladder(result: dict) -> str:
                 else "); no rung measured in this run"
             ),
             "",
-            *table([*header, "paper"], [ladder_row(r, measured) for r in rows]),
+            *table([*header, "paper"], [ladder_row(r, measured, bool(timing)) for r in rows]),
             "",
         ]
+        if timing:
+            lines += [
+                f"Time per update: `Trainer.train_step` at the ladder's batch, median of "
+                f"{timing['updates']} updates after {timing['warm_up']} warm-up steps, each rung "
+                f'in a process of its own; "x time" is the ratio to rung {base["index"]}\'s. '
+                + describe(timing["machine"]),
+                "",
+            ]
     return "\n".join(lines[:-1]) + "\n"
 
 
@@ -506,6 +523,27 @@ def seed_spread(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def tracking_overhead(result: dict) -> str:
+    """The quickstart's wall time with event files and without, by round and in median."""
+    seconds, medians = result["seconds"], result["median_seconds"]
+    rounds = [
+        [i + 1, f"{on:.1f}", f"{off:.1f}", f"{on / off:.4f}"]
+        for i, (on, off) in enumerate(zip(seconds["on"], seconds["off"], strict=True))
+    ]
+    median = ["median", f"{medians['on']:.1f}", f"{medians['off']:.1f}"]
+    lines = [
+        f"Command: `{result['command']}`: {result['setup']}.",
+        "",
+        describe(result["machine"]),
+        "",
+        *table(
+            ["round", "event files on (s)", "off (s)", "on / off"],
+            [*rounds, [*median, f"{result['median_ratio_on_off']:.4f}"]],
+        ),
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def quickstart_front(result: dict) -> str:
     """Each front point's promised run peak against its whole run measured."""
     lines = [
@@ -541,6 +579,55 @@ def gpu_check(result: dict) -> str:
     return "\n".join(["```", *result["output"], "```"]) + "\n"
 
 
+def time_accuracy(result: dict) -> str:
+    """The error distribution, over all points and per model family, then every point."""
+    summary, targets = result["summary"], result["summary"]["targets"]
+    protocol = result["protocol"]
+    lines = [
+        (
+            f"Command: `{result['command']}` (torch {result['torch']}, {result['threads']} "
+            f"thread(s)); {len(result['points'])} of {len(protocol['evaluation'])} evaluation "
+            f"points measured, {len(protocol['calibration'])} calibration points apart; each "
+            f"measured as the median of {protocol['updates']} updates after "
+            f"{protocol['warm_up']}; targets: median within {percent(targets['median'])}, 90th "
+            f"percentile within {percent(targets['p90'])}."
+        ),
+        "",
+        describe(result.get("machine") or unrecorded("the run was cut short")),
+        "",
+    ]
+    groups = [("all points", summary["all"]), *summary["families"].items()]
+    lines += table(
+        [
+            "seconds per update, predicted against measured",
+            "points",
+            "median",
+            "90th percentile",
+            "worst",
+        ],
+        [
+            [label, d["points"], *(percent(d[k]) for k in ("median", "p90", "worst"))]
+            for label, d in groups
+        ],
+    )
+    lines += [""]
+    lines += table(
+        ["point", "predicted s", "measured s", "error", "calls per update", "prediction s"],
+        [
+            [
+                p["name"],
+                f"{p['predicted_update_s']:.4f}",
+                f"{p['measured_update_s']:.4f}",
+                f"{100 * p['error']:+.1f}%",
+                p["calls_per_update"],
+                f"{p['prediction_seconds']:.1f}",
+            ]
+            for p in result["points"]
+        ],
+    )
+    return "\n".join(lines) + "\n"
+
+
 RENDERERS: dict[str, Callable[[dict], str]] = {
     "ask_time": ask_time,
     "profiler_accuracy": profiler_accuracy,
@@ -553,7 +640,15 @@ RENDERERS: dict[str, Callable[[dict], str]] = {
     "fidelity": fidelity,
     "quickstart_front": quickstart_front,
     "seed_spread": seed_spread,
+    "tracking_overhead": tracking_overhead,
+    "time_accuracy": time_accuracy,
 }
+
+
+NOT_YET = (
+    "Not measured yet: `benchmarks/results/{name}.json` is written by `benchmarks/{name}.py` on a "
+    "quiet machine; then run `benchmarks/render_docs.py`.\n"
+)
 
 
 def render(text: str) -> str:
@@ -561,7 +656,10 @@ def render(text: str) -> str:
 
     def region(match: re.Match) -> str:
         name, key = match.group(2), match.group(3)
-        result = json.loads((RESULTS / f"{name}.json").read_text())
+        path = RESULTS / f"{name}.json"
+        if not path.exists():  # a benchmark not yet run on a quiet machine
+            return match.group(1) + NOT_YET.format(name=name) + match.group(5)
+        result = json.loads(path.read_text())
         return (
             match.group(1)
             + RENDERERS[name](result if key is None else result[key])

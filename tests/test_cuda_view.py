@@ -13,6 +13,7 @@ from torch import nn
 from tests.conftest import tiny_wrn_config
 from tests.test_packed_exact import tiny_dct
 from tune_lowmem.memory import accounting, stepping
+from tune_lowmem.memory.calls import TensorSpec
 from tune_lowmem.memory.cuda import (
     DEFAULT_CAPABILITY,
     CudaTarget,
@@ -123,12 +124,13 @@ def test_the_dry_run_notes_each_call_that_takes_a_workspace_with_its_thread():
     assert (CUBLAS, BACKWARD) in notes  # its gradients' products, on autograd's thread
     convolutions = [n for n in notes if n[0] == CUDNN]
     assert [n[1] for n in convolutions] == [FORWARD, BACKWARD]
-    assert convolutions[0][3][0] == ("tensor", (2, 3, 8, 8), (192, 64, 8, 1), torch.float32)
+    assert convolutions[0][3][0] == TensorSpec((2, 3, 8, 8), (192, 64, 8, 1), torch.float32, "cpu")
 
 
 def test_a_cuda_trial_is_predicted_here_for_its_device_with_its_settings(monkeypatch):
-    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
-    monkeypatch.delenv("CUDNN_CONV_WSCAP_DBG", raising=False)
+    for name in ("CUBLAS_WORKSPACE_CONFIG", "CUDNN_CONV_WSCAP_DBG"):
+        monkeypatch.setenv(name, "")  # so that what the test sets is undone after it
+        monkeypatch.delenv(name)
     assert trial_target(tiny_wrn_config(device="cpu")) is None
     assert trial_target(tiny_wrn_config(device="auto")) is None  # no GPU here
     assert trial_target(tiny_wrn_config(device="auto"), gpu=True).capability == DEFAULT_CAPABILITY

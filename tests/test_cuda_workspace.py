@@ -58,7 +58,8 @@ def test_a_value_torch_does_not_take_is_one_line_before_anything_runs(flat, mess
 
 def test_the_settings_are_the_trial_s_environment_and_set_before_cuda_starts(monkeypatch):
     for name in ("CUBLAS_WORKSPACE_CONFIG", "CUDNN_CONV_WSCAP_DBG"):
-        monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv(name, "")  # so that what the test sets is undone after it
+        monkeypatch.delenv(name)
     assert trial_environment(tiny_wrn_config()) == {}  # torch's defaults: nothing set
     config = tiny_wrn_config(
         **{"cuda_workspace.cublas": ":16:8", "cuda_workspace.cudnn_limit_mb": 0}

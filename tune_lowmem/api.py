@@ -47,6 +47,7 @@ class SweepStatus:
     planned_points: int | None  # the space's num_samples (None: its space is not readable)
     seeds_per_point: int | None
     space_problem: str | None  # why the saved space could not be read, in one line
+    baseline: bool = False  # the sweep trains its baseline too (`search.baseline`)
 
     @property
     def stored(self) -> int:
@@ -67,12 +68,15 @@ class Store:
         self, sweep: str | None = None, columns: Sequence[str] | None = None
     ) -> pd.DataFrame:
         """One row per trial (of one sweep, or all): ``trial_id``, ``status``, ``config.*``,
-        ``metric.*`` (final values), ``memory.*``; ``columns`` reads only those (a name ending
-        in ``.`` stands for all that start with it)."""
+        ``metric.*`` (final values), ``memory.*``, ``time.*`` (seconds measured on the trial's
+        device: per update at steady state, per evaluation, per epoch; empty in rows of older
+        stores); ``columns`` reads only those (a name ending in ``.`` stands for all that start
+        with it)."""
         return parquet.read_trials(self.root, sweep, columns)
 
     def epochs(self, sweep: str | None = None, trial_id: str | None = None) -> pd.DataFrame:
-        """One row per trial and epoch: ``epoch`` and the ``metric.*`` reported then."""
+        """One row per trial and epoch: ``epoch``, the ``metric.*`` reported then and the
+        epoch's own ``time.*``."""
         return parquet.read_epochs(self.root, sweep, trial_id)
 
     def space(self, sweep: str) -> dict[str, Any] | None:
@@ -106,6 +110,7 @@ class Store:
             space.get("num_samples") if space else None,
             space.get("seeds_per_point", 1) if space else None,
             problem,
+            bool(space.get("baseline", False)) if space else False,  # older spaces: none
         )
 
     def front(
@@ -117,7 +122,9 @@ class Store:
     ) -> pd.DataFrame:
         """The configurations non-dominated on the objectives (default: the sweep's own), each
         averaged over its seeds: ``<column>.mean``, ``.ci95`` (1.96 standard errors),
-        ``.count``, ``n`` (seeds), ``configuration``, ``points``, ``trial_ids``."""
+        ``.count`` for every metric, memory and time column (e.g.
+        ``time.measured_update_s.mean``), ``n`` (seeds), ``configuration``, ``points``,
+        ``trial_ids``."""
         from .analysis import query
 
         return query.front(self._select(sweep, task, objectives, min_accuracy))
@@ -158,13 +165,25 @@ class Store:
         max_memory_mb: float | None = None,
         min_accuracy: float | None = None,
         form: str = "table",
+        width: int | None = None,
+        store_name: str | None = None,
     ) -> str:
         """What `tune-lowmem pareto` prints: the front (or the best within ``max_memory_mb``,
-        as TrialConfig YAML) as a table, JSON or CSV."""
+        as TrialConfig YAML) as a table, JSON or CSV; the table at most ``width`` characters
+        wide (None: the full table), whose train lines name the store ``store_name`` (default:
+        its path)."""
         from .analysis import query
 
         return query.answer(
-            str(self.root), sweep, task, list(objectives or []), max_memory_mb, min_accuracy, form
+            str(self.root),
+            sweep,
+            task,
+            list(objectives or []),
+            max_memory_mb,
+            min_accuracy,
+            form,
+            width,
+            store_name,
         )
 
     def compact(self, sweep: str | None = None) -> int:
@@ -190,20 +209,29 @@ def launch(
     store: str | Path = "runs",
     address: str | None = None,
     num_samples: int | None = None,
+    mlflow: str | None = None,
 ) -> SweepResult:
     """Run a sweep to its end: ``space`` is a search-space YAML file or the same as a dict
-    (validated before anything starts); ``address`` a Ray cluster (None: start one here).
-    Returns the sweep's `SweepResult`: ``front``, ``trials`` (pandas), ``space``, ``root``."""
+    (validated before anything starts); ``address`` a Ray cluster (None: start one here);
+    ``mlflow`` an MLflow tracking URI to log its trials to (docs/tracking.md). Returns the
+    sweep's `SweepResult`: ``front``, ``trials`` (pandas), ``space``, ``root``."""
     from .search import driver
     from .space import SearchSpace
 
-    parsed = SearchSpace.load(space, num_samples)  # every check of the space before anything starts
+    # every check of the space before anything starts
+    parsed = SearchSpace.load(space, num_samples, mlflow)
     return driver.launch(parsed, name, store, address)
 
 
-def resume(name: str, store: str | Path = "runs", address: str | None = None) -> SweepResult:
+def resume(
+    name: str,
+    store: str | Path = "runs",
+    address: str | None = None,
+    mlflow: str | None = None,
+) -> SweepResult:
     """Continue a stopped sweep (a killed driver, a pre-emption): finished trials are kept,
-    the rest run; returns its `SweepResult` as `launch` does."""
+    the rest run (``mlflow``: logged to that tracking URI from now on); returns its
+    `SweepResult` as `launch` does."""
     from .search import driver
 
-    return driver.resume(name, store, address)
+    return driver.resume(name, store, address, mlflow)

@@ -12,12 +12,13 @@
   a CUDA trial predicted without a GPU, applies the same rule to the device it will run on).
 - `clear_blas_workspaces`: frees the BLAS workspaces torch keeps per handle and stream
   (`torch._C._cuda_clearCublasWorkspaces`), so probing them on a trial's card leaves none there.
-- `in_backward`: whether a backward pass runs on this thread (`torch._C._current_graph_task_id`):
-  a CUDA trial's backward runs on autograd's device thread, whose cuBLAS handle, and so whose
-  workspace, is not the forward's.
 - `engine_called`: whether an operator was called by autograd's engine itself (a backward pass
   runs: `torch._C._current_graph_task_id`; its Python entry, `torch.autograd.graph.
   _engine_run_backward`); the storage tracker models how the engine sums gradients.
+- `in_backward`: whether a backward pass runs on this thread (`torch._C._current_graph_task_id`),
+  which the time prediction's dry run notes of each call (the engine's work around it), and the
+  CUDA memory prediction (a CUDA trial's backward runs on autograd's device thread, whose cuBLAS
+  handle, and so whose workspace, is not the forward's).
 - `decomposes`: whether an operator named in a profiler trace is CompositeImplicitAutograd (it
   runs as other operators); the allocator measurement tells a kernel's own temporaries from the
   outputs of the operators a composite one runs. torch exposes dispatch keys only in `torch._C`.
@@ -72,14 +73,13 @@ def clear_blas_workspaces() -> None:
     torch._C._cuda_clearCublasWorkspaces()
 
 
-def in_backward() -> bool:
-    """Whether a backward pass is running on this thread (autograd's engine has a graph task):
-    on CUDA the engine runs it on a device thread of its own, with a cuBLAS handle of its own."""
-    return torch._C._current_graph_task_id() != -1
-
-
 _ENGINE_ENTRY = torch.autograd.graph._engine_run_backward.__code__
 _TORCH_FILES = os.path.dirname(torch.__file__) + os.sep
+
+
+def in_backward() -> bool:
+    """Whether a backward pass (autograd's engine, or code it calls) runs on this thread."""
+    return torch._C._current_graph_task_id() != -1
 
 
 def engine_called(frame: types.FrameType | None) -> bool:
@@ -87,7 +87,7 @@ def engine_called(frame: types.FrameType | None) -> bool:
     called by autograd's engine itself: a backward pass runs on this thread and the nearest frame
     outside torch's own files is the engine's entry, or there is none (a device's engine thread);
     not by Python code in the pass, such as a custom Function's backward or a hook."""
-    if torch._C._current_graph_task_id() == -1:
+    if not in_backward():
         return False
     while frame is not None:
         if frame.f_code is _ENGINE_ENTRY:

@@ -1,6 +1,7 @@
 """The Pareto query behind `tune-lowmem pareto` and `status`: seed-averaged configurations of a
 store, their non-dominated front on the sweeps' validation objectives, or the best one within a
-memory budget; every row traceable to its trials and ready to run, as a table, JSON or CSV."""
+memory budget; every row traceable to its trials and ready to run, as a table, JSON or CSV, with
+its memory and the seconds it measured beside (never used to choose)."""
 
 from __future__ import annotations
 
@@ -16,8 +17,20 @@ import yaml
 
 from .. import pareto
 from ..config import ConfigError
-from ..results import MEASURED_RUN_PEAK, MEASURED_TOTAL, MEMORY_OBJECTIVE, PREDICTED_RUN_PEAK
-from . import counted
+from ..outcome import (
+    MAXIMIZE,
+    MEASURED_STEP_EVAL_PEAK,
+    MEASURED_TIMES,
+    MEASURED_TOTAL,
+    MEMORY,
+    MEMORY_OBJECTIVE,
+    METRIC,
+    MINIMIZE,
+    PREDICTED_RUN_PEAK,
+    Direction,
+    is_outcome,
+)
+from . import counted, terminal
 from . import objectives as chosen
 from .points import (
     NoResult,
@@ -28,6 +41,7 @@ from .points import (
     parse_objectives,
     trial_config,
 )
+from .terminal import aligned, ids, interval, named
 
 PREDICTED, MEASURED = MEMORY_OBJECTIVE, MEASURED_TOTAL
 
@@ -56,11 +70,11 @@ def select(
     done = completed(trials)
     given = parse_objectives(objectives, done) if objectives else None
     goals = chosen.choose(root, trials, given, "--objectives")
-    for column in (c for c in goals if c.startswith("metric.")):
+    for column in (c for c in goals if c.startswith(METRIC)):
         chosen.require_values(done, column)
     groups = configurations(done)
     if min_accuracy is not None:
-        score = _objective(goals, "maximize", "--min-accuracy")
+        score = _objective(goals, MAXIMIZE, "--min-accuracy")
         values = groups[f"{score}.mean"]
         groups = groups[values >= min_accuracy]
         if groups.empty:
@@ -83,8 +97,8 @@ def front(selection: Selection) -> pd.DataFrame:
 def best(selection: Selection, max_memory_mb: float) -> pd.Series:
     """The configuration with the best seed-mean score whose seed-mean memory is within the
     budget (the objectives' first maximised and first minimised, memory first)."""
-    score = _objective(selection.goals, "maximize", "--max-memory-mb")
-    memory = _objective(selection.goals, "minimize", "--max-memory-mb")
+    score = _objective(selection.goals, MAXIMIZE, "--max-memory-mb")
+    memory = _objective(selection.goals, MINIMIZE, "--max-memory-mb")
     groups = selection.groups
     found = pareto.best_under_budget(groups, f"{memory}.mean", max_memory_mb, f"{score}.mean")
     if found is None:
@@ -106,37 +120,46 @@ def answer(
     max_memory_mb: float | None = None,
     min_accuracy: float | None = None,
     form: str = "table",
+    width: int | None = None,
+    store: str | None = None,
 ) -> str:
-    """The front (or, given ``max_memory_mb``, the best configuration within it) as text."""
+    """The front (or, given ``max_memory_mb``, the best configuration within it) as text: a
+    table at most `width` characters wide (`terminal.narrow`; None: the full table), JSON or
+    CSV. `store` is how the narrow table's train lines name the store (default: `root`)."""
     chosen_from = select(root, sweep, task, objectives, min_accuracy)
     done, goals, beside = chosen_from.done, chosen_from.goals, chosen_from.beside
     if max_memory_mb is None:
-        return render(front(chosen_from), done, goals, beside, form)
+        rows = front(chosen_from)
+        if form == "table" and width is not None:
+            kept, sparse = _kept(rows, goals, beside)
+            legend = counted.note(rows, [*goals, *beside], sparse, ".mean")
+            return terminal.narrow(rows, goals, kept, legend, store or root, width)
+        return render(rows, done, goals, beside, form)
     found = best(chosen_from, max_memory_mb)
     if form != "table":
         return render(chosen_from.groups.loc[[found.name]], done, goals, beside, form, single=True)
     where = f"store {root}" + (f", sweep {sweep}" if sweep else "")
-    return _yaml(found, done, goals, beside, f"within {max_memory_mb:g} MB ({where})")
+    return _yaml(found, done, goals, beside, f"within {max_memory_mb:g} MB ({where})", width)
 
 
 def _beside(goals: dict[str, str], done: pd.DataFrame) -> list[str]:
     """Reported next to each chosen row, never used to choose: memory predicted and measured
-    (the run's peak, a training step's total and each accounted total's stored figure), and the
-    test metric of each validation objective; the run's peaks where the store has figures for
-    them (stores written before them have none)."""
+    (the run's peak, the measured step-and-evaluation peak, a training step's total and each
+    accounted total's stored figure), the seconds measured per update, evaluation and epoch,
+    and the test metric of each validation objective; the peaks and seconds where the store has
+    figures for them (stores written before them have none)."""
     tests = [chosen.test_of(c, done) for c in goals if c.startswith(chosen.VALIDATION)]
     totals = [
-        *(c for c in goals if c.startswith("memory.")),
+        *(c for c in goals if c.startswith(MEMORY)),
         PREDICTED_RUN_PEAK,
-        MEASURED_RUN_PEAK,
+        MEASURED_STEP_EVAL_PEAK,
         PREDICTED,
         MEASURED,
     ]
     memory = [m for c in totals for m in (c, *counted.stored_beside([c]))]
-    extra = [*dict.fromkeys(memory), *(t for t in tests if t)]
-    empty = {
-        c for c in (PREDICTED_RUN_PEAK, MEASURED_RUN_PEAK) if c in done and done[c].isna().all()
-    }
+    extra = [*dict.fromkeys(memory), *MEASURED_TIMES, *(t for t in tests if t)]
+    newer = (PREDICTED_RUN_PEAK, MEASURED_STEP_EVAL_PEAK, *MEASURED_TIMES)
+    empty = {c for c in newer if c in done and done[c].isna().all()}
     return [c for c in extra if c not in goals and c in done.columns and c not in empty]
 
 
@@ -148,23 +171,16 @@ def _kept(rows: pd.DataFrame, goals: dict[str, str], beside: list[str]) -> tuple
     return [c for c in beside if c not in hidden], bool(sparse)
 
 
-def _objective(objectives: dict[str, str], direction: str, flag: str) -> str:
+def _objective(objectives: dict[str, str], direction: Direction, flag: str) -> str:
     """The first objective with ``direction`` (a memory column first, when minimising)."""
     names = [col for col, way in objectives.items() if way == direction]
-    if direction == "minimize":
-        names.sort(key=lambda col: not col.startswith("memory."))
+    if direction == MINIMIZE:
+        names.sort(key=lambda col: not col.startswith(MEMORY))
     if not names:
         raise ConfigError(
             flag, f"needs a {direction}d objective among --objectives {', '.join(objectives)}"
         )
     return names[0]
-
-
-def _interval(row: pd.Series, col: str) -> str:
-    mean, ci = row[f"{col}.mean"], row[f"{col}.ci95"]
-    if math.isnan(mean):
-        return "-"
-    return f"{mean:.4g}" if math.isnan(ci) or ci == 0 else f"{mean:.4g} ± {ci:.2g}"
 
 
 def render(
@@ -177,29 +193,29 @@ def render(
 ) -> str:
     """Rows as an aligned table with a command line to train each, as JSON, or as CSV."""
     if form == "table":
-        table = pd.DataFrame({"point": [_ids(p) for p in rows["points"]]})
+        table = pd.DataFrame({"point": [ids(p) for p in rows["points"]]})
         table["configuration"] = rows["configuration"].to_numpy()
         kept, sparse = _kept(rows, goals, beside)
-        for col in goals:
-            header = counted.labelled(col, goals[col][:3])
-            table[header] = [_interval(row, col) for _, row in rows.iterrows()]
+        for col, way in goals.items():
+            header = counted.labelled(col, Direction(way).short)
+            table[header] = [interval(row, col) for _, row in rows.iterrows()]
         table["seeds"] = rows["n"].to_numpy()
         for col in kept:
-            table[_short(col)] = [_interval(row, col) for _, row in rows.iterrows()]
+            table[_short(col)] = [interval(row, col) for _, row in rows.iterrows()]
         if rows["other_settings"].astype(bool).any():
             table["other settings"] = rows["other_settings"].to_numpy()
         runs = [
-            f"  point {_ids(row['points'])} (trials {', '.join(row['trial_ids'])}): "
+            f"  point {ids(row['points'])} (trials {', '.join(row['trial_ids'])}): "
             + run_line(trial_config(done, row["seed_group"]))
             for _, row in rows.iterrows()
         ]
         legend = counted.note(rows, [*goals, *beside], sparse, ".mean")
-        memory = [c for c in [*goals, *kept] if c.startswith("memory.")]
-        said = "".join(f"  {col}: {_named(col)}; {counted.how(col)}\n" for col in memory)
+        outcome = [c for c in [*goals, *kept] if is_outcome(c)]
+        said = "".join(f"  {col}: {named(col)}; {counted.how(col)}\n" for col in outcome)
         return (
             aligned(table)
             + legend
-            + "\nThe memory columns:\n"
+            + "\nThe memory and time columns:\n"
             + said
             + "To train a row:\n"
             + "\n".join(runs)
@@ -233,12 +249,13 @@ def run_line(config: dict[str, Any]) -> str:
     task's defaults would need the task, and so torch, imported)."""
     changed = {k: v for k, v in config.items() if k != "data.root"}
     sets = " ".join(
-        f"--set {shlex.quote(f'{key}={_yaml_value(value)}')}" for key, value in changed.items()
+        f"--set {shlex.quote(f'{key}={yaml_value(value)}')}" for key, value in changed.items()
     )
     return f"tune-lowmem train {sets}"
 
 
-def _yaml_value(value) -> str:
+def yaml_value(value) -> str:
+    """A config value as YAML text that reads back as it (``--set``'s values, MLflow's params)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -254,10 +271,6 @@ def _reads_back(text: str) -> bool:
     return yaml.safe_load(text) == text
 
 
-def _ids(points: list[int]) -> str:
-    return ",".join(map(str, points)) or "-"
-
-
 def _short(col: str) -> str:
     """A beside column's header: a test metric says it was not used to choose, memory how it
     counts."""
@@ -268,28 +281,10 @@ def _short(col: str) -> str:
     )
 
 
-def _named(col: str) -> str:
-    """A chosen row's figure named in plain words: "predicted training step memory (MB)",
-    "validation accuracy"."""
-    return counted.words(col) if col.startswith("memory.") else metric_name(col)
-
-
 def _obtained(col: str) -> str:
     """Where a figure comes from, the column it is kept in last: "from the config's shapes,
     before training; accounted; memory.predicted_total_mb"."""
-    return f"{counted.how(col)}; {col}" if col.startswith("memory.") else col
-
-
-def aligned(table: pd.DataFrame) -> str:
-    """Left-aligned columns two spaces apart: long configuration names stay readable."""
-    cells = [list(map(str, table.columns))] + [
-        list(map(str, row)) for row in table.itertuples(index=False)
-    ]
-    widths = [max(len(line[i]) for line in cells) for i in range(len(table.columns))]
-    return "".join(
-        "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() + "\n"
-        for line in cells
-    )
+    return f"{counted.how(col)}; {col}" if is_outcome(col) else col
 
 
 def _stats(row: pd.Series, col: str) -> dict:
@@ -330,29 +325,41 @@ def _number(value) -> float | None:
 
 
 def _yaml(
-    best: pd.Series, done: pd.DataFrame, goals: dict[str, str], beside: list[str], where: str
+    best: pd.Series,
+    done: pd.DataFrame,
+    goals: dict[str, str],
+    beside: list[str],
+    where: str,
+    width: int | None = None,
 ) -> str:
     """The config as YAML, after comment lines that say what it is, where it comes from and how
-    well it did."""
+    well it did (each wrapped to `width` characters, when given)."""
     config = trial_config(done, best["seed_group"])
     kept, sparse = _kept(best.to_frame().T, goals, beside)
     other = f"; {best['other_settings']}" if best["other_settings"] else ""
     lines = [
         f"# The best configuration on validation data {where}:",
         f"#   {best['configuration']}{other}",
-        f"#   point {_ids(best['points'])}, trials {', '.join(best['trial_ids'])}",
+        f"#   point {ids(best['points'])}, trials {', '.join(best['trial_ids'])}",
         *(
-            f"#   {_named(col)}: {_interval(best, col)} "
+            f"#   {named(col)}: {interval(best, col)} "
             f"({_seeds(int(best[f'{col}.count']))}; {_obtained(col)})"
             for col in goals
         ),
         *(
-            f"#   {_named(col)}: {_interval(best, col)} ({_obtained(col)})"
-            if col.startswith("memory.")
-            else f"#   {_short(col)}: {_interval(best, col)}"
+            f"#   {named(col)}: {interval(best, col)} ({_obtained(col)})"
+            if is_outcome(col)
+            else f"#   {_short(col)}: {interval(best, col)}"
             for col in kept
         ),
         f"#   {counted.note(best.to_frame().T, [*goals, *beside], sparse, '.mean')}",
         "# Check it: tune-lowmem profile THIS.yaml; train it: tune-lowmem train THIS.yaml",
     ]
-    return "\n".join(lines) + "\n" + yaml.safe_dump(config, sort_keys=False)
+    if width is not None:
+        lines = [
+            terminal.wrapped(line.removeprefix("#   "), width, "#   ").rstrip("\n")
+            if line.startswith("#   ")
+            else line
+            for line in lines
+        ]
+    return "\n".join(lines) + "\n" + yaml.safe_dump(config, sort_keys=False, width=width or 80)

@@ -42,9 +42,9 @@ from pathlib import Path
 import torch
 
 from ..config import TrialConfig
+from ..outcome import MB, PREDICTED_CUDA_PARTS
 from ..train import trial_environment
 from .cuda_libraries import CUDNN, BlasRule, MiB, Release, probe_blas, probe_cudnn, release
-from .report import MB
 
 # c10's caching allocator (c10/cuda/CUDACachingAllocator.cpp; c10/core/CachingDeviceAllocator.h
 # from torch 2.8): every request rounded up to kMinBlockSize; requests up to kSmallSize come from
@@ -172,11 +172,16 @@ class CudaPrediction:
     context_bytes: int  # beside it, outside the allocator: the CUDA context
     reserved_bytes: int  # what the allocator reserves from the card for that peak
 
+    def parts(self) -> dict[str, int | None]:
+        """Its parts by name, in bytes, as the store keeps them (`outcome.PREDICTED_CUDA_PARTS`)."""
+        return {part: getattr(self, f"{part}_bytes") for part in PREDICTED_CUDA_PARTS}
+
     def to_mb(self) -> dict[str, float | None]:
-        """The store's figures (`results.CUDA_PREDICTED_METRICS`, ``memory.`` dropped)."""
-        parts = ("rounding", "blas", "cudnn", "context", "reserved")
-        values = {f"predicted_cuda_{p}_mb": getattr(self, f"{p}_bytes") for p in parts}
-        return {k: None if v is None else v / MB for k, v in values.items()}
+        """Its parts in MB, named as `profile --json` prints them."""
+        return {
+            f"predicted_cuda_{part}_mb": None if nbytes is None else nbytes / MB
+            for part, nbytes in self.parts().items()
+        }
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,7 @@ from typing import Any
 import torch
 
 from ..torch_private import clear_blas_workspaces, in_backward
+from .calls import call_key, real
 
 MiB = 1 << 20
 FORWARD, BACKWARD = "forward", "backward"  # the thread a call runs on, and so its handle
@@ -165,8 +166,9 @@ class BlasRule:
 
 def cuda_call(func, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple | None:
     """The note a CUDA trial's dry run keeps of a call that takes a library's workspace: (library,
-    role) for a matrix product, (CUDNN, role, the call's operator, sizes, strides and dtypes)
-    for a convolution; None for any other call."""
+    role) for a matrix product, (CUDNN, role, the call as `calls.call_key` describes it: its
+    operator and each argument's sizes, strides, dtype and device) for a convolution; None for
+    any other call."""
     role = BACKWARD if in_backward() else FORWARD
     if func in BLAS_PRODUCTS:
         bias = args[0] if func is torch.ops.aten.addmm.default else None
@@ -174,26 +176,8 @@ def cuda_call(func, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple | None
         lt = vector_bias and kwargs.get("beta", 1) == 1
         return (CUBLASLT if lt else CUBLAS, role)
     if func in CONVOLUTIONS:
-        return (CUDNN, role, func, _described(args), _described(tuple(sorted(kwargs.items()))))
+        return (CUDNN, role, *call_key(func, args, kwargs))
     return None
-
-
-def _described(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return ("tensor", tuple(value.shape), tuple(value.stride()), value.dtype)
-    if isinstance(value, (list, tuple)):
-        return tuple(_described(v) for v in value)
-    return value
-
-
-def _real(value: Any, device: torch.device) -> Any:
-    """A described argument as a real one on `device` (tensors: zeros of its layout)."""
-    if isinstance(value, tuple) and value[:1] == ("tensor",):
-        _, shape, stride, dtype = value
-        return torch.empty_strided(shape, stride, dtype=dtype, device=device).zero_()
-    if isinstance(value, tuple):
-        return [_real(v, device) for v in value]
-    return value
 
 
 _cudnn_known: dict[tuple, int] = {}  # a convolution's note -> its workspace on this card
@@ -207,7 +191,7 @@ def probe_cudnn(calls: Iterable[tuple], device: torch.device) -> dict[tuple, int
     process have, so it is probed where the trial runs."""
     for call in set(calls) - set(_cudnn_known):
         _, _, func, args, kwargs = call
-        real_args, real_kwargs = _real(args, device), dict(_real(kwargs, device))
+        real_args, real_kwargs = real(args), dict(real(kwargs))  # on the card: its device type
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
         before = torch.cuda.memory_allocated(device)

@@ -8,7 +8,7 @@ synthetic minibatch under one `StorageTracker`, as `Trainer.train_step` runs it:
 backward passes of the microbatches of `passes` (the first, before any gradient exists; one of
 each later shape, whose gradients accumulate into existing ones; the last, in whose backward a
 fused step applies its update), then `update` (the finiteness check, the unscale, the optimizer's
-step as the precision takes it). The activation part is the most bytes the step's own tensors
+step as the step runner takes it). The activation part is the most bytes the step's own tensors
 hold at once beyond the parameters, buffers, optimizer state and the gradients the step leaves:
 the autograd graph's saved tensors, the gradients w.r.t. activations, the recomputed segments of
 a checkpointed model, the autocast copies of the weights in the amp modes, a later microbatch's
@@ -47,8 +47,8 @@ each distinct one once on the CPU to learn its bytes, which the run's peak count
 (`dry_run(..., workspace=False)`: tensors alone, from shapes only). A GPU's workspace is not
 predicted here.
 
-A dry run is cached per shape key (task, model, precision and its update rounding,
-checkpointing, batch or token budget and microbatch, device type, and the synthetic sentence
+A dry run is cached per shape key (task, model, step runner, precision and its update
+rounding, checkpointing, batch or token budget and microbatch, device type, and the synthetic sentence
 lengths), so a search that varies learning rates or sparsity pays for it once.
 """
 
@@ -73,6 +73,7 @@ from ..plugins import techniques
 from ..torch_private import FakeTensorMode, default_foreach
 from ..train import Trainer
 from . import accounting
+from .calls import CallCounts, Recording
 from .cuda import CudaRun, CudaTarget, Moment, allocated_size, cuda_prediction, trial_target
 from .cuda_libraries import cuda_call
 from .report import MemoryReport
@@ -110,6 +111,10 @@ class DryRun:
     # an evaluation batch's input on the device, its pass's peak beyond the weights and state
     # (storage, workspace as in `step_peak`; heap objects); None: the task has no evaluation pass
     evaluation: tuple[int, int, int] | None
+    # what the time prediction prices: an update's calls (every microbatch's passes, then the
+    # update), the storages they allocate and the passes; one evaluation pass's (None: no pass)
+    recording: Recording
+    evaluation_recording: Recording | None
     # a CUDA trial's: the moments in the caching allocator's blocks and the calls that take a
     # library's workspace (`cuda.CudaRun`, without the occasional work: `cuda_run`); None on the CPU
     cuda: CudaRun | None = None
@@ -232,7 +237,7 @@ def run_peak_storage(
 def occasional_work(config: TrialConfig) -> bool:
     """Whether a trial of `config` works between steps (`Technique.occasional_work`), so that its
     peak may be that work's."""
-    return any(technique.occasional_work(config) for technique in techniques())
+    return any(technique.occasional_work(config) for technique in techniques(config))
 
 
 def heap_object_bytes(config: TrialConfig, lengths: tuple[int, int] | None = None) -> int:
@@ -246,18 +251,23 @@ def shape_key(
     config: TrialConfig, lengths: tuple[int, int] | None = None, cuda: bool | None = None
 ) -> TrialConfig:
     """The config reduced to what decides the activations and FLOPs: the task's model, its
-    schedule's shape fields (`Task.SHAPE_FIELDS`) and each technique's `shape_settings`; default
-    data, seed 0, the rest at defaults; the device is the type a trial runs on (`cuda`: whether
-    it is CUDA; None: as `cuda.trial_target` says from the config and this machine)."""
+    schedule's shape fields (`Task.SHAPE_FIELDS`), the technique that runs the step and each
+    technique's `shape_settings`; default data, seed 0, the rest at defaults; the device is the
+    type a trial runs on (`cuda`: whether it is CUDA; None: as `cuda.trial_target` says from the
+    config and this machine)."""
     synthetic_task(config, torch.device("cpu"), lengths)  # refuses what the profiler cannot run
     schedule = config.schedule
     shapes = {name: getattr(schedule, name) for name in config.task_type().SHAPE_FIELDS}
     cuda = trial_target(config) is not None if cuda is None else cuda
     device = "cuda" if cuda else "cpu"
     reduced = TrialConfig(
-        task=config.task, device=device, model=config.model, schedule=type(schedule)(**shapes)
+        task=config.task,
+        device=device,
+        step_runner=config.step_runner,
+        model=config.model,
+        schedule=type(schedule)(**shapes),
     ).to_flat()
-    for technique in techniques():
+    for technique in techniques(config):
         reduced.update(technique.shape_settings(config))
     return TrialConfig.from_dict(reduced)
 
@@ -285,16 +295,20 @@ def _cached_dry_run(
     workspace &= not cuda  # a CUDA trial's workspaces are `cuda`'s, not the CPU's operators'
     with _global_rng_kept():
         trainer = Trainer(built, task=synthetic_task(built, host, lengths))
-    task, model, precision = trainer.task, trainer.model.train(), trainer.step_runner
+    task, model, runner = trainer.task, trainer.model.train(), trainer.step_runner
     batch = next(iter(task.train_batches(0)))  # real and small: splitting it reads its lengths
     microbatches, normaliser = task.microbatches(batch), task.normaliser(batch)
     shapes = [tuple(tuple(t.shape) for t in batch_tensors(m)) for m in microbatches]
-    run = passes(shapes)
+    weights = pass_weights(shapes)
+    run = sorted(weights)
     # decided on the real weights, as torch would decide on the trial's device
     foreach = default_foreach(list(model.parameters()), None if host == device else device.type)
     fake_mode = FakeTensorMode()
     _fake_state(model, fake_mode)
     flops = {}
+    # a CUDA trial's calls that take a library's workspace; storages of the host not seen
+    notes = cuda_call if cuda else signature
+    seen = "cuda" if cuda and host.type == "cuda" else None
     with fake_mode:
         optimizer = task.build_optimizer(model)  # hooks the techniques hang on the fake weights
         for group in optimizer.param_groups:
@@ -303,34 +317,45 @@ def _cached_dry_run(
         for technique in trainer.techniques:
             technique.attach(optimizer)
             technique.begin_step(len(run))  # the last pass run is the step's last microbatch
-        _warm_up(model, optimizer, precision)
+        _warm_up(model, optimizer, runner)
         fakes = [
             map_tensors(fake_mode.from_tensor, microbatches[index], host_data=True) for index in run
         ]
         existing = [t for fake in fakes for t in (*batch_tensors(fake), *host_data_tensors(fake))]
         existing += [*model.parameters(), *model.buffers(), *accounting.state_tensors(optimizer)]
-        # a CUDA trial's calls that take a library's workspace; storages of the host not seen
-        notes = cuda_call if cuda else signature
-        seen = "cuda" if cuda and host.type == "cuda" else None
-        with StorageTracker(existing, notes=notes, device_type=seen) as tracker:
+        calls, segments = CallCounts(), []
+        tracker = StorageTracker(existing, notes=notes, device_type=seen, calls=calls)
+        with tracker:
             for index, microbatch in zip(run, fakes, strict=True):
+                calls.weight = weights[index]
+                segments.append((tracker.clock + 1, weights[index]))
                 before = tracker.flops
-                with precision.forward_context():
+                with runner.forward_context():
                     loss, _ = task.loss(model, microbatch)
-                precision.backward(loss / normaliser)
+                runner.backward(loss / normaliser)
                 del loss
                 flops[shapes[index]] = tracker.flops - before
-            update(model, optimizer, precision)
+            calls.weight = 1
+            segments.append((tracker.clock + 1, 1))
+            update(model, optimizer, runner)
+    recording = Recording(calls.counts, tracker.allocated(), tuple(segments))
     heap = HEAP_BYTES_PER_STORAGE if device.type == "cpu" else 0  # the trial's device's
     step = _peak(tracker, _held(model, optimizer), heap)
     with_grad = {name for name, param in model.named_parameters() if param.grad is not None}
     occasional = functools.partial(occasional_peak, key, lengths, with_grad, heap)
-    evaluated = evaluation_pass(task, model, optimizer, precision, fake_mode, notes, seen)
-    evaluation = None
-    if evaluated is not None:
-        batch_on_device, eval_tracker, eval_held = evaluated
-        peak = _peak(eval_tracker, eval_held, heap, workspace)
-        evaluation = (_storage_bytes(batch_on_device), *peak)
+    evaluation_recorded: list[Recording] = []
+    evaluation_moments: list[tuple[Moment, Moment]] | None = [] if cuda else None
+    evaluation = evaluation_peak(
+        task,
+        model,
+        optimizer,
+        runner,
+        fake_mode,
+        heap,
+        workspace,
+        evaluation_recorded,
+        (notes, seen, evaluation_moments),
+    )
     # the host minibatch is on the trial's device only when that is the host (a task moves each
     # microbatch to the device in `loss`, where the tracker counts the copy as the step's); the
     # host data it refers to is not the step's
@@ -339,19 +364,12 @@ def _cached_dry_run(
     held = [*model.parameters(), *model.buffers(), *accounting.state_tensors(optimizer)]
     cuda_run = None
     if cuda:
-        moments = {"step": _moments(tracker, [])}
-        if evaluated is not None:
-            batch_blocks = _storage_bytes(batch_on_device, allocated_size)
-            blocks, exact = _moments(eval_tracker, eval_held)
-            moments["evaluation"] = (
-                Moment(blocks.peak + batch_blocks, _plus(blocks.at_calls, batch_blocks)),
-                Moment(exact.peak + evaluation[0], _plus(exact.at_calls, evaluation[0])),
-            )
-        calls = tracker.calls + (eval_tracker.calls if evaluated is not None else [])
+        moments = {"step": _moments(tracker, []), **dict(zip(["evaluation"], evaluation_moments))}
+        evaluation_calls = [c for m in evaluation_moments for c in m[0].at_calls]
         cuda_run = CudaRun(
             held=(_storage_bytes(held, allocated_size), _storage_bytes(held)),
             moments=moments,
-            roles=frozenset(call[:2] for _, call in calls),
+            roles=frozenset(c[:2] for c in [*(c for _, c in tracker.calls), *evaluation_calls]),
         )
     return DryRun(
         model,
@@ -363,6 +381,8 @@ def _cached_dry_run(
         held_bytes=_storage_bytes(held),
         step_peak=_peak(tracker, [], heap, workspace),
         evaluation=evaluation,
+        recording=recording,
+        evaluation_recording=evaluation_recorded[0] if evaluation is not None else None,
         cuda=cuda_run,
     )
 
@@ -375,23 +395,30 @@ def _moments(tracker: StorageTracker, exclude: list[torch.Tensor]) -> tuple[Mome
     return Moment(*blocks), Moment(*exact)
 
 
-def _plus(at_calls: dict[tuple, int], nbytes: int) -> dict[tuple, int]:
-    return {call: alive + nbytes for call, alive in at_calls.items()}
+def _plus(moment: Moment, nbytes: int) -> Moment:
+    """`moment` with `nbytes` more alive throughout (an input it runs beside)."""
+    return Moment(moment.peak + nbytes, {c: alive + nbytes for c, alive in moment.at_calls.items()})
 
 
-def evaluation_pass(
+def evaluation_peak(
     task,
     model: nn.Module,
     optimizer,
-    precision,
+    runner,
     fake_mode: FakeTensorMode,
-    notes=signature,
-    device_type: str | None = None,
-) -> tuple[list[torch.Tensor], StorageTracker, list[torch.Tensor]] | None:
+    heap_bytes: int,
+    workspace: bool,
+    recorded: list[Recording] | None = None,
+    cuda: tuple | None = None,
+) -> tuple[int, int, int] | None:
     """One `Task.evaluation_pass` on a fake batch of evaluation's shape, in eval mode under
-    no_grad as `Trainer.run` evaluates, under a tracker (`notes` and `device_type` as the step's):
-    the batch's tensors on the device, the tracker, and the weights, buffers and optimizer state
-    it ran beside; None where the task has no evaluation pass."""
+    no_grad as `Trainer.run` evaluates: the batch's bytes on the device, and the pass's peak
+    beyond the weights, buffers and optimizer state (storage, with `workspace` operators'
+    workspace; heap objects at `heap_bytes` a storage). The pass's `Recording` is added to
+    `recorded`, when given. `cuda`: a CUDA trial's (notes, device type seen, moments), whose
+    tracker notes its calls as the step's and whose moment, with the batch, is added to moments
+    (in the allocator's blocks, and exact)."""
+    notes, seen, moments = (signature, None, None) if cuda is None else cuda
     real = task.synthetic_evaluation_batch(torch.Generator().manual_seed(0))
     held = _held(model, optimizer)
     model.eval()
@@ -399,16 +426,28 @@ def evaluation_pass(
         with fake_mode:
             batch = map_tensors(fake_mode.from_tensor, real)
             existing = [*held, *batch_tensors(batch)]
-            tracker = StorageTracker(existing, notes=notes, device_type=device_type)
+            calls = CallCounts()
+            tracker = StorageTracker(existing, notes=notes, device_type=seen, calls=calls)
             with tracker, torch.no_grad():
-                with precision.forward_context():
+                with runner.forward_context():
                     result = task.evaluation_pass(model, batch)
                 evaluates, result = result is not None, None
     finally:
         model.train()
     if not evaluates:
         return None
-    return [t for t in batch_tensors(real) if t.device == held[0].device], tracker, held
+    if recorded is not None:
+        recorded.append(Recording(calls.counts, tracker.allocated(), ((1, 1),)))
+    on_device = [t for t in batch_tensors(real) if t.device == held[0].device]
+    if moments is not None:
+        blocks, exact = _moments(tracker, held)
+        moments.append(
+            (
+                _plus(blocks, _storage_bytes(on_device, allocated_size)),
+                _plus(exact, _storage_bytes(on_device)),
+            )
+        )
+    return (_storage_bytes(on_device), *_peak(tracker, held, heap_bytes, workspace))
 
 
 dry_run.cache_clear = _cached_dry_run.cache_clear  # e.g. after the heap constant changes
@@ -466,30 +505,42 @@ def passes(shapes: list[tuple]) -> list[int]:
     gradient exists; the first of each later shape, whose gradients accumulate into existing ones;
     and the last, in whose backward pass a fused step applies the update and drops gradients.
     The ones left out repeat a pass that is run, with the same tensors alive."""
-    later = {}
-    for index in range(1, len(shapes)):
+    return sorted(pass_weights(shapes))
+
+
+def pass_weights(shapes: list[tuple]) -> dict[int, int]:
+    """Each pass of `passes` with how many of the update's microbatches it stands for: the first
+    and the last themselves, the first of each later shape every other microbatch of its shape
+    between them (whose calls the time prediction counts that many times)."""
+    last = len(shapes) - 1
+    later: dict[tuple, int] = {}
+    for index in range(1, last):
         later.setdefault(shapes[index], index)
-    return sorted({0, *later.values(), len(shapes) - 1})
+    weights = {0: 1, last: 1} if last else {0: 1}
+    for index in range(1, last):
+        stand_in = later[shapes[index]]
+        weights[stand_in] = weights.get(stand_in, 0) + 1
+    return weights
 
 
-def update(model: nn.Module, optimizer: torch.optim.Optimizer, precision) -> None:
+def update(model: nn.Module, optimizer: torch.optim.Optimizer, runner) -> None:
     """What `Trainer.train_step` does after the backward passes, for the tensors it allocates:
-    the gradients' finiteness flag, the loss scale's unscale, and the optimizer's step as the
-    precision takes it (the multi-tensor kernels' gradient-sized temporaries, the fp32 copies of
+    the gradients' finiteness flag, the step runner's unscale (a loss scale's), and the optimizer's
+    step as it takes it (the multi-tensor kernels' gradient-sized temporaries, the fp32 copies of
     bf16 weights and gradients that stochastic and Kahan rounding step in). A technique's work
     after some updates (`after_step`) is `occasional_peak`'s."""
     finite_flag([p.grad for p in model.parameters() if p.grad is not None])
-    precision.unscale_(model.parameters(), True)
-    precision.step(optimizer, model.parameters())
+    runner.unscale_(model.parameters(), True)
+    runner.step(optimizer, model.parameters())
 
 
-def _warm_up(model: nn.Module, optimizer: torch.optim.Optimizer, precision) -> None:
+def _warm_up(model: nn.Module, optimizer: torch.optim.Optimizer, runner) -> None:
     """An update on zero gradients, as `measure` takes a warm-up step: the optimizer's state then
     exists before the tracked step, as at every step but the first (which creates it, and for
     bf16 weights stepped in fp32 creates it in fp32 first)."""
     for param in model.parameters():
         param.grad = torch.zeros_like(param) if param.requires_grad else None
-    update(model, optimizer, precision)
+    update(model, optimizer, runner)
     optimizer.zero_grad(set_to_none=True)
 
 

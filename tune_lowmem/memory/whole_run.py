@@ -44,7 +44,7 @@ class WholeRun:
     device: str
     peak_bytes: int  # the most bytes live at once (CUDA: max_memory_allocated)
     reserved_bytes: int | None  # CUDA: max_memory_reserved; None on the CPU
-    peak_during: str  # training, evaluation, checkpoint (CUDA: unknown)
+    peak_during: str  # building, training, evaluation, checkpoint save and restore (CUDA: unknown)
     epochs: int
     updates: int
     checkpoints: int  # saved and restored, one after each epoch
@@ -83,7 +83,7 @@ def _run(config: TrialConfig, task, path: Path | None, done) -> tuple[Trainer, i
         trainer.load_state_dict(state["trainer"])
         del state
         saved += 1
-        done("checkpoint")
+        done("checkpoint save and restore")
 
     trainer.train_step = _then(trainer.train_step, done, "training")
     evaluate = task.evaluate

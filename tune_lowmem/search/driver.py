@@ -6,6 +6,9 @@ Where a sweep keeps things, under the store root ``DIR``::
     DIR/ray/<sweep>/             Tune's experiment (trial states, checkpoints, the searcher) plus
         space.yaml               the validated search space, as resume reads it
         optuna.journal           Optuna's study (`journal`): every point asked and told
+        tracking.yaml            the trackers the sweep runs (`trackers`), as resume reads them
+        tensorboard/             each trial's curves as TensorBoard event files (`trackers`)
+        mlflow.yaml              the sweep's MLflow run ids, when it logs to MLflow
 
 A sweep folder (``DIR`` as a whole) can be copied or moved: nothing saved in it names a path
 (`place`), Tune restores from wherever its experiment now is, and `resume` writes only there.
@@ -20,6 +23,7 @@ file; `resume`, once there is room, repairs a torn journal line and finishes the
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import os
@@ -33,15 +37,18 @@ import pandas as pd
 import yaml
 from ray import tune
 from ray.tune import Callback
+from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
 from .. import pareto, preflight, store
 from ..analysis import baselines
 from ..config import ConfigError, TrialConfig
-from ..plugins import module_directory, techniques
+from ..outcome import column
+from ..plugins import plugins_folder, techniques
 from ..space import SearchSpace
+from ..tracking_settings import mlflow_uri
 from ..train import trial_environment
 from ..yaml_loading import load_file
-from . import journal, legacy, place
+from . import journal, legacy, place, trackers
 from .generator import PlacedSearch
 from .place import sweep_folder
 from .progress import ProgressPrinter, say
@@ -58,6 +65,9 @@ TUNE_ENVIRONMENT = {
     # Tune's own period keeps it to a twentieth of the driver's time (`tune_state`)
     "TUNE_GLOBAL_CHECKPOINT_S": "auto",
     "RAY_AIR_NEW_OUTPUT": "0",  # with verbose=0 the classic reporter prints nothing; ours prints
+    # Tune's own loggers are named in `_tuner`: its JSON and CSV files, and not its TensorBoard
+    # files, which `trackers` writes as the sweep chooses
+    "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",
 }
 
 
@@ -179,13 +189,16 @@ def _tuner(space: SearchSpace, sweep: str, root: Path) -> tune.Tuner:
         RecordWorkerDeaths(space, sweep),
         *([RecordStopped(space, sweep)] if early else []),
         CompactAsItGoes(sweep),
+        trackers.Trackers(space, sweep),
+        JsonLoggerCallback(),  # each trial's result.json
+        CSVLoggerCallback(),  # and progress.csv
     ]
     scheduler = build_scheduler(space.scheduler, space.objectives, sweep) if early else None
     return tune.Tuner(
         _trainable(space, sweep, root),
         tune_config=tune.TuneConfig(
             search_alg=search,
-            num_samples=space.num_samples * space.seeds_per_point,
+            num_samples=space.planned_trials,
             scheduler=scheduler,
             trial_dirname_creator=trial_dirname,
             # a worker process per trial costs seconds of imports; but CUDA's libraries read
@@ -209,8 +222,8 @@ def _ray(address: str | None, space: SearchSpace) -> Iterator[None]:
     """Connect to `address`, or start a local cluster of this machine's CPUs; reuse a live one.
     Nothing starts unless the space's sampler builds (its options, its dependencies) and a local
     cluster (this machine) holds one trial; once joined, the cluster must hold one, else the
-    trial would wait forever. A task given as ``module:attribute`` from the working directory
-    goes on the workers' path."""
+    trial would wait forever. A plug-in the space names as ``module:attribute`` from the
+    working directory (a task, a step runner) puts it on the workers' path."""
     import ray
 
     for key, value in TUNE_ENVIRONMENT.items():
@@ -228,9 +241,9 @@ def _ray(address: str | None, space: SearchSpace) -> Iterator[None]:
     # the space's fixed CUDA workspace settings, in every worker before it starts CUDA (a
     # searched one is set by its trial: `trainable`)
     passed |= trial_environment(TrialConfig.from_dict(space.base))
-    task_folder = module_directory(space.base["task"])
-    if task_folder is not None:
-        paths = (task_folder, os.environ.get("PYTHONPATH"))
+    folder = plugins_folder()
+    if folder is not None:
+        paths = (folder, os.environ.get("PYTHONPATH"))
         passed["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
     options: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING}
     if passed:
@@ -278,24 +291,44 @@ def launch(
             f"sweep {sweep!r} already exists in {root}; continue it with "
             f"`tune-lowmem resume {sweep} --store {root}` or choose another --name",
         )
+    trackers.check(space.tracking)
     with _ray(address, space):
         folder.mkdir(parents=True)
         (folder / SPACE_FILE).write_text(yaml.safe_dump(space.to_dict(), sort_keys=False))
+        trackers.save_settings(folder, space.tracking)
+        baseline = " and the baseline" if space.baseline else ""
         say(
-            f"sweep {sweep}: {space.num_samples} points x {space.seeds_per_point} seed(s), "
-            f"sampler {space.sampler}, store {root}"
+            f"sweep {sweep}: {space.num_samples} points x {space.seeds_per_point} seed(s)"
+            f"{baseline}, sampler {space.sampler.name}, store {root}"
         )
         results = _fit(_tuner(space, sweep, root))
     return _finish(space, sweep, root, results)
 
 
-def resume(name: str, store_root: str | Path = "runs", address: str | None = None) -> SweepResult:
-    """Continue a stopped sweep: unfinished trials run again, finished ones are not repeated."""
+def resume(
+    name: str,
+    store_root: str | Path = "runs",
+    address: str | None = None,
+    mlflow: str | None = None,
+) -> SweepResult:
+    """Continue a stopped sweep: unfinished trials run again, finished ones are not repeated;
+    `mlflow` (``--mlflow``) logs it to that MLflow tracking URI from now on."""
+    mlflow_uri(mlflow, "--mlflow")
     root = storage_root(store_root)
     space = saved_space(name, root)
     preflight.writable_folder(root, "--store")
     folder = sweep_folder(root, name)
+    tracking = trackers.saved_settings(folder)
+    launched_before = tracking is None and tune_saved(folder)  # Tune pickled no trackers
+    tracking = tracking or space.tracking
+    if mlflow is not None:
+        tracking = dataclasses.replace(tracking, mlflow=mlflow)
+    trackers.check(tracking)
     with _ray(address, space):
+        if not launched_before:
+            trackers.save_settings(folder, tracking)
+        elif mlflow is not None:
+            say(f"sweep {name} was launched without trackers; --mlflow does not reach it")
         if tune_saved(folder):
             say(f"sweep {name}: resuming from {folder}")
             place.bind(name, root)  # before Tune unpickles the searcher and the callbacks
@@ -337,7 +370,10 @@ def saved_space(name: str, root: str | Path) -> SearchSpace:
         raise ConfigError(
             "NAME", f"no sweep {name!r} in {root}; sweeps there: {', '.join(known) or 'none'}"
         )
-    return SearchSpace.from_dict(load_file(path, "sweep space file"))
+    saved = load_file(path, "sweep space file")
+    if isinstance(saved, dict):  # launched before baselines were trained: its Tune run has none
+        saved.setdefault("baseline", False)
+    return SearchSpace.from_dict(saved)
 
 
 def _finish(space: SearchSpace, sweep: str, root: Path, results) -> SweepResult:
@@ -354,7 +390,7 @@ def front(space: SearchSpace, trials: pd.DataFrame) -> pd.DataFrame:
     ``seeds``, the number of distinct seeds completed for the point (a sampler proposing the
     same point twice gives it two trials of the same seed: one config, one row here)."""
     params = [p.name for p in space.params]
-    columns = {store.store_column(m): m for m in space.objectives}
+    columns = {column(m): m for m in space.objectives}
     if trials.empty or "status" not in trials:
         return pd.DataFrame(columns=[*space.objectives, *params, "seeds"])
     done = trials[trials["status"] == "completed"]

@@ -33,8 +33,7 @@ from ray.tune.schedulers import TrialScheduler
 from ray.tune.search import Searcher
 
 from .. import pareto
-from ..plugins import sampler_needs
-from ..results import MEMORY_OBJECTIVE
+from ..outcome import MAXIMIZE, MEMORY_OBJECTIVE, MINIMIZE
 from ..space import SearchSpace
 from . import place
 from .searcher import ScreenedSearcher
@@ -107,9 +106,7 @@ def hypervolume(points: Sequence[Sequence[float]], reference: Sequence[float]) -
     if not points:
         return 0.0
     logged = [[metric, np.log10(memory)] for metric, memory in points]
-    return pareto.hypervolume(
-        logged, ["maximize", "minimize"], [reference[0], np.log10(reference[1])]
-    )
+    return pareto.hypervolume(logged, [MAXIMIZE, MINIMIZE], [reference[0], np.log10(reference[1])])
 
 
 def replay_space(table: Table, base: Mapping[str, Any], sampler: str, seed: int, **extra) -> dict:
@@ -118,9 +115,10 @@ def replay_space(table: Table, base: Mapping[str, Any], sampler: str, seed: int,
         "name": "replay",
         "base": dict(base),
         "params": {n: {"type": "choice", "values": v} for n, v in table.params.items()},
-        "objectives": {METRIC: "maximize", MEMORY_OBJECTIVE: "minimize"},
+        "objectives": {METRIC: str(MAXIMIZE), MEMORY_OBJECTIVE: str(MINIMIZE)},
         "sampler": sampler,
         "sampler_seed": seed,
+        "baseline": False,  # a replay measures its sampler: no reference trained beside it
         **extra,
     }
 
@@ -171,7 +169,7 @@ def table_searcher(space: SearchSpace, table: Table, folder: str) -> ScreenedSea
     place.bind(space.name, folder)
     place.sweep_folder(folder, space.name).mkdir(parents=True)
     searcher = ScreenedSearcher(space, space.name)
-    if "memory" in sampler_needs(type(searcher.study.sampler)):
+    if "memory" in space.sampler.needs:
         searcher.study.sampler.memory = table.memory
     if searcher.exactness is not None:
         searcher.exactness.memory = table.memory
