@@ -436,13 +436,15 @@ def run_peak_part(size: Size, emit) -> str:
     """The searched run peak against the whole run's own peak (`memory.whole_run`): on CUDA,
     `torch.cuda.max_memory_allocated` over the run, against the prediction made as the trial
     makes it (workspaces probed on this card) and as the driver makes it (torch's rules for
-    this release and card); the reserved peak per allocated byte beside it (the share's rule)."""
+    this release and card); the reserved peak per allocated byte beside it (the share's rule).
+    On the CPU (a dry run), the allocator's replay against the prediction's tensors and
+    workspace (`run_peak_storage`: the allocator serves no heap object)."""
     import dataclasses as dc
 
     from tune_lowmem.config import TrialConfig
     from tune_lowmem.memory import MB
     from tune_lowmem.memory.cuda import trial_target
-    from tune_lowmem.memory.predict import predict
+    from tune_lowmem.memory.predict import predict, run_peak_storage
     from tune_lowmem.memory.whole_run import measure_run
 
     within = {"card": 0, "driver": 0}
@@ -450,9 +452,10 @@ def run_peak_part(size: Size, emit) -> str:
     for label, flat in configs:
         config = TrialConfig.from_dict(flat)
         target = trial_target(config)
-        card = predict(config, target=target).run_peak_bytes
-        driver = card
-        if target is not None:
+        if target is None:  # on the CPU: tensors and workspace, as the allocator sees them
+            card = driver = run_peak_storage(config)
+        else:
+            card = predict(config, target=target).run_peak_bytes
             driver = predict(config, target=dc.replace(target, on_card=False)).run_peak_bytes
         run = measure_run(config)
         errors = [relative_error(figure, run.peak_bytes) for figure in (card, driver)]
