@@ -47,8 +47,9 @@ def foreign(lines: list[str], own) -> list[str]:
 
 
 def shapes(text: str) -> list[str]:
-    """Each line with its numbers as ``#``: a measurement's figures differ from run to run."""
-    return [re.sub(r"\d+(?:\.\d+)?", "#", line) for line in text.splitlines()]
+    """Each line with its numbers as ``#`` and its runs of spaces as one: a measurement's figures
+    (a time's, a measured step's) differ from run to run, and the columns they align with."""
+    return [re.sub(r" +", " ", re.sub(r"\d+(?:\.\d+)?", "#", line)) for line in text.splitlines()]
 
 
 def test_profile_prints_its_own_lines_only_with_and_without_a_gpu(tmp_path):
