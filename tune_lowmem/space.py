@@ -72,6 +72,7 @@ from .validation import (
     nonnegative_float,
     nonnegative_int,
     numpy_seed,
+    optional_flag,
     optional_positive_float,
     optional_positive_int,
     positive_int,
@@ -295,10 +296,6 @@ def _optional_seed(value: Any, field_name: str) -> int | None:
     return numpy_seed(value, field_name, optional=True)
 
 
-def _optional_flag(value: Any, field_name: str) -> bool | None:
-    return checked(value, value is None or isinstance(value, bool), field_name, "true or false")
-
-
 _RESOURCE_FIELDS = {
     "cpu": Field(positive_int, 1),
     "gpu": Field(_gpu, 0),
@@ -315,7 +312,7 @@ _SPACE_FIELDS = {  # the file's top level; what needs other keys is checked in `
     "sampler": Field(_sampler, DEFAULT_SAMPLER),
     "sampler_options": Field(mapping, {}, blank_is_default=True),
     "sampler_seed": Field(_optional_seed, 0),
-    "exactness": Field(_optional_flag),  # absent: `SearchSpace.uses_exactness` decides
+    "exactness": Field(optional_flag),  # absent: `SearchSpace.uses_exactness` decides
     "num_samples": Field(optional_positive_int),  # required unless the grid gives it
     "seeds_per_point": Field(positive_int, 1),
     "resources": Field(section(_RESOURCE_FIELDS), {}, blank_is_default=True),
