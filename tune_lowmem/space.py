@@ -22,6 +22,7 @@ The schema (see search_spaces/quickstart.yaml for a full example)::
     base: {task: NAME, model: {depth: 10}, schedule.epochs: 3}   # fixed values, nested or dotted
     params:                            # dotted TrialConfig field -> distribution, sampled in this order
       precision: {type: choice, values: [fp32, bf16]}
+      microbatch.size: {type: choice, values: [null, 25, 10], ordered: true}   # as listed (numbers: by value)
       schedule.lr_multiplier: {type: loguniform, low: 0.25, high: 4}
       sparsity.density: {type: uniform, low: 0.1, high: 1.0, step: 0.1}
       model.width: {type: int, low: 1, high: 4}

@@ -89,9 +89,11 @@ class Table:
     def cost(self, params: Mapping[str, Any]) -> float:
         """The seconds a point's training took, as the table recorded them (its exact variants
         share them: the table trains each training once, without the exact techniques)."""
-        if self.seconds is None:
-            return float(self.epochs())
-        return self.seconds[key(params)]
+        return self.seconds_of(key(params))
+
+    def seconds_of(self, point: str) -> float:
+        """`cost` of a point by its `key` (a table without seconds: one an epoch)."""
+        return float(self.epochs()) if self.seconds is None else self.seconds[point]
 
     def epochs(self) -> int:
         """The schedule's length: every recorded curve has one value per epoch."""
@@ -133,12 +135,30 @@ def hypervolume(points: Sequence[Sequence[float]], reference: Sequence[float]) -
     )
 
 
-def replay_space(table: Table, base: Mapping[str, Any], sampler: str, seed: int, **extra) -> dict:
-    """The search space (as `SearchSpace.from_dict` reads it) over the table's grid."""
+def replay_space(
+    table: Table,
+    base: Mapping[str, Any],
+    sampler: str,
+    seed: int,
+    orders: Mapping[str, Sequence[Any]] | None = None,
+    **extra,
+) -> dict:
+    """The search space (as `SearchSpace.from_dict` reads it) over the table's grid; `orders`:
+    params whose values are declared ordered, in their order (numbers are ordered already)."""
+    orders = orders or {}
+    for name, order in orders.items():
+        if sorted(map(str, order)) != sorted(map(str, table.params[name])):
+            raise ValueError(f"{name}: the order {order} is not the table's {table.params[name]}")
+    params = {
+        n: {"type": "choice", "values": list(orders[n]), "ordered": True}
+        if n in orders
+        else {"type": "choice", "values": v}
+        for n, v in table.params.items()
+    }
     return {
         "name": "replay",
         "base": dict(base),
-        "params": {n: {"type": "choice", "values": v} for n, v in table.params.items()},
+        "params": params,
         "objectives": {METRIC: "maximize", MEMORY_OBJECTIVE: "minimize"},
         "sampler": sampler,
         "sampler_seed": seed,
