@@ -383,15 +383,16 @@ def replay_blocks(result: dict) -> str:
     about, targets = result["table"], [f"{t:.2f}" for t in result["targets"]]
     shares = [f"{float(t):.0%}" for t in targets]
     blocks = sorted(result["blocks"].items(), key=lambda item: item[1]["held_out"])
-    lines = [f"{table_line(about)} {seconds_floors(about)}", ""]
+    unit = "s" if result["clock"] == "seconds" else "epochs"
+    lines = [f"{table_line(about)} {seconds_floors(about, unit)}", ""]
     if not blocks:  # the floors alone, before any sweep ran
         return lines[0] + "\n"
     for label, block in blocks:
         lines += [f"{block_name(label, block).capitalize()}:", ""]
-        header = ["method", "seeds", *(f"compute to {s}, s" for s in shares)]
+        header = ["method", "seeds", *(f"compute to {s}, {unit}" for s in shares)]
         header += [
-            *(f"elapsed to {s}, s" for s in shares),
-            "at best from its first asks: compute / elapsed to 95%, s",
+            *(f"elapsed to {s}, {unit}" for s in shares),
+            f"at best from its first asks: compute / elapsed to 95%, {unit}",
         ]
         rows = []
         for row in block["rows"]:
@@ -428,26 +429,33 @@ def block_name(label: str, block: dict) -> str:
     return f"seeds {label} ({kind})"
 
 
-def seconds_floors(about: dict) -> str:
-    """The table's floors on the clock of seconds (`replay_floors`), in words."""
+CLOCKS = {  # what a summary's clock (`search_replay.py --clock`) counts time in
+    "s": "Seconds are the recorded trainings' own; compute is worker-seconds spent until the "
+    "target is reached.",
+    "epochs": "Time is in epochs: every epoch one unit, every trial in step; compute is "
+    "worker-epochs spent until the target is reached.",
+}
+
+
+def seconds_floors(about: dict, unit: str) -> str:
+    """The table's clock and its floors on it (`replay_floors`), in words."""
     oracle, blind = about["fewest_seconds"], about["blind_start_seconds"]
     shares = " / ".join(f"{float(t):.0%}" for t in oracle)
     workers = blind["workers"]
     at_once = "one trial at a time" if workers == 1 else f"{workers} trials at once"
     return (
-        "Seconds are the recorded trainings' own; compute is worker-seconds spent until the "
-        "target is reached. Floors, for these samplers under this harness (sweeps that train every "
+        f"{CLOCKS[unit]} Floors, for these samplers under this harness (sweeps that train every "
         f"trial to the end, {at_once}): the least compute any sweep needs to {shares} is "
         + " / ".join(seconds(f["compute"]) for f in oracle.values())
-        + " s, the least elapsed "
+        + f" {unit}, the least elapsed "
         + " / ".join(seconds(f["elapsed"]) for f in oracle.values())
-        + f" s; when its {first_asks(workers, 'training')} {'is' if workers == 1 else 'are'} "
+        + f" {unit}; when its {first_asks(workers, 'training')} {'is' if workers == 1 else 'are'} "
         f"asked blind (median [quartiles] over {blind['draws']} such start-ups drawn at random), "
         "compute "
         + " / ".join(spread(f["compute"], seconds) for f in blind["floors"].values())
-        + " s, elapsed "
+        + f" {unit}, elapsed "
         + " / ".join(spread(f["elapsed"], seconds) for f in blind["floors"].values())
-        + " s."
+        + f" {unit}."
     )
 
 

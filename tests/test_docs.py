@@ -80,7 +80,7 @@ def replay_summary(first: dict[str, float], held: dict[str, float]) -> dict:
     about = {"points": 8, "epochs": 3, "one_point_share": 0.5, "fewest_seconds": floors}
     about["blind_start_seconds"] = {"workers": 4, "draws": 500, "floors": blind}
     blocks = {"0-2": replay_block(first, False), "1000-1002": replay_block(held, True)}
-    return {"table": about, "targets": [0.9, 0.95, 0.99], "blocks": blocks}
+    return {"clock": "seconds", "table": about, "targets": [0.9, 0.95, 0.99], "blocks": blocks}
 
 
 def test_the_replay_tables_say_where_seed_blocks_agree():
