@@ -81,6 +81,13 @@ def table_front(finals: list[list[float]]) -> list[list[float]]:
     return [point for point, kept in zip(finals, on_front, strict=True) if kept]
 
 
+def drawn_starts(trainings: list, workers: int) -> list[list]:
+    """`BLIND_DRAWS` start-ups of `workers` distinct trainings each, drawn at random (seeded)."""
+    rng = np.random.default_rng(0)
+    drawn = [rng.choice(len(trainings), size=workers, replace=False) for _ in range(BLIND_DRAWS)]
+    return [[trainings[i] for i in start] for start in drawn]
+
+
 def fewest_epochs(table: replay.Table, targets: tuple[float, ...]) -> dict[str, int]:
     """The fewest epochs in which any sweep can reach each target: the fewest trainings whose
     final points hold that share of the best hypervolume, each trained to the end."""
@@ -108,10 +115,7 @@ def blind_start_epochs(
     when the others have trained all but an epoch each."""
     finals = trained_finals(table)
     front, epochs, reference = table_front(finals), table.epochs(), table.reference()
-    if starts is None:
-        rng = np.random.default_rng(0)
-        drawn = [rng.choice(len(finals), size=workers, replace=False) for _ in range(BLIND_DRAWS)]
-        starts = [[finals[i] for i in start] for start in drawn]
+    starts = drawn_starts(finals, workers) if starts is None else starts
     quartiles = {}
     for t in targets:
         needed, spent = needed_hypervolume(table, t), []
@@ -261,10 +265,7 @@ def blind_start_seconds(
     the end and asks its first trainings blind (`starts`, per start-up; None: `BLIND_DRAWS`
     drawn at random among the table's trainings): `least_from`."""
     every, reference = sorted(set(trainings(table).values()), key=str), table.reference()
-    if starts is None:
-        rng = np.random.default_rng(0)
-        drawn = [rng.choice(len(every), size=workers, replace=False) for _ in range(BLIND_DRAWS)]
-        starts = [[every[i] for i in start] for start in drawn]
+    starts = drawn_starts(every, workers) if starts is None else starts
     quartiles = {}
     for t in targets:
         needed = needed_hypervolume(table, t)
