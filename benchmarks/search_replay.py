@@ -350,7 +350,8 @@ def run_block(
             row = {"method": name, "settings": setting, "sweeps": sweeps[i]}
             if setting["scheduler"] is None:  # trained to the end: its own start-ups' floors
                 seeds = [r["seed"] for r in sweeps[i]]
-                row |= own_floors(table, recording.base, setting, seeds, args.targets)
+                timed = clocked(table, setting["clock"])
+                row |= own_floors(timed, recording.base, setting, seeds, args.targets)
                 floors = row["blind_start_seconds"]
                 print(
                     f"{'  at best, from its first asks':46s}"
