@@ -133,7 +133,7 @@ def main() -> None:
     watch = Watch.start(torch.get_num_threads(), args.allow_load or not args.summary)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     loaded = SearchSpace.load(args.space)
-    options = loaded.sampler_options if loaded.sampler == "known-memory" else {}
+    options = loaded.sampler.options if loaded.sampler.name == "known-memory" else {}
     space = SearchSpace.from_dict(
         {**loaded.to_dict(), "sampler": "known-memory", "sampler_options": options}
     )
@@ -170,7 +170,7 @@ def main() -> None:
             "space": Path(args.space).name,
             "points": args.points,
             "repeats": args.repeats,
-            "sampler_options": space.sampler_options,
+            "sampler_options": dict(space.sampler.options),
             **medians,
             "asks_wall_cpu_predicting_s": [
                 [[round(t, 2) for t in ask] for ask in s] for s in sweeps

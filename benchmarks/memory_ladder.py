@@ -23,13 +23,27 @@ warm-up, or a sparse run's first update and its first rewiring's), with one eval
 after it, the most bytes live at once, everything included (weights, state, gradients, the
 minibatch, activations, kernels' workspace; the synthetic data set is none), the larger over
 those steps: "meas run", its ratio to the measured baseline's, and the prediction's error.
+With --measure-time, every rung printed is timed too, each in a process of its own on
+torch's threads (OMP_NUM_THREADS): the real `Trainer.train_step` at the ladder's batch on
+synthetic minibatches (`memory.stepping`), warmed up until one step has updated the weights and
+then `--time-warm-up` steps more, then the median over `--time-updates` updates of seconds per
+update, an update after which the run rewires left out (a rewiring is not a step's cost); "s/upd"
+is that median and "x time" its ratio to the baseline rung's. The machine's state around the
+timing is recorded with it (`machine.Watch`): a loaded machine is refused unless --allow-load,
+and then the record says so.
+The last WRN rung is the paper's combination (chain-min's rung, 23) at the chain plan that
+recomputes least while the run's predicted peak stays within 5% of that rung's
+(`LeastRecomputation`: chain-8 down to chain-0, the first whose predicted run peak is within).
 With --key KEY the rows go to benchmarks/results/memory_ladder.json, the benchmark's one result
 file, as task TASK of its entry KEY (a run of both tasks is two commands with the same key), with
 the config every rung is on top of and the heap constant its stored totals were predicted with
-(`HEAP_BYTES_PER_STORAGE`), so that `tests/test_result_drift.py` can predict them again.
+(`HEAP_BYTES_PER_STORAGE`), so that `tests/test_result_drift.py` can predict them again, and,
+when timed, the timing's settings and machine record.
 
     .venv/bin/python benchmarks/memory_ladder.py [--task wrn|dct] [--batch 100]
         [--measure 0 23 31] [--measure-timeout 3600] [--only 1 5] [--key KEY]
+        [--measure-time [--time-updates 5] [--time-warm-up 2] [--time-timeout 7200]
+        [--allow-load]]
 """
 
 from __future__ import annotations
@@ -37,8 +51,14 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import statistics
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
+
+import torch
 
 from tune_lowmem.config import TrialConfig
 from tune_lowmem.memory import MB
@@ -51,8 +71,13 @@ from tune_lowmem.memory.predict import (
     run_peak_storage,
     shape_key,
 )
-from tune_lowmem.memory.stepping import peak_steps
+from tune_lowmem.memory.stepping import peak_steps, synthetic_trainer, warm_up
 from tune_lowmem.memory.stored import accounted
+from tune_lowmem.models.strategies import CHAIN_PLANS
+from tune_lowmem.techniques.rewiring import RunLength, rewires_after
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import Watch, add_arguments, describe
 
 RESULTS = Path(__file__).parent / "results" / "memory_ladder.json"
 
@@ -109,6 +134,7 @@ EXACT = [
 BEST = [("+ storage best (chain-min)", {"sparsity.storage": "best"})]
 # the lossy choices on top of the exact chain's last rung (each labelled lossy)
 LOSSY = [("+ fused step heavy-ball (lossy, on 5% exact)", {"fused_step": "heavy-ball"})]
+WITHIN = 0.05  # the least-recomputation rung keeps the run's peak within this share
 # the paper's chain with the DP-placed nested checkpoints in place of residual-2*
 CHAIN_MIN = [
     ("fp32 chain-min + fused block", {"checkpoint": "chain-min", **BLOCK}),
@@ -154,6 +180,28 @@ DCT_FP32_STATE = [
 ]
 
 
+class LeastRecomputation(NamedTuple):
+    """A rung's config chosen on the ladder's base when the rung is run: `flat` (a chain plan's
+    rung) at the chain plan that recomputes least (chain-8, then down) while the run's predicted
+    peak stays within `WITHIN` of `flat`'s own; chain-0, `flat`'s plan when it is chain-min, if
+    no other does."""
+
+    flat: dict
+
+    def resolve(self, base: dict) -> dict:
+        def peak(flat: dict) -> float:
+            return run_peak_mb(TrialConfig.from_dict({**base, **flat}))
+
+        limit = (1 + WITHIN) * peak(self.flat)
+        plans = ({**self.flat, "checkpoint": plan} for plan in reversed(CHAIN_PLANS[1:]))
+        return next(
+            (flat for flat in plans if peak(flat) <= limit), {**self.flat, "checkpoint": "chain-0"}
+        )
+
+
+Rung = tuple[str, dict | LeastRecomputation]
+
+
 def chain(steps: list[tuple[str, dict]], start: dict | None = None) -> list[tuple[str, dict]]:
     """Each step's config on top of the ones before it (and of `start`)."""
     flat, rungs = dict(start or {}), []
@@ -163,7 +211,7 @@ def chain(steps: list[tuple[str, dict]], start: dict | None = None) -> list[tupl
     return rungs
 
 
-def wrn_rungs() -> list[tuple[str, dict]]:
+def wrn_rungs() -> list[Rung]:
     ladder = [
         ("baseline fp32", {}),
         ("fp32 residual-2*", {"checkpoint": "residual-2*"}),
@@ -185,6 +233,10 @@ def wrn_rungs() -> list[tuple[str, dict]]:
         *(exact := chain(EXACT)),
         *chain(LOSSY, exact[-1][1]),
         *chain(BEST, paper[-1][1]),
+        (
+            f"paper's (23) at least recomputation, run peak +{WITHIN:.0%}",
+            LeastRecomputation(paper[-1][1]),
+        ),
     ]
 
 
@@ -203,6 +255,33 @@ def dct_rungs() -> list[tuple[str, dict]]:
     ]
 
 
+def timed_updates(config: TrialConfig, threads: int, warm: int, updates: int) -> dict[int, float]:
+    """Seconds of `updates` updates of `config` by its real `Trainer.train_step` on `threads`
+    CPU threads, by 0-based update, after the warm-up (`stepping.warm_up`, then `warm` steps);
+    an update after which the run rewires is left out, and one more taken."""
+    torch.set_num_threads(threads)
+    trainer, batches = synthetic_trainer(config, None)
+    warm_up(trainer, batches)
+    for _ in range(warm):
+        trainer.train_step(next(batches))
+    run, seconds = RunLength.of(config, trainer.task), {}
+    while len(seconds) < updates:
+        batch, update = next(batches), trainer.updates
+        rewires = config.sparsity.enabled and rewires_after(
+            config.sparsity, run, trainer.epoch, update
+        )
+        started = time.perf_counter()
+        trainer.train_step(batch)
+        if not rewires:
+            seconds[update] = time.perf_counter() - started
+    return seconds
+
+
+def _update_seconds(flat: dict, threads: int, warm: int, updates: int) -> list[float]:
+    """`timed_updates` of `flat`'s config, in order (what a process of its own returns)."""
+    return list(timed_updates(TrialConfig.from_dict(flat), threads, warm, updates).values())
+
+
 def _run_peak(flat: dict) -> tuple[list[int | None], Allocations]:
     """The allocator's run peak of `flat`'s config: the measurement at each step that may be the
     run's peak, each with an evaluation after it, the one with the larger peak kept."""
@@ -212,12 +291,12 @@ def _run_peak(flat: dict) -> tuple[list[int | None], Allocations]:
     return updates, max(steps, key=lambda step: step.run_peak_bytes)
 
 
-def measured(config: TrialConfig, timeout: float) -> tuple[list, Allocations] | None:
-    """`_run_peak` of `config` in a process of its own (the profiler's trace and the allocator
-    start clean), None when it runs past `timeout` seconds."""
+def in_own_process(fn: Callable, args: tuple, timeout: float):
+    """``fn(*args)`` in a process of its own (the profiler's trace, the allocator and the
+    kernels' caches start clean), None when it runs past `timeout` seconds."""
     with multiprocessing.get_context("spawn").Pool(1) as pool:  # leaving it ends the process
         try:
-            return pool.apply_async(_run_peak, (config.to_flat(),)).get(timeout)
+            return pool.apply_async(fn, args).get(timeout)
         except multiprocessing.TimeoutError:
             return None
 
@@ -262,7 +341,7 @@ def measured_fields(config: TrialConfig, timeout: float, baseline: float | None)
     """The row's measured figures (see the module docstring); `baseline`: the measured
     baseline's run peak in MB, if measured."""
     started = time.perf_counter()
-    result = measured(config, timeout)
+    result = in_own_process(_run_peak, (config.to_flat(),), timeout)
     fields = {"measure_seconds": round(time.perf_counter() - started)}
     if result is None:
         return {**fields, "measured": f"timed out after {timeout:g} s"}
@@ -277,6 +356,35 @@ def measured_fields(config: TrialConfig, timeout: float, baseline: float | None)
         "measured_step_total_mb": step.total_bytes / MB,
         "error_run_peak": run_peak_mb(config) / peak - 1,
     }
+
+
+class Timing(NamedTuple):
+    """How the rungs are timed (see the module docstring)."""
+
+    threads: int
+    warm_up: int
+    updates: int
+    timeout: float
+
+    def fields(self, config: TrialConfig, baseline: float | None) -> dict:
+        """The row's timed figures: seconds per update (median), each update's, and the ratio
+        to `baseline`, the baseline rung's median (None: not timed, so no ratio)."""
+        started = time.perf_counter()
+        args = (config.to_flat(), self.threads, self.warm_up, self.updates)
+        seconds = in_own_process(_update_seconds, args, self.timeout)
+        fields = {"time_seconds": round(time.perf_counter() - started)}
+        if seconds is None:
+            return {**fields, "timed": f"timed out after {self.timeout:g} s"}
+        median = statistics.median(seconds)
+        return {
+            **fields,
+            "measured_update_s": median,
+            "measured_update_samples_s": seconds,
+            "measured_slowdown": None if baseline is None else median / baseline,
+        }
+
+    def settings(self) -> dict:
+        return {"threads": self.threads, "warm_up": self.warm_up, "updates": self.updates}
 
 
 def activation_parts(config: TrialConfig) -> dict:
@@ -298,8 +406,18 @@ def main() -> None:
     parser.add_argument(
         "--key", help="write the rows as task --task of entry KEY of results/memory_ladder.json"
     )
+    parser.add_argument("--measure-time", action="store_true", help="time every rung printed")
+    parser.add_argument("--time-updates", type=int, default=5, help="updates timed per rung")
+    parser.add_argument("--time-warm-up", type=int, default=2, help="steps before the timed ones")
+    parser.add_argument("--time-timeout", type=float, default=7200, help="seconds per rung")
+    add_arguments(parser)
     args = parser.parse_args()
     base = base_config(args.task, args.batch)
+    timing = watch = None
+    if args.measure_time:
+        threads = torch.get_num_threads()
+        watch = Watch.start(threads, args.allow_load)  # a loaded machine refused before any work
+        timing = Timing(threads, args.time_warm_up, args.time_updates, args.time_timeout)
     if args.task == "wrn":
         title, ladder = f"WRN-28-2, batch {args.batch}", wrn_rungs()
     else:
@@ -308,12 +426,15 @@ def main() -> None:
     print(
         f"{'#':>2} {'rung':42} {'run peak':>8} {'x run':>6} {'act':>7} {'stored':>7} "
         f"{'x stored':>8} {'acc csr':>7} {'x csr':>6} {'paper':>6} {'FLOPs':>6} | "
-        f"{'meas run':>8} {'x meas':>7} {'error':>7} {'s':>5}"
+        f"{'meas run':>8} {'x meas':>7} {'error':>7} {'s':>5} | {'s/upd':>7} {'x time':>6}"
     )
-    baseline, baseline_measured, rows = None, None, []
+    baseline, baseline_measured, baseline_time, rows = None, None, None, []
     for index, (label, flat) in enumerate(ladder):
         if args.only is not None and index not in {0, *args.only}:
             continue
+        if isinstance(flat, LeastRecomputation):
+            flat = flat.resolve(base)
+            label = f"{label}: {flat['checkpoint']}"
         if args.task == "wrn" and args.batch % flat.get("microbatch.size", 1):
             print(f"{index:>2} {label:42} (microbatch does not divide batch {args.batch})")
             continue
@@ -339,16 +460,30 @@ def main() -> None:
                 else f"{row['measured']:>24}"
             )
             line += f" {row['measure_seconds']:5}"
+        if timing is not None:
+            row.update(timing.fields(config, baseline_time))
+            if index == 0 and "measured_update_s" in row:
+                baseline_time = row["measured_update_s"]
+                row["measured_slowdown"] = 1.0
+            line += " | " + (
+                f"{row['measured_update_s']:7.3f} {row['measured_slowdown'] or 0:5.2f}x"
+                if "measured_update_s" in row
+                else row["timed"]
+            )
         rows.append(row)
         print(line, flush=True)
+    entry = {
+        "title": title,
+        "config": base,
+        "heap_bytes_per_storage": predict_module.HEAP_BYTES_PER_STORAGE,
+        "rows": rows,
+    }
+    if watch is not None:
+        entry["time"] = {**timing.settings(), "machine": watch.stop()}
+        print(describe(entry["time"]["machine"]))
     if args.key:
         entries = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
-        entries.setdefault(args.key, {})[args.task] = {
-            "title": title,
-            "config": base,
-            "heap_bytes_per_storage": predict_module.HEAP_BYTES_PER_STORAGE,
-            "rows": rows,
-        }
+        entries.setdefault(args.key, {})[args.task] = entry
         RESULTS.write_text(json.dumps(entries, indent=1) + "\n")
 
 

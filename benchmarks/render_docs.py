@@ -110,17 +110,25 @@ def profiler_accuracy(result: dict) -> str:
 
 
 LADDER_MEASURED = ["measured run peak MB", "x measured", "error"]
+LADDER_TIMED = ["s/update", "x time"]
 
 
-def ladder_row(rung: dict, measured: bool) -> list:
+def ladder_row(rung: dict, measured: bool, timed: bool = False) -> list:
     """A rung's cells; with `measured`, its measured run peak, its ratio to the measured
-    baseline's and the prediction's error ("-" for a rung not measured)."""
+    baseline's and the prediction's error ("-" for a rung not measured); with `timed`, beside
+    its memory ratio its measured seconds per update and their ratio to the baseline's."""
     cells = [
         rung["index"],
         rung["rung"],
         f"{rung['run_peak_mb']:.2f}",
         f"{rung['x_run_peak']:.1f}x",
     ]
+    if timed:
+        if "measured_update_s" in rung:
+            slowdown = rung["measured_slowdown"]
+            cells += [f"{rung['measured_update_s']:.3f}", f"{slowdown:.2f}x" if slowdown else "-"]
+        else:  # not timed, or a timing that ran past its time limit (which says so)
+            cells += [rung.get("timed", "-"), "-"]
     cells += [
         f"{rung['activation_mb']:.2f}",
         f"{rung['stored_mb']:.2f}",
@@ -143,9 +151,10 @@ def memory_ladder(result: dict) -> str:
     lines = []
     for task in result.values():
         rows, base = task["rows"], task["rows"][0]
-        measured = any("measure_seconds" in r for r in rows)
-        header = ["#", "rung", "run peak MB", "x run", "act MB", "stored MB", "x stored"]
-        header += ["acc csr MB", "x csr", *(LADDER_MEASURED if measured else [])]
+        measured, timing = any("measure_seconds" in r for r in rows), task.get("time")
+        header = ["#", "rung", "run peak MB", "x run", *(LADDER_TIMED if timing else [])]
+        header += ["act MB", "stored MB", "x stored", "acc csr MB", "x csr"]
+        header += LADDER_MEASURED if measured else []
         lines += [
             f"{task['title']}; ratios to rung {base['index']} ({base['rung']}: run peak "
             f"{base['run_peak_mb']:.2f} MB predicted"
@@ -155,9 +164,17 @@ def memory_ladder(result: dict) -> str:
                 else "); no rung measured in this run"
             ),
             "",
-            *table([*header, "paper"], [ladder_row(r, measured) for r in rows]),
+            *table([*header, "paper"], [ladder_row(r, measured, bool(timing)) for r in rows]),
             "",
         ]
+        if timing:
+            lines += [
+                f"Time per update: `Trainer.train_step` at the ladder's batch, median of "
+                f"{timing['updates']} updates after {timing['warm_up']} warm-up steps, each rung "
+                f'in a process of its own; "x time" is the ratio to rung {base["index"]}\'s. '
+                + describe(timing["machine"]),
+                "",
+            ]
     return "\n".join(lines[:-1]) + "\n"
 
 
@@ -641,6 +658,27 @@ def fidelity(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def tracking_overhead(result: dict) -> str:
+    """The quickstart's wall time with event files and without, by round and in median."""
+    seconds, medians = result["seconds"], result["median_seconds"]
+    rounds = [
+        [i + 1, f"{on:.1f}", f"{off:.1f}", f"{on / off:.4f}"]
+        for i, (on, off) in enumerate(zip(seconds["on"], seconds["off"], strict=True))
+    ]
+    median = ["median", f"{medians['on']:.1f}", f"{medians['off']:.1f}"]
+    lines = [
+        f"Command: `{result['command']}`: {result['setup']}.",
+        "",
+        describe(result["machine"]),
+        "",
+        *table(
+            ["round", "event files on (s)", "off (s)", "on / off"],
+            [*rounds, [*median, f"{result['median_ratio_on_off']:.4f}"]],
+        ),
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def gpu_check(result: dict) -> str:
     """A run of the device check as it printed, a fenced block (its figures are in the lines)."""
     return "\n".join(["```", *result["output"], "```"]) + "\n"
@@ -656,6 +694,7 @@ RENDERERS: dict[str, Callable[[dict], str]] = {
     "cluster_sweep": cluster_sweep,
     "search_replay": search_replay,
     "fidelity": fidelity,
+    "tracking_overhead": tracking_overhead,
 }
 
 

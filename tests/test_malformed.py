@@ -431,7 +431,11 @@ CASES = {
     ),
     "--set an unknown task": (
         command("train", "--set", "task=mnist"),
-        "task: 'mnist' is not a registered task",
+        "task: 'mnist' is not allowed; allowed: wrn-cifar10",
+    ),
+    "--set a step runner that runs no step": (
+        command("train", "--set", "step_runner=sparsity"),
+        "step_runner: 'sparsity' runs no step; allowed: precision",
     ),
     "--set a field of a value": (
         command("train", "--set", "precision.x=1"),

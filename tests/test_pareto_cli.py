@@ -148,7 +148,7 @@ def test_front_is_the_non_dominated_seed_groups_by_memory(store, capsys):
 
 def test_table_and_csv_show_the_same_front(store, capsys):
     root, configs, _ = store
-    code, text, _ = pareto(capsys, "--store", root, "--sweep", "wrn-tpe")
+    code, text, _ = pareto(capsys, "--store", root, "--sweep", "wrn-tpe", "--wide")
     assert code == 0
     table, runs = text.split("\nTo train a row:\n")
     table, memory_columns = table.split("\nThe memory columns:\n")
@@ -368,7 +368,7 @@ def test_sparse_rows_show_stored_beside_accounted_with_labels(store, capsys):
     rows' are equal."""
     root, _, memory = store
     assert memory["D"]["predicted_stored_total_mb"] > memory["D"]["predicted_total_mb"]
-    _, text, _ = pareto(capsys, "--store", root, "--sweep", "wrn-tpe")
+    _, text, _ = pareto(capsys, "--store", root, "--sweep", "wrn-tpe", "--wide")
     header, *rows = text.split("\nThe memory columns:\n")[0].strip().splitlines()[:-1]
     cells = {name: cells_of(header, row) for name, row in zip(FRONT, rows, strict=True)}
     assert "memory.predicted_total_mb (min, accounted)" in header
@@ -391,7 +391,9 @@ def test_sparse_rows_show_stored_beside_accounted_with_labels(store, capsys):
     )
     assert held[0] > accounted[0] and list(held[1:]) == pytest.approx(list(accounted[1:]))
     # without D the front is dense: the stored column would repeat the accounted one, said once
-    _, text, _ = pareto(capsys, "--store", root, "--sweep", "wrn-tpe", "--min-accuracy", 0.785)
+    _, text, _ = pareto(
+        capsys, "--store", root, "--sweep", "wrn-tpe", "--min-accuracy", 0.785, "--wide"
+    )
     assert "memory.predicted_stored_total_mb" not in text
     assert "Stored = accounted for every configuration here where it is known." in text
 
@@ -414,7 +416,7 @@ def test_the_best_under_a_budget_says_what_each_memory_figure_is(tmp_path, capsy
             memory={**memory, "measured_total_mb": 1.25},
         ),
     )
-    _, out, _ = pareto(capsys, "--store", tmp_path, "--max-memory-mb", 1e6)
+    _, out, _ = pareto(capsys, "--store", tmp_path, "--max-memory-mb", 1e6, "--wide")
     comment = [line for line in out.splitlines() if line.startswith("#")]
     predicted = f"{memory['predicted_total_mb']:.4g}"
     assert comment[1] == "#   fp16, 10% nonzeros"
@@ -446,7 +448,7 @@ def test_a_store_without_stored_figures_still_answers(store, capsys, tmp_path):
     for path in root.glob("trials/*/*.parquet"):
         table = pq.read_table(path)
         pq.write_table(table.drop_columns([c for c in table.column_names if "stored" in c]), path)
-    code, text, _ = pareto(capsys, "--store", root, "--sweep", "wrn-tpe")
+    code, text, _ = pareto(capsys, "--store", root, "--sweep", "wrn-tpe", "--wide")
     assert code == 0 and "memory.predicted_total_mb (min, accounted)" in text
     assert "stored_total" not in text.split("To train")[0].splitlines()[0]
     assert "4 configuration(s) were written by an earlier version without a stored figure" in text

@@ -1,5 +1,6 @@
-"""Tasks and techniques as plug-ins: a user's task named module:attribute runs a real sweep, and
-every registered technique has the one shape."""
+"""Tasks, techniques and samplers as plug-ins: one registry rule for the three kinds, a user's
+task named module:attribute runs a real sweep, and every registered technique has the one
+shape."""
 
 from __future__ import annotations
 
@@ -15,13 +16,21 @@ import pytest
 import torch
 import yaml
 
-from tests.plugin_install import launch
+from tests.plugin_install import install, launch
 from tune_lowmem import store
 from tune_lowmem.config import ConfigError, TrialConfig
 from tune_lowmem.memory.measure import measure
 from tune_lowmem.memory.predict import predict
-from tune_lowmem.plugins import technique_settings, techniques
-from tune_lowmem.tasks import BUILTIN_TASKS, get_task
+from tune_lowmem.plugins import (
+    SAMPLERS,
+    TASKS,
+    TECHNIQUES,
+    plugins_folder,
+    step_runner,
+    technique_settings,
+    techniques,
+)
+from tune_lowmem.sampler_settings import sampler_settings
 from tune_lowmem.tasks.base import Task
 from tune_lowmem.techniques.base import Technique
 from tune_lowmem.train import Trainer
@@ -39,7 +48,7 @@ def test_a_user_task_by_module_attribute_trains_and_is_profiled():
     report = predict(config.replace(checkpoint="blocks-1", precision="bf16"))
     assert report.total_bytes > 0 and report.model_bytes == sum(
         p.numel() * 2
-        for p in get_task(TINY_TASK)(config, torch.device("cpu")).build_model().parameters()
+        for p in TASKS.get(TINY_TASK)(config, torch.device("cpu")).build_model().parameters()
     )
     with pytest.raises(
         ConfigError, match=r"^checkpoint: 'blocks-2' is not allowed; allowed: none, blocks-1$"
@@ -87,13 +96,78 @@ def test_unknown_task_names_the_registered_ones():
     with pytest.raises(ConfigError) as error:
         TrialConfig.from_dict({"task": "imagenet"})
     assert error.value.field == "task"
-    for name in BUILTIN_TASKS:
+    for name in TASKS.builtin:
         assert name in str(error.value)
 
 
-@pytest.mark.parametrize("name", list(BUILTIN_TASKS) + [TINY_TASK])
+# Each kind: its registry, a built-in name, a class of it named module:attribute, a config's or
+# a space's field that names one, and what naming it there builds.
+KINDS = {
+    "task": (TASKS, "tv-cifar10", TINY_TASK, lambda n: TrialConfig.from_dict({"task": n})),
+    "sampler": (
+        SAMPLERS,
+        "tpe",
+        "tests.cheapest_first:CheapestFirst",
+        lambda n: sampler_settings(n, {}),
+    ),
+    "step_runner": (
+        TECHNIQUES,
+        "precision",
+        "tests.test_step_runner:PlainStep",
+        lambda n: TrialConfig.from_dict({"task": TINY_TASK, "step_runner": n}),
+    ),
+}
+
+
+@pytest.mark.parametrize("field", sorted(KINDS))
+def test_one_registry_rule_names_a_task_a_sampler_and_a_technique(field):
+    """A built-in name, package.module:attribute, and the one wording of a name that names
+    nothing, or something not of the kind, for each kind of plug-in."""
+    registry, builtin, by_module, named_in = KINDS[field]
+    assert registry.get(builtin, field) is registry.get(builtin)  # one class, looked up once
+    assert registry.get(by_module, field).__name__ == by_module.split(":")[1]
+    named_in(builtin), named_in(by_module)  # a config or a space takes either
+    allowed = ", ".join(registry.names())
+    with pytest.raises(ConfigError) as unknown:
+        named_in("nothing-of-the-kind")
+    assert str(unknown.value) == (
+        f"{field}: 'nothing-of-the-kind' is not allowed; allowed: {allowed}, "
+        "or package.module:attribute"
+    )
+    with pytest.raises(ConfigError, match=rf"^{field}: 'no_such_module:X' cannot be imported"):
+        named_in("no_such_module:X")
+    base = registry.base.replace(":", ".")
+    with pytest.raises(
+        ConfigError,
+        match=rf"^{field}: 'tune_lowmem.config:TrialConfig' is <.*>, not a subclass of {base}$",
+    ):
+        named_in("tune_lowmem.config:TrialConfig")
+
+
+def test_a_plugin_named_from_the_working_directory_puts_it_on_the_workers_path(
+    tmp_path, monkeypatch
+):
+    TASKS.get(TINY_TASK)  # as reading a space that names it does
+    monkeypatch.chdir(ROOT)
+    assert plugins_folder() == str(ROOT)
+    monkeypatch.chdir(tmp_path)  # the module is not the working directory's
+    assert plugins_folder() is None
+
+
+def test_an_entry_point_named_as_a_built_in_is_not_seen(tmp_path, monkeypatch):
+    """A built-in name is declared once: a package registering the same name does not replace
+    it, for any kind."""
+    for registry, builtin in ((TASKS, "wrn-cifar10"), (SAMPLERS, "tpe"), (TECHNIQUES, "sparsity")):
+        folder = tmp_path / registry.field
+        site = install(folder, f"shadow-{registry.field}", registry.group, {builtin: TINY_TASK})
+        monkeypatch.syspath_prepend(str(site))
+        assert registry.names().count(builtin) == 1
+        assert registry.get(builtin).__module__.startswith(("tune_lowmem.", "optuna."))
+
+
+@pytest.mark.parametrize("name", list(TASKS.builtin) + [TINY_TASK])
 def test_every_task_declares_its_sections_metrics_and_synthetic_batch(name):
-    task = get_task(name)
+    task = TASKS.get(name)
     assert issubclass(task, Task)
     config = TrialConfig.from_dict({"task": name, "device": "cpu"})
     for section, cls in task.sections().items():
@@ -109,7 +183,7 @@ def test_every_task_declares_its_sections_metrics_and_synthetic_batch(name):
 def test_a_technique_reads_what_it_needs_of_a_task_or_the_default_it_declares():
     """`TASK_NEEDS` belong to the techniques, not to the `Task` interface: a task that sets
     none is read each technique's default, one that sets one is read its own."""
-    from tune_lowmem.models.segments import GENERIC_STRATEGIES
+    from tune_lowmem.models.strategies import GENERIC_STRATEGIES
     from tune_lowmem.techniques.checkpointing import Checkpointing
 
     needs = {name: t for t in techniques() for name in t.TASK_NEEDS}
@@ -117,13 +191,13 @@ def test_a_technique_reads_what_it_needs_of_a_task_or_the_default_it_declares():
     for name, technique in needs.items():
         assert not hasattr(Task, name), name
         assert technique.task_needs(Task, name) == technique.TASK_NEEDS[name]
-    tv = get_task("tv-cifar10")
+    tv = TASKS.get("tv-cifar10")
     assert Checkpointing.task_needs(tv, "CHECKPOINT_STRATEGIES") == GENERIC_STRATEGIES
 
 
 def test_every_registered_technique_has_config_validation_and_memory_contribution():
     config = TrialConfig.from_dict({"task": "wrn-cifar10", "model.depth": 10, "device": "cpu"})
-    task = get_task(config.task)
+    task = TASKS.get(config.task)
     flat = config.to_flat()
     names = set()
     for technique in techniques():
@@ -143,7 +217,7 @@ def test_every_registered_technique_has_config_validation_and_memory_contributio
     assert [name for name, _ in config.settings] == [s.name for s in technique_settings()]
     for setting in technique_settings():
         assert getattr(config, setting.name) == setting.default_value()
-    assert sum(t.RUNS_STEP for t in techniques()) == 1  # one technique takes every step
+    assert step_runner(config).NAME == config.step_runner == "precision"  # the default step
     listed = {t.NAME: t.SETTINGS for t in techniques() if "SETTINGS" in t.__dict__}
     assert all(s in technique_settings() for own in listed.values() for s in own)
 

@@ -22,6 +22,7 @@ import pytest
 import yaml
 from PIL import Image
 
+from tests.browser import WINDOW, chromium, needs_chromium
 from tests.conftest import tiny_wrn_config
 from tests.test_pareto_cli import predicted_memory
 from tune_lowmem.analysis import baselines
@@ -466,12 +467,6 @@ def test_sparse_rows_show_stored_memory_beside_the_accounted(report):
     assert "a red diamond is a sparse configuration&#x27;s stored total" in page
 
 
-CHROMIUM = next(
-    filter(
-        None, (shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome"))
-    ),
-    None,
-)
 # Injected into a copy of the page: records script errors and console errors; once the page has
 # loaded, which of its images the browser could not decode, what sticks out of the window (the
 # page's width beyond it, and each table, image or figure that ends past its right edge), where
@@ -504,16 +499,6 @@ window.addEventListener("load", () => {
   });
 });
 </script>"""
-WINDOW = (1280, 900)  # a laptop's browser window: the first screen
-
-
-def chromium(*arguments: str) -> subprocess.CompletedProcess:
-    command = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu"]
-    command += ["--enable-logging=stderr", "--v=0", "--virtual-time-budget=10000"]
-    command += ["--window-size={},{}".format(*WINDOW), *arguments]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done
 
 
 def probed(page: Path) -> tuple[dict, subprocess.CompletedProcess]:
@@ -526,7 +511,7 @@ def probed(page: Path) -> tuple[dict, subprocess.CompletedProcess]:
     return {k: html.unescape(v) for k, v in re.findall(r'data-(\w+)="([^"]*)"', body)}, shown
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="no Chromium here (Debian: apt-get install chromium)")
+@needs_chromium
 def test_the_page_in_a_real_browser_fits_the_window_and_answers_first(report, tmp_path):
     """index.html opened in headless Chromium, 1280 pixels wide: every image loads and decodes,
     no script or console error (a missing or broken image is one, "Failed to load resource"),

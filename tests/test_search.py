@@ -24,6 +24,7 @@ from tune_lowmem.search import ScreenedSearcher, launch, place, resume, sweep_fo
 from tune_lowmem.search import driver as search_driver
 from tune_lowmem.search import sweep_study as study
 from tune_lowmem.search.scheduler import RECORD, STOPPED, STOPPED_POINTS, write_json
+from tune_lowmem.search.trackers.event_files import FOLDER as EVENT_FILES
 from tune_lowmem.search.trainable import sweep_rows
 from tune_lowmem.space import SearchSpace
 
@@ -289,8 +290,8 @@ def test_budget_screens_points_and_failures_do_not_stop_the_sweep(local_ray, tmp
         infeasible["trial_id"]
     )  # never reached a worker
     assert all(r.config["params"]["microbatch.size"] == 5 for r in outcome.results)
-    trial_folders = {p.name for p in sweep_folder(root, "budget").iterdir() if p.is_dir()}
-    assert trial_folders == tune_ids
+    folders = {p.name for p in sweep_folder(root, "budget").iterdir() if p.is_dir()}
+    assert folders == {*tune_ids, EVENT_FILES}  # a folder per trial, and the trials' event files
     for trial_id in infeasible["trial_id"]:
         assert store.read_epochs(root, "budget", trial_id).empty
 

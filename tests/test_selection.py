@@ -89,8 +89,8 @@ def test_status_pareto_report_choose_on_validation_without_ray_or_torch(store, c
         )
         assert done.returncode == 0, done.stderr
         outputs[argv[0]] = done.stdout
-    for command in ("status", "pareto"):
-        assert "(trials t1)" in outputs[command] and "(trials t2)" not in outputs[command]
+    for command in ("status", "pareto"):  # the front's one row: its train line names t1
+        assert "--trial t1\n" in outputs[command] and "--trial t2\n" not in outputs[command]
     assert "3 trials stored (3 completed, 0 failed, 0 infeasible, 0 stopped)" in outputs["status"]
     assert "3 points x 1 seed(s) planned" in outputs["status"]
 

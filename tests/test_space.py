@@ -143,6 +143,10 @@ BAD = {
     ),
     "sweep name with a space": (with_changes(name="my sweep"), "name"),
     "exactness not true or false": (with_changes(exactness="no"), "exactness"),
+    "a chain plan off the frontier": (
+        with_changes(param__checkpoint={"type": "choice", "values": ["chain-0", "chain-9"]}),
+        "params.checkpoint",
+    ),
 }
 
 

@@ -13,7 +13,7 @@ import yaml
 from tune_lowmem import store
 from tune_lowmem.config import ConfigError, TrialConfig
 from tune_lowmem.memory.predict import predict
-from tune_lowmem.plugins import TECHNIQUE_GROUP, techniques
+from tune_lowmem.plugins import TECHNIQUES, techniques
 from tune_lowmem.search.exact import SAME_TRAINING, training_key
 from tune_lowmem.train import Trainer
 
@@ -28,7 +28,7 @@ DEEP = {"model.blocks": 8, "model.hidden": 64, "schedule.batch_size": 1024, "dat
 def installed(tmp_path, monkeypatch):
     """A package that registers tests/int8_activations.py, installed on the path."""
     entries = {"int8_activations": "tests.int8_activations:Int8Activations"}
-    site = install(tmp_path / "site", "int8-activations-plugin", TECHNIQUE_GROUP, entries)
+    site = install(tmp_path / "site", "int8-activations-plugin", TECHNIQUES.group, entries)
     monkeypatch.syspath_prepend(str(site))
     return site
 

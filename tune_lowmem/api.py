@@ -158,13 +158,25 @@ class Store:
         max_memory_mb: float | None = None,
         min_accuracy: float | None = None,
         form: str = "table",
+        width: int | None = None,
+        store_name: str | None = None,
     ) -> str:
         """What `tune-lowmem pareto` prints: the front (or the best within ``max_memory_mb``,
-        as TrialConfig YAML) as a table, JSON or CSV."""
+        as TrialConfig YAML) as a table, JSON or CSV; the table at most ``width`` characters
+        wide (None: the full table), whose train lines name the store ``store_name`` (default:
+        its path)."""
         from .analysis import query
 
         return query.answer(
-            str(self.root), sweep, task, list(objectives or []), max_memory_mb, min_accuracy, form
+            str(self.root),
+            sweep,
+            task,
+            list(objectives or []),
+            max_memory_mb,
+            min_accuracy,
+            form,
+            width,
+            store_name,
         )
 
     def compact(self, sweep: str | None = None) -> int:
@@ -190,20 +202,29 @@ def launch(
     store: str | Path = "runs",
     address: str | None = None,
     num_samples: int | None = None,
+    mlflow: str | None = None,
 ) -> SweepResult:
     """Run a sweep to its end: ``space`` is a search-space YAML file or the same as a dict
-    (validated before anything starts); ``address`` a Ray cluster (None: start one here).
-    Returns the sweep's `SweepResult`: ``front``, ``trials`` (pandas), ``space``, ``root``."""
+    (validated before anything starts); ``address`` a Ray cluster (None: start one here);
+    ``mlflow`` an MLflow tracking URI to log its trials to (docs/tracking.md). Returns the
+    sweep's `SweepResult`: ``front``, ``trials`` (pandas), ``space``, ``root``."""
     from .search import driver
     from .space import SearchSpace
 
-    parsed = SearchSpace.load(space, num_samples)  # every check of the space before anything starts
+    # every check of the space before anything starts
+    parsed = SearchSpace.load(space, num_samples, mlflow)
     return driver.launch(parsed, name, store, address)
 
 
-def resume(name: str, store: str | Path = "runs", address: str | None = None) -> SweepResult:
+def resume(
+    name: str,
+    store: str | Path = "runs",
+    address: str | None = None,
+    mlflow: str | None = None,
+) -> SweepResult:
     """Continue a stopped sweep (a killed driver, a pre-emption): finished trials are kept,
-    the rest run; returns its `SweepResult` as `launch` does."""
+    the rest run (``mlflow``: logged to that tracking URI from now on); returns its
+    `SweepResult` as `launch` does."""
     from .search import driver
 
-    return driver.resume(name, store, address)
+    return driver.resume(name, store, address, mlflow)

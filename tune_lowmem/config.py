@@ -5,7 +5,8 @@ Every component (model, data, techniques, trainer, profiler, search, store) read
 device), the task's sections (model, schedule, data: dataclasses the task declares), and the
 techniques' settings, which each registered technique declares (`techniques.setting.Setting`),
 so a technique installed as a plug-in is a field like any other (``config.precision``,
-``config.sparsity.density``).
+``config.sparsity.density``). Which technique runs the step is the trial's own field too
+(``step_runner``: a registered technique's name, or ``package.module:attribute``).
 
 It is built from a nested dict (YAML), a flat dict with dotted keys (what Optuna and Ray hand
 over, e.g. ``{"sparsity.density": 0.3}``), or a mix of both. A bad value raises `ConfigError`
@@ -23,7 +24,14 @@ from typing import Any
 
 import yaml
 
-from .plugins import DEFAULT_TASK, get_task, technique_settings, techniques
+from .plugins import (
+    DEFAULT_STEP_RUNNER,
+    DEFAULT_TASK,
+    TASKS,
+    step_runner,
+    technique_settings,
+    techniques,
+)
 from .schema import Kind, check_types, kind_of, section_kinds
 from .validation import ConfigError, choice, numpy_seed, require
 
@@ -32,7 +40,7 @@ __all__ = ["ConfigError", "TrialConfig", "config_kinds", "older_store_values"]
 DEVICES = ("auto", "cpu", "cuda")
 # The sections a task declares its own dataclass for (see `tune_lowmem.tasks.Task`).
 TASK_SECTIONS = ("model", "schedule", "data")
-TRIAL_FIELDS = {"task": str, "seed": int, "device": str}
+TRIAL_FIELDS = {"task": str, "seed": int, "device": str, "step_runner": str}
 
 
 @dataclass(frozen=True, init=False)
@@ -44,6 +52,7 @@ class TrialConfig:
     task: str = DEFAULT_TASK  # a registered task name, or "package.module:attribute"
     seed: int = 0
     device: str = "auto"  # auto: CUDA when available, else the CPU
+    step_runner: str = DEFAULT_STEP_RUNNER  # the technique that runs the step (plugins)
     model: Any = None  # the task's model section (None: its defaults)
     schedule: Any = None  # the task's optimizer and schedule section
     data: Any = None  # the task's data section
@@ -54,6 +63,7 @@ class TrialConfig:
         task: str = DEFAULT_TASK,
         seed: int = 0,
         device: str = "auto",
+        step_runner: str = DEFAULT_STEP_RUNNER,
         model: Any = None,
         schedule: Any = None,
         data: Any = None,
@@ -68,14 +78,15 @@ class TrialConfig:
             allowed = ", ".join(sorted([*TRIAL_FIELDS, *TASK_SECTIONS, *declared]))
             raise ConfigError(unknown[0], f"unknown field; allowed: {allowed}")
         sections = {"model": model, "schedule": schedule, "data": data}
-        for name, section_cls in get_task(task).sections().items():
+        for name, section_cls in TASKS.get(task).sections().items():
             if sections[name] is None:
                 sections[name] = section_cls()
         values = tuple(
             (name, settings[name] if name in settings else setting.default_value())
             for name, setting in declared.items()
         )
-        for name, value in {"task": task, "seed": seed, "device": device, **sections}.items():
+        trial = {"task": task, "seed": seed, "device": device, "step_runner": step_runner}
+        for name, value in {**trial, **sections}.items():
             object.__setattr__(self, name, value)
         object.__setattr__(self, "settings", values)
         self.validate()
@@ -88,7 +99,7 @@ class TrialConfig:
 
     def task_type(self) -> type:
         """The task class this config names (imported on first use)."""
-        return get_task(self.task)
+        return TASKS.get(self.task)
 
     def items(self) -> Iterator[tuple[str, Any, Any]]:
         """Every top-level field as (name, annotation, value): the trial's, the task's
@@ -126,8 +137,9 @@ class TrialConfig:
         for name, _, value in self.items():
             if is_dataclass(value):
                 value.validate(name)
-        for technique in techniques():
+        for technique in techniques(self):
             technique.validate(self, task)
+        step_runner(self)  # exactly one of them runs the step
         task.validate_config(self)
 
     # ---- construction -------------------------------------------------------------------------
@@ -136,7 +148,7 @@ class TrialConfig:
     def from_dict(cls, values: Mapping[str, Any]) -> TrialConfig:
         """Build from a nested dict, a flat dict with dotted keys, or a mix of both."""
         nested = _unflatten(values)
-        task = get_task(nested.get("task", cls.task))
+        task = TASKS.get(nested.get("task", cls.task))
         sections = {
             **task.sections(),
             **{s.name: s.type for s in technique_settings() if s.is_section},
@@ -202,9 +214,11 @@ def _config_kinds(task: str, techniques: tuple[type, ...]) -> dict[str, Kind]:
 
 
 def older_store_values() -> dict[str, Any]:
-    """Config fields newer than the first stores -> the value every older row implicitly had,
-    as each technique declares them (`Setting.older_stores`)."""
-    return {k: v for s in technique_settings() for k, v in s.older_values().items()}
+    """Config fields newer than the first stores -> the value every older row implicitly had:
+    the step runner (precision's before there was a choice), and what each technique declares
+    (`Setting.older_stores`)."""
+    declared = {k: v for s in technique_settings() for k, v in s.older_values().items()}
+    return {"step_runner": DEFAULT_STEP_RUNNER, **declared}
 
 
 def _build_section(section_cls: type, values: Mapping[str, Any], prefix: str) -> Any:

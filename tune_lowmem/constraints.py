@@ -16,6 +16,7 @@ from typing import Any
 from .config import ConfigError, TrialConfig
 from .params import Param
 from .plugins import techniques
+from .tasks import TASKS
 from .validation import is_number, require
 from .yaml_loading import load_text
 
@@ -160,12 +161,10 @@ def _validation_split(
 ) -> None:
     """A val_* objective needs a validation split in every config the sweep can run: `tries`
     are (field, its values over the base, the config they give)."""
-    from .tasks import get_task
-
     needs = [m for m in objectives if m.startswith("val_")]
     if not needs:
         return
-    task = get_task(task_name)
+    task = TASKS.get(task_name)
     for field_name, change, config in tries:
         if task.validation_empty(config):
             shown = ", ".join(f"{k}={v!r}" for k, v in change.items()) or "the base data section"

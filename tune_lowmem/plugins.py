@@ -1,23 +1,23 @@
-"""The registry of plug-ins, tasks, techniques and samplers: a built-in table, then installed
-packages' entry points, as timm's registry maps model names to builders.
+"""The registry of plug-ins: tasks, techniques and samplers, each kind a `Registry` with one
+rule, as timm's registry maps model names to builders.
 
-A task is named in three ways, tried in this order: a built-in name (`BUILTIN_TASKS`); a name
-another installed package registers under the ``tune_lowmem.tasks`` entry-point group
-(``[project.entry-points."tune_lowmem.tasks"] my-task = "my_pkg.tasks:MyTask"``); or
-``package.module:attribute``, imported from the working directory or an installed package.
+A plug-in is named in three ways, tried in this order: a built-in name (its kind's table, one
+row each); a name an installed package registers under its kind's entry-point group
+(``[project.entry-points."tune_lowmem.tasks"] my-task = "my_pkg.tasks:MyTask"``; one that a
+built-in already bears is not seen); or ``package.module:attribute``, imported from the working
+directory or an installed package. A name that names nothing, and a class not of its kind's base,
+is a `ConfigError` on the field that named it, in one wording (`Registry.get`).
 
-The techniques a trial may use are the built-in ones, then every one that installed packages
-register under the ``tune_lowmem.techniques`` group, each a `techniques.base.Technique` subclass
-whose `SETTINGS` are its fields of `TrialConfig` (docs/plugins.md). Their order is the one a
-trial applies them to its fp32 model: checkpointing and simulated microbatching change the
-model's forward, sparsity masks the fp32 weights, and precision casts the storage last; the Adam
-state format sets how the optimizer keeps its moments before the fused step, last too, takes
-over the optimizer's updates; plug-ins follow, by name.
-
-A space's sampler is named the same way as a technique: a built-in name (`SAMPLERS`:
-Optuna's samplers and the project's own), then those installed packages register under the
-``tune_lowmem.samplers`` group, each an Optuna sampler class that declares what it needs
-(`search.samplers`, which builds it).
+- `TASKS`: `tasks.base.Task` subclasses, named by a config's ``task``.
+- `TECHNIQUES`: `techniques.base.Technique` subclasses, whose `SETTINGS` are their fields of
+  `TrialConfig` (docs/plugins.md). A trial binds every registered one its config enables, in
+  the table's order, then plug-ins by name: checkpointing and simulated microbatching change the
+  model's forward, sparsity masks the fp32 weights, and precision casts the storage last; the
+  Adam state format sets how the optimizer keeps its moments before the fused step, last too,
+  takes over the optimizer's updates. One of them runs the step (a `techniques.base.StepRunner`),
+  the one a config's ``step_runner`` names (`step_runner`).
+- `SAMPLERS`: Optuna sampler classes, named by a space's ``sampler`` (`sampler_settings`
+  resolves one with its options); each declares what it needs (`search.samplers` builds it).
 
 What is installed is read from the import path each time the path changes, so a package placed
 on ``sys.path`` is seen without a restart. A plug-in's class is imported only when first asked
@@ -32,6 +32,8 @@ import importlib
 import importlib.metadata
 import os
 import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from .validation import ConfigError
@@ -64,130 +66,184 @@ def load(target: str, field_name: str) -> object:
         raise ConfigError(field_name, f"{target!r}: {module_name} has no {attribute!r}") from None
 
 
-def subclass_of(value: object, base: str) -> bool:
-    """Whether `value` is a class deriving from the class ``module:Name`` `base` names, known
-    without importing that module (a plug-in's base imports torch; the config layer does not)."""
+def derives_from(value: object, base: str) -> bool:
+    """Whether `value` is a class deriving from the class ``module:Name`` `base` names. A class
+    deriving from it has imported its module, so none is imported here (a plug-in's base imports
+    torch; the config layer does not)."""
     module, _, name = base.partition(":")
-    return isinstance(value, type) and any(
-        c.__module__ == module and c.__qualname__ == name for c in value.__mro__
-    )
+    cls = getattr(sys.modules.get(module), name, None)
+    return isinstance(value, type) and isinstance(cls, type) and issubclass(value, cls)
+
+
+@dataclass(frozen=True, eq=False)
+class Registry:
+    """One kind of plug-in: its built-in table, its entry-point group, the base its classes
+    derive from, and the field that names one in a config or a space."""
+
+    field: str
+    group: str
+    base: str  # ``module:Class``
+    builtin: Mapping[str, str]  # name -> ``module:attribute``, one row per built-in
+
+    def names(self) -> list[str]:
+        """Built-in names, then those of installed packages' entry points."""
+        plugins = entry_points(self.group)
+        return [*self.builtin, *sorted(set(plugins) - set(self.builtin))]
+
+    def get(self, name: object, field_name: str | None = None) -> type:
+        """The class `name` names; `ConfigError` on `field_name` (the kind's field unless
+        given) when it names none, or something not of the kind's base."""
+        field_name = field_name or self.field
+        if not isinstance(name, str) or not name:
+            raise ConfigError(field_name, self.not_allowed(name))
+        return _lookup(self, name, field_name, tuple(sys.path))
+
+    def registered(self) -> tuple[type, ...]:
+        """Every registered class, in `names` order."""
+        return _registered(self, tuple(sys.path))
+
+    def not_allowed(self, name: object) -> str:
+        """The one wording of a name this kind has no plug-in of."""
+        allowed = ", ".join(self.names())
+        return f"{name!r} is not allowed; allowed: {allowed}, or package.module:attribute"
+
+
+_NAMED_MODULES: set[str] = set()  # the modules plug-ins were named in as module:attribute
+
+
+@functools.cache
+def _lookup(registry: Registry, name: str, field_name: str, path: tuple[str, ...]) -> type:
+    target = registry.builtin.get(name) or entry_points(registry.group).get(name)
+    if target is None and ":" not in name:
+        raise ConfigError(field_name, registry.not_allowed(name))
+    found = load(target or name, field_name)
+    if not derives_from(found, registry.base):
+        base = registry.base.replace(":", ".")
+        raise ConfigError(field_name, f"{name!r} is {found!r}, not a subclass of {base}")
+    if target is None:
+        _NAMED_MODULES.add(name.partition(":")[0])
+    return found
+
+
+@functools.cache
+def _registered(registry: Registry, path: tuple[str, ...]) -> tuple[type, ...]:
+    return tuple(registry.get(name) for name in registry.names())
+
+
+def plugins_folder() -> str | None:
+    """The working directory, when a plug-in this process named as ``module:attribute`` was
+    imported from it (a space's task or step runner, read before its sweep starts): what the
+    sweep's workers must have on their path to import it; else None."""
+    cwd = os.getcwd()
+    files = [getattr(sys.modules.get(module), "__file__", None) for module in _NAMED_MODULES]
+    inside = [f for f in files if f is not None and os.path.abspath(f).startswith(cwd + os.sep)]
+    return cwd if inside else None
 
 
 # ---- tasks -----------------------------------------------------------------------------------
 
 DEFAULT_TASK = "wrn-cifar10"
-BUILTIN_TASKS = {
-    "wrn-cifar10": "tune_lowmem.tasks.classification:WideResNetCifar10",
-    "tv-cifar10": "tune_lowmem.tasks.torchvision_cifar10:TorchvisionCifar10",
-    "dct-iwslt14": "tune_lowmem.tasks.translation:DynamicConvIwslt14",
-}
-TASK_GROUP = "tune_lowmem.tasks"
-TASK_BASE = "tune_lowmem.tasks.base:Task"
-
-
-def registered_names() -> list[str]:
-    """Built-in names, then those of installed packages' entry points."""
-    plugins = entry_points(TASK_GROUP)
-    return [*BUILTIN_TASKS, *sorted(set(plugins) - set(BUILTIN_TASKS))]
-
-
-@functools.cache
-def get_task(name: str) -> type:
-    """The task class named `name`; `ConfigError` on the field ``task`` when there is none."""
-    if not isinstance(name, str) or not name:
-        raise ConfigError("task", f"{name!r} is not allowed; {_allowed()}")
-    target = (
-        BUILTIN_TASKS.get(name)
-        or entry_points(TASK_GROUP).get(name)
-        or (name if ":" in name else None)
-    )
-    if target is None:
-        raise ConfigError("task", f"{name!r} is not a registered task; {_allowed()}")
-    task = load(target, "task")
-    if not subclass_of(task, TASK_BASE):
-        raise ConfigError("task", f"{name!r} is {task!r}, not a subclass of tune_lowmem Task")
-    return task
-
-
-def tasks() -> tuple[type, ...]:
-    """Every registered task class, in `registered_names` order."""
-    return tuple(get_task(name) for name in registered_names())
-
-
-def module_directory(name: str) -> str | None:
-    """For a ``module:attribute`` task found in the working directory, that directory: what a
-    sweep's workers must have on their path to import it; None for any other task."""
-    if ":" not in name or name in BUILTIN_TASKS:
-        return None
-    module = sys.modules.get(name.split(":")[0])
-    path = getattr(module, "__file__", None)
-    cwd = os.getcwd()
-    return cwd if path is not None and os.path.abspath(path).startswith(cwd + os.sep) else None
-
-
-def _allowed() -> str:
-    return f"registered: {', '.join(registered_names())}; or package.module:attribute"
+TASKS = Registry(
+    field="task",
+    group="tune_lowmem.tasks",
+    base="tune_lowmem.tasks.base:Task",
+    builtin={
+        "wrn-cifar10": "tune_lowmem.tasks.classification:WideResNetCifar10",
+        "tv-cifar10": "tune_lowmem.tasks.torchvision_cifar10:TorchvisionCifar10",
+        "dct-iwslt14": "tune_lowmem.tasks.translation:DynamicConvIwslt14",
+    },
+)
 
 
 # ---- techniques ------------------------------------------------------------------------------
 
+# name -> its class, and its SETTINGS declared apart from its torch code, so that the config and
+# the store read them without torch (a plug-in's are its class's)
 BUILTIN_TECHNIQUES = {
-    "checkpoint": "tune_lowmem.techniques.checkpointing:Checkpointing",
-    "microbatch": "tune_lowmem.techniques.microbatch:Microbatching",
-    "sparsity": "tune_lowmem.techniques.sparsity:Sparsity",
-    "precision": "tune_lowmem.techniques.precision:Precision",
-    "adam_state": "tune_lowmem.techniques.adam_state:AdamState",
-    "fused_step": "tune_lowmem.techniques.fused_step:FusedStep",
+    "checkpoint": (
+        "tune_lowmem.techniques.checkpointing:Checkpointing",
+        "tune_lowmem.techniques.settings:CHECKPOINT",
+    ),
+    "microbatch": (
+        "tune_lowmem.techniques.microbatch:Microbatching",
+        "tune_lowmem.techniques.settings:MICROBATCH",
+    ),
+    "sparsity": (
+        "tune_lowmem.techniques.sparsity:Sparsity",
+        "tune_lowmem.techniques.sparsity_config:SETTINGS",
+    ),
+    "precision": (
+        "tune_lowmem.techniques.precision:Precision",
+        "tune_lowmem.techniques.settings:PRECISION",
+    ),
+    "adam_state": (
+        "tune_lowmem.techniques.adam_state:AdamState",
+        "tune_lowmem.techniques.settings:ADAM_STATE",
+    ),
+    "fused_step": (
+        "tune_lowmem.techniques.fused_step:FusedStep",
+        "tune_lowmem.techniques.settings:FUSED_STEP",
+    ),
 }
-# The built-in techniques' SETTINGS, declared apart from their torch code so that the config and
-# the store read them without torch (a plug-in's come from its class).
-BUILTIN_SETTINGS = {
-    "checkpoint": "tune_lowmem.techniques.settings:CHECKPOINT",
-    "microbatch": "tune_lowmem.techniques.settings:MICROBATCH",
-    "sparsity": "tune_lowmem.techniques.sparsity_config:SETTINGS",
-    "precision": "tune_lowmem.techniques.settings:PRECISION",
-    "adam_state": "tune_lowmem.techniques.settings:ADAM_STATE",
-    "fused_step": "tune_lowmem.techniques.settings:FUSED_STEP",
-}
-TECHNIQUE_GROUP = "tune_lowmem.techniques"
-TECHNIQUE_BASE = "tune_lowmem.techniques.base:Technique"
+TECHNIQUES = Registry(
+    field="techniques",
+    group="tune_lowmem.techniques",
+    base="tune_lowmem.techniques.base:Technique",
+    builtin={name: technique for name, (technique, _) in BUILTIN_TECHNIQUES.items()},
+)
+DEFAULT_STEP_RUNNER = "precision"  # the numeric format's step
 
 
-def techniques() -> tuple[type, ...]:
-    """Every technique class, in the order a trial applies them."""
-    return _techniques(_installed(), tuple(sys.path))
+def techniques(config: Any = None) -> tuple[type, ...]:
+    """Every registered technique class, in the order a trial applies them; with a config, and
+    the step runner it names as ``package.module:attribute`` last, which must then declare no
+    settings (a registered one's are config fields)."""
+    registered = TECHNIQUES.registered()
+    if config is None:
+        return registered
+    named = TECHNIQUES.get(config.step_runner, "step_runner")
+    if named in registered:
+        return registered
+    own = [s.name for s in getattr(named, "SETTINGS", ())]
+    if own:
+        raise ConfigError(
+            "step_runner",
+            f"{config.step_runner!r} declares settings ({', '.join(own)}), which are config "
+            "fields only of a technique an entry point registers",
+        )
+    return (*registered, named)
+
+
+def step_runner(config: Any) -> type:
+    """The technique that runs every step of a trial of `config` (`techniques.base.StepRunner`):
+    the one of `techniques(config)` that runs the step and that the config enables;
+    `ConfigError` on ``step_runner`` when none or two do."""
+    runners = [t for t in techniques(config) if t.RUNS_STEP and t.enabled(config)]
+    if len(runners) > 1:
+        names = " and ".join(t.NAME for t in runners)
+        raise ConfigError("step_runner", f"{names} both run the step; one is allowed")
+    if not runners:
+        allowed = [t.NAME for t in TECHNIQUES.registered() if t.RUNS_STEP]
+        raise ConfigError(
+            "step_runner",
+            f"{config.step_runner!r} runs no step; allowed: {', '.join(allowed)}, "
+            "or package.module:attribute",
+        )
+    return runners[0]
 
 
 def technique_settings() -> tuple[Any, ...]:
     """Every technique's settings (`techniques.setting.Setting`), in the registry's order: the
     technique fields of TrialConfig. The built-in ones' without importing torch."""
-    return _technique_settings(_installed(), tuple(sys.path))
-
-
-def _installed() -> tuple[tuple[str, str], ...]:
-    return tuple(sorted(entry_points(TECHNIQUE_GROUP).items()))
+    return _technique_settings(tuple(sys.path))
 
 
 @functools.cache
-def _techniques(plugins: tuple[tuple[str, str], ...], path: tuple[str, ...]) -> tuple[type, ...]:
-    found = []
-    for name, target in {**BUILTIN_TECHNIQUES, **dict(plugins)}.items():
-        technique = load(target, "techniques")
-        if not subclass_of(technique, TECHNIQUE_BASE):
-            raise ConfigError(
-                "techniques", f"{name!r} is {technique!r}, not a subclass of tune_lowmem Technique"
-            )
-        found.append(technique)
-    return tuple(found)
-
-
-@functools.cache
-def _technique_settings(
-    plugins: tuple[tuple[str, str], ...], path: tuple[str, ...]
-) -> tuple[Any, ...]:
-    declarations = {name: load(target, "techniques") for name, target in BUILTIN_SETTINGS.items()}
-    for name, target in plugins:
-        declarations[name] = load(target, "techniques").SETTINGS
+def _technique_settings(path: tuple[str, ...]) -> tuple[Any, ...]:
+    declarations = {name: load(own, "techniques") for name, (_, own) in BUILTIN_TECHNIQUES.items()}
+    for name in TECHNIQUES.names():
+        if name not in declarations:  # a plug-in's, from its class
+            declarations[name] = TECHNIQUES.get(name).SETTINGS
     owners: dict[str, str] = {}
     for name, settings in declarations.items():
         for setting in settings:
@@ -204,42 +260,20 @@ def _technique_settings(
 # ---- samplers --------------------------------------------------------------------------------
 
 DEFAULT_SAMPLER = "nsga2"
-SAMPLERS = {  # the built-in sampler names of a search space, and the classes they build
-    "nsga2": "optuna.samplers:NSGAIISampler",
-    "tpe": "optuna.samplers:TPESampler",
-    "gp": "optuna.samplers:GPSampler",
-    "random": "optuna.samplers:RandomSampler",
-    "grid": "tune_lowmem.search.samplers:GridSampler",
-    # the project's own: accuracy learned, memory asked of the profiler (search/known_memory.py)
-    "known-memory": "tune_lowmem.search.known_memory:KnownMemorySampler",
-    # the same with BoTorch's model and qLogNEHVI (the `botorch` extra; search/qlognehvi.py)
-    "qlognehvi": "tune_lowmem.search.qlognehvi:QLogNEHVISampler",
-}
-SAMPLER_GROUP = "tune_lowmem.samplers"
-
-
-def sampler_names() -> list[str]:
-    """Built-in sampler names, then those of installed packages' entry points."""
-    plugins = entry_points(SAMPLER_GROUP)
-    return [*SAMPLERS, *sorted(set(plugins) - set(SAMPLERS))]
-
-
-def get_sampler(name: object) -> type:
-    """The Optuna sampler class `name` builds, imported when a space first needs it;
-    `ConfigError` on the field ``sampler`` when no sampler has that name."""
-    target = isinstance(name, str) and (SAMPLERS.get(name) or entry_points(SAMPLER_GROUP).get(name))
-    if not target:
-        raise ConfigError(
-            "sampler", f"{name!r} is not allowed; allowed: {', '.join(sampler_names())}"
-        )
-    sampler = load(target, "sampler")
-    from optuna.samplers import BaseSampler  # every sampler class imports Optuna anyway
-
-    if not (isinstance(sampler, type) and issubclass(sampler, BaseSampler)):
-        raise ConfigError("sampler", f"{name!r} is {sampler!r}, not an Optuna sampler class")
-    return sampler
-
-
-def sampler_needs(sampler: type) -> tuple[str, ...]:
-    """What a sampler class declares it is built with (its `NEEDS`; none for Optuna's own)."""
-    return tuple(getattr(sampler, "NEEDS", ()))
+SAMPLERS = Registry(
+    field="sampler",
+    group="tune_lowmem.samplers",
+    base="optuna.samplers:BaseSampler",
+    builtin={
+        "nsga2": "optuna.samplers:NSGAIISampler",
+        "tpe": "optuna.samplers:TPESampler",
+        "gp": "optuna.samplers:GPSampler",
+        "random": "optuna.samplers:RandomSampler",
+        "grid": "tune_lowmem.search.samplers:GridSampler",
+        # the project's own: accuracy learned, memory asked of the profiler
+        # (search/known_memory.py)
+        "known-memory": "tune_lowmem.search.known_memory:KnownMemorySampler",
+        # the same with BoTorch's model and qLogNEHVI (the `botorch` extra; search/qlognehvi.py)
+        "qlognehvi": "tune_lowmem.search.qlognehvi:QLogNEHVISampler",
+    },
+)

@@ -2,16 +2,17 @@
 
 The whole file is checked before anything starts (no folder created, no Ray started): every
 key, every range, every choice value built into a real `TrialConfig`, every objective a metric
-the trial reports, every searched rewiring knob at points that rewire; the sampler's options
-are its builder's (`search.samplers`), which the launch runs before anything starts too. A
-mistake raises `ConfigError` naming the field, e.g.
+the trial reports, every searched rewiring knob at points that rewire, the sampler and its
+options against its class (`sampler_settings`, resolved once). A mistake raises `ConfigError`
+naming the field, e.g.
 ``params.sparsity.density.low: 0 is not allowed; loguniform needs low > 0``.
 
 Each key's own check and default stand in one table (`_SPACE_FIELDS`; a param's keys in
 `params.FIELDS`, the resources' in `_RESOURCE_FIELDS`, the scheduler's in `scheduler_settings`),
 read in one call; `SearchSpace.from_dict` then checks what a key must be beside the others, in
-this order: what the distributions alone decide (the conditions, `constraints`; what the sampler
-needs of them), then the base config and what needs its fields, and last the costly proofs over
+this order: what the distributions alone decide (the conditions, `constraints`; the sampler with
+its options, and what it needs of them), then the base config and what needs its fields, and
+last the costly proofs over
 the configs the sweep can run, each built once (`constraints.proofs`: each param value valid, a
 validation split where one is needed, each technique's own knobs).
 
@@ -30,8 +31,8 @@ The schema (see search_spaces/quickstart.yaml for a full example)::
       sparsity.period_multiplier: "sparsity.density < 1"   # else it keeps its base value
     objectives: {val_accuracy: maximize, memory.predicted_total_mb: minimize}
     memory_budget_mb: 50               # optional: points predicted above it are never trained
-    sampler: nsga2                     # nsga2 | tpe | gp | random | grid (choice params only) | known-memory | a plug-in's
-    sampler_options: {population_size: 8}   # optional keyword arguments of the Optuna sampler
+    sampler: nsga2                     # a built-in (plugins.SAMPLERS), an entry point's, or package.module:attribute
+    sampler_options: {population_size: 8}   # optional keyword arguments of the sampler's class
     sampler_seed: 0
     exactness: true                    # each training once, at least memory (absent: true, but for a grid)
     num_samples: 12                    # points to evaluate (a grid's sampler: at most the grid's size, default all)
@@ -41,10 +42,12 @@ The schema (see search_spaces/quickstart.yaml for a full example)::
     max_failures: 1                    # retries of a trial whose worker died (not of a raised error)
     resume_checkpoint_s: 10            # training seconds between a trial's Tune checkpoints (0: every epoch)
     scheduler: {type: mo-asha, grace_epochs: 1, reduction_factor: 3}   # optional early stopping
+    tracking: {tensorboard: true, mlflow: http://127.0.0.1:5000}   # besides the store (docs/tracking.md)
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -55,16 +58,19 @@ from . import constraints
 from .config import ConfigError, TrialConfig
 from .constraints import Condition  # the name a pickled space's conditions hold
 from .params import GRID_LIMIT, Param, param_specs
-from .plugins import DEFAULT_SAMPLER, get_sampler, sampler_needs
+from .plugins import DEFAULT_SAMPLER, TASKS
 from .results import (
     DIRECTIONS,
     MEASURED_METRICS,
     PREDICTED_METRICS,
 )
+from .sampler_settings import SamplerSettings, sampler_settings
 from .scheduler_settings import FIELDS as SCHEDULER_FIELDS
 from .scheduler_settings import SchedulerSettings, scheduler_settings
 from .store import check_name
 from .store.compat import FIRST_METRICS
+from .tracking_settings import FIELDS as TRACKING_FIELDS
+from .tracking_settings import TrackingSettings, mlflow_uri, tracking_settings
 from .validation import (
     Field,
     checked,
@@ -94,9 +100,7 @@ _NOT_SEARCHABLE = {
 def worst_value(metric: str, direction: str, task: str | None = None) -> float:
     """A value every real result beats: what a never-trained point tells the sampler. The
     task's metrics give their bounds (accuracy: 0); others get -+UNKNOWN_WORST."""
-    from .tasks import get_task
-
-    known = get_task(task).METRICS.get(metric) if task is not None else None
+    known = TASKS.get(task).METRICS.get(metric) if task is not None else None
     if known is not None and known.direction == direction:
         return known.worst(UNKNOWN_WORST)
     return -UNKNOWN_WORST if direction == "maximize" else UNKNOWN_WORST
@@ -137,11 +141,10 @@ class SearchSpace:
     params: tuple[Param, ...]
     objectives: dict[str, str]  # metric -> maximize | minimize, in order
     num_samples: int
+    sampler: SamplerSettings  # its `sampler` and `sampler_options`, resolved and checked
     description: str = ""
     conditions: dict[str, Condition] = field(default_factory=dict)  # child param -> condition
     memory_budget_mb: float | None = None
-    sampler: str = DEFAULT_SAMPLER
-    sampler_options: dict[str, Any] = field(default_factory=dict)
     sampler_seed: int | None = 0
     # A point asked trains as the least-memory point that trains alike, and a training asked
     # before answers it (`search.exactness`). None: as `uses_exactness` says for the sampler.
@@ -155,39 +158,47 @@ class SearchSpace:
     # killed driver's snapshot name a checkpoint that Tune has already deleted.
     resume_checkpoint_s: float = 10.0
     scheduler: SchedulerSettings | None = None  # None: every trial trains to its end
+    # Event files and an MLflow server besides the store. Read from the sweep's folder while it
+    # runs (`search.trackers`), so a space pickled before the field existed never needs it.
+    tracking: TrackingSettings = field(default_factory=TrackingSettings)
 
     # ---- reading -------------------------------------------------------------------------
 
     @classmethod
     def load(
-        cls, source: str | Path | Mapping[str, Any], num_samples: int | None = None
+        cls,
+        source: str | Path | Mapping[str, Any],
+        num_samples: int | None = None,
+        mlflow: str | None = None,
     ) -> SearchSpace:
         """Read and validate a YAML file, or the same values as a mapping; `num_samples`
-        overrides the space's."""
+        overrides the space's, `mlflow` (``--mlflow``) its tracking URI."""
+        mlflow_uri(mlflow, "--mlflow")  # the flag first: one line, before the space's proofs
         raw = source
         if not isinstance(raw, Mapping):
             raw = _space_file(raw)
         if num_samples is not None:
             raw = {**raw, "num_samples": num_samples}
-        return cls.from_dict(raw)
+        space = cls.from_dict(raw)
+        return space if mlflow is None else space.tracked(mlflow)
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> SearchSpace:
         """Each key by its own rules (`_SPACE_FIELDS`), then what it must be beside the others:
-        first what the distributions alone decide (conditions, the sampler's points), then the
-        base a valid config, what needs its fields, and last the costly proofs
+        first what the distributions alone decide (conditions; the sampler, its options and the
+        points it can ask), then the base a valid config, what needs its fields (the scheduler,
+        the objectives, the resources, the params), and last the costly proofs
         (`constraints.proofs`)."""
         values = read_section(raw, _SPACE_FIELDS, "")
         distributions = tuple(values["params"].values())
         conditions = constraints.conditions(values["conditions"], distributions)
-        sampler = values["sampler"]
-        grid = "grid" in sampler_needs(get_sampler(sampler))  # what it declares it needs
-        num_samples = _num_samples(values["num_samples"], sampler, grid, distributions, conditions)
+        sampler = sampler_settings(values["sampler"], values.pop("sampler_options"))
+        num_samples = _num_samples(values["num_samples"], sampler, distributions, conditions)
         base = _base(values["base"])
-        objectives = _objectives(values["objectives"], base["task"])
-        resources = _resources(values["resources"], base)
         searched = {p.name for p in distributions}
         scheduler = scheduler_settings(values["scheduler"], base, searched)
+        objectives = _objectives(values["objectives"], base["task"])
+        resources = _resources(values["resources"], base)
         params = _params(values["params"], base)
         constraints.proofs(params, base, objectives)
         return cls(
@@ -197,9 +208,11 @@ class SearchSpace:
                 "params": params,
                 "conditions": conditions,
                 "objectives": objectives,
+                "sampler": sampler,
                 "num_samples": num_samples,
                 "resources": resources,
                 "scheduler": scheduler,
+                "tracking": tracking_settings(values["tracking"]),
             }
         )
 
@@ -213,8 +226,8 @@ class SearchSpace:
             "conditions": {child: c.text for child, c in self.conditions.items()},
             "objectives": dict(self.objectives),
             "memory_budget_mb": self.memory_budget_mb,
-            "sampler": self.sampler,
-            "sampler_options": dict(self.sampler_options),
+            "sampler": self.sampler.name,
+            "sampler_options": dict(self.sampler.options),
             "sampler_seed": self.sampler_seed,
             "exactness": self.exactness,
             "num_samples": self.num_samples,
@@ -224,7 +237,13 @@ class SearchSpace:
             "max_failures": self.max_failures,
             "resume_checkpoint_s": self.resume_checkpoint_s,
             "scheduler": None if self.scheduler is None else self.scheduler.to_dict(),
+            "tracking": self.tracking.to_dict(),
         }
+
+    def tracked(self, mlflow: str) -> SearchSpace:
+        """The space with its trials logged to the MLflow tracking URI `mlflow` (``--mlflow``)."""
+        tracking = tracking_settings(self.tracking.to_dict(), mlflow)
+        return dataclasses.replace(self, tracking=tracking)
 
     # ---- using -----------------------------------------------------------------------------
 
@@ -246,7 +265,15 @@ class SearchSpace:
         that a space pickled before the field existed reads as absent."""
         if self.exactness is not None:
             return self.exactness
-        return "grid" not in sampler_needs(get_sampler(self.sampler))
+        return "grid" not in self.sampler.needs
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """A space pickled before its sampler was resolved (Tune's files of older sweeps) holds
+        the sampler's name and options apart: read as the file's two keys are."""
+        if isinstance(state.get("sampler"), str):
+            options = state.pop("sampler_options", {})
+            state = {**state, "sampler": sampler_settings(state["sampler"], options)}
+        self.__dict__.update(state)
 
     def trial_config(self, params: Mapping[str, Any]) -> TrialConfig:
         """The frozen config of one trial: the base with a point's values (and seed) over it."""
@@ -287,12 +314,6 @@ def _megabytes(value: Any, field_name: str) -> float | None:
     )
 
 
-def _sampler(value: Any, field_name: str) -> str:
-    """A registered sampler's name (`plugins.get_sampler`: a built-in one or an entry point's)."""
-    get_sampler(value)
-    return value
-
-
 def _optional_seed(value: Any, field_name: str) -> int | None:
     return numpy_seed(value, field_name, optional=True)
 
@@ -310,7 +331,7 @@ _SPACE_FIELDS = {  # the file's top level; what needs other keys is checked in `
     "conditions": Field(mapping, {}, blank_is_default=True),
     "objectives": Field(mapping, required="required"),
     "memory_budget_mb": Field(optional_positive_float),
-    "sampler": Field(_sampler, DEFAULT_SAMPLER),
+    "sampler": Field(default=DEFAULT_SAMPLER),  # resolved with its options (`from_dict`)
     "sampler_options": Field(mapping, {}, blank_is_default=True),
     "sampler_seed": Field(_optional_seed, 0),
     "exactness": Field(optional_flag),  # absent: `SearchSpace.uses_exactness` decides
@@ -321,6 +342,7 @@ _SPACE_FIELDS = {  # the file's top level; what needs other keys is checked in `
     "max_failures": Field(nonnegative_int, 1),
     "resume_checkpoint_s": Field(nonnegative_float, 10.0),
     "scheduler": Field(section(SCHEDULER_FIELDS, optional=True)),
+    "tracking": Field(section(TRACKING_FIELDS), {}, blank_is_default=True),
 }
 
 
@@ -328,23 +350,23 @@ _SPACE_FIELDS = {  # the file's top level; what needs other keys is checked in `
 
 
 def _num_samples(
-    value: int | None, sampler: str, grid: bool, params: tuple[Param, ...], conditions: Mapping
+    value: int | None, sampler: SamplerSettings, params: tuple[Param, ...], conditions: Mapping
 ) -> int:
-    """The points to evaluate: given, or, for a sampler of the `grid`, at most the grid's size,
-    all of it when absent."""
-    if not grid:
-        require(value is not None, "num_samples", f"required for sampler {sampler}")
+    """The points to evaluate: given, or, for a sampler that needs the grid, at most the grid's
+    size, all of it when absent."""
+    if "grid" not in sampler.needs:
+        require(value is not None, "num_samples", f"required for sampler {sampler.name}")
         return value
     for param in params:
         require(
             param.kind == "choice",
             f"params.{param.name}",
-            f"type {param.kind} is not allowed with sampler {sampler}; allowed: choice",
+            f"type {param.kind} is not allowed with sampler {sampler.name}; allowed: choice",
         )
     require(
         not conditions,
         "conditions",
-        f"not allowed with sampler {sampler} (every grid point sets every param)",
+        f"not allowed with sampler {sampler.name} (every grid point sets every param)",
     )
     size = math.prod(len(p.values) for p in params)
     require(
@@ -381,10 +403,8 @@ def _base(raw: dict[str, Any]) -> dict[str, Any]:
 
 def _objectives(raw: dict[str, Any], task: str) -> dict[str, str]:
     """Metric -> direction; a metric the task reports or a memory column (old names read)."""
-    from .tasks import get_task
-
     require(bool(raw), "objectives", "at least one metric -> maximize | minimize is required")
-    known = (*get_task(task).metric_names(), *PREDICTED_METRICS, *MEASURED_METRICS)
+    known = (*TASKS.get(task).metric_names(), *PREDICTED_METRICS, *MEASURED_METRICS)
     objectives = {}
     for metric, direction in raw.items():
         name = FIRST_METRICS.get(metric, metric)

@@ -62,13 +62,16 @@ class Trainer:
         seed_everything(config.seed)
         self.task = task or config.task_type()(config, self.device)
         self.techniques: list[Technique] = [
-            technique(config, self.task) for technique in techniques() if technique.enabled(config)
+            technique(config, self.task)
+            for technique in techniques(config)
+            if technique.enabled(config)
         ]
         model = self.task.build_model()
         for technique in self.techniques:
             model = technique.apply(model)
         self.model: nn.Module = model.to(self.device)
-        # the technique that runs every loss's forward and backward and the optimizer step
+        # the technique that runs every loss's forward and backward and the optimizer step: the
+        # one the config names (`plugins.step_runner` refused a config where none or two are)
         self.step_runner: StepRunner = next(t for t in self.techniques if t.RUNS_STEP)
         self.optimizer = self.task.build_optimizer(self.model)
         for technique in self.techniques:
@@ -156,7 +159,7 @@ class Trainer:
                 epoch_seconds=train_seconds,
                 skipped_steps=self.step_runner.skipped_steps,
             )
-            for technique in techniques():
+            for technique in techniques(self.config):
                 own = self.technique(technique)
                 metrics.update(own.metrics() if own else technique.off_metrics(self.config))
             self.history.append(metrics)

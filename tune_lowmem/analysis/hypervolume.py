@@ -87,4 +87,4 @@ def sampler_of(trials: pd.DataFrame, sweep: str) -> tuple[str, bool]:
     if "sampler" in trials.columns and trials["sampler"].notna().any():
         return str(trials["sampler"].dropna().iloc[0]), True
     words = re.split(r"[-_.]", sweep.lower())
-    return next((s for s in SAMPLERS if s in words), "sampler unknown"), False
+    return next((s for s in SAMPLERS.names() if s in words), "sampler unknown"), False

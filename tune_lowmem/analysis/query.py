@@ -17,7 +17,7 @@ import yaml
 from .. import pareto
 from ..config import ConfigError
 from ..results import MEASURED_RUN_PEAK, MEASURED_TOTAL, MEMORY_OBJECTIVE, PREDICTED_RUN_PEAK
-from . import counted
+from . import counted, terminal
 from . import objectives as chosen
 from .points import (
     NoResult,
@@ -28,6 +28,7 @@ from .points import (
     parse_objectives,
     trial_config,
 )
+from .terminal import aligned, ids, interval, named
 
 PREDICTED, MEASURED = MEMORY_OBJECTIVE, MEASURED_TOTAL
 
@@ -106,17 +107,26 @@ def answer(
     max_memory_mb: float | None = None,
     min_accuracy: float | None = None,
     form: str = "table",
+    width: int | None = None,
+    store: str | None = None,
 ) -> str:
-    """The front (or, given ``max_memory_mb``, the best configuration within it) as text."""
+    """The front (or, given ``max_memory_mb``, the best configuration within it) as text: a
+    table at most `width` characters wide (`terminal.narrow`; None: the full table), JSON or
+    CSV. `store` is how the narrow table's train lines name the store (default: `root`)."""
     chosen_from = select(root, sweep, task, objectives, min_accuracy)
     done, goals, beside = chosen_from.done, chosen_from.goals, chosen_from.beside
     if max_memory_mb is None:
-        return render(front(chosen_from), done, goals, beside, form)
+        rows = front(chosen_from)
+        if form == "table" and width is not None:
+            kept, sparse = _kept(rows, goals, beside)
+            legend = counted.note(rows, [*goals, *beside], sparse, ".mean")
+            return terminal.narrow(rows, goals, kept, legend, store or root, width)
+        return render(rows, done, goals, beside, form)
     found = best(chosen_from, max_memory_mb)
     if form != "table":
         return render(chosen_from.groups.loc[[found.name]], done, goals, beside, form, single=True)
     where = f"store {root}" + (f", sweep {sweep}" if sweep else "")
-    return _yaml(found, done, goals, beside, f"within {max_memory_mb:g} MB ({where})")
+    return _yaml(found, done, goals, beside, f"within {max_memory_mb:g} MB ({where})", width)
 
 
 def _beside(goals: dict[str, str], done: pd.DataFrame) -> list[str]:
@@ -160,13 +170,6 @@ def _objective(objectives: dict[str, str], direction: str, flag: str) -> str:
     return names[0]
 
 
-def _interval(row: pd.Series, col: str) -> str:
-    mean, ci = row[f"{col}.mean"], row[f"{col}.ci95"]
-    if math.isnan(mean):
-        return "-"
-    return f"{mean:.4g}" if math.isnan(ci) or ci == 0 else f"{mean:.4g} ± {ci:.2g}"
-
-
 def render(
     rows: pd.DataFrame,
     done: pd.DataFrame,
@@ -177,25 +180,25 @@ def render(
 ) -> str:
     """Rows as an aligned table with a command line to train each, as JSON, or as CSV."""
     if form == "table":
-        table = pd.DataFrame({"point": [_ids(p) for p in rows["points"]]})
+        table = pd.DataFrame({"point": [ids(p) for p in rows["points"]]})
         table["configuration"] = rows["configuration"].to_numpy()
         kept, sparse = _kept(rows, goals, beside)
         for col in goals:
             header = counted.labelled(col, goals[col][:3])
-            table[header] = [_interval(row, col) for _, row in rows.iterrows()]
+            table[header] = [interval(row, col) for _, row in rows.iterrows()]
         table["seeds"] = rows["n"].to_numpy()
         for col in kept:
-            table[_short(col)] = [_interval(row, col) for _, row in rows.iterrows()]
+            table[_short(col)] = [interval(row, col) for _, row in rows.iterrows()]
         if rows["other_settings"].astype(bool).any():
             table["other settings"] = rows["other_settings"].to_numpy()
         runs = [
-            f"  point {_ids(row['points'])} (trials {', '.join(row['trial_ids'])}): "
+            f"  point {ids(row['points'])} (trials {', '.join(row['trial_ids'])}): "
             + run_line(trial_config(done, row["seed_group"]))
             for _, row in rows.iterrows()
         ]
         legend = counted.note(rows, [*goals, *beside], sparse, ".mean")
         memory = [c for c in [*goals, *kept] if c.startswith("memory.")]
-        said = "".join(f"  {col}: {_named(col)}; {counted.how(col)}\n" for col in memory)
+        said = "".join(f"  {col}: {named(col)}; {counted.how(col)}\n" for col in memory)
         return (
             aligned(table)
             + legend
@@ -233,12 +236,13 @@ def run_line(config: dict[str, Any]) -> str:
     task's defaults would need the task, and so torch, imported)."""
     changed = {k: v for k, v in config.items() if k != "data.root"}
     sets = " ".join(
-        f"--set {shlex.quote(f'{key}={_yaml_value(value)}')}" for key, value in changed.items()
+        f"--set {shlex.quote(f'{key}={yaml_value(value)}')}" for key, value in changed.items()
     )
     return f"tune-lowmem train {sets}"
 
 
-def _yaml_value(value) -> str:
+def yaml_value(value) -> str:
+    """A config value as YAML text that reads back as it (``--set``'s values, MLflow's params)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -254,10 +258,6 @@ def _reads_back(text: str) -> bool:
     return yaml.safe_load(text) == text
 
 
-def _ids(points: list[int]) -> str:
-    return ",".join(map(str, points)) or "-"
-
-
 def _short(col: str) -> str:
     """A beside column's header: a test metric says it was not used to choose, memory how it
     counts."""
@@ -268,28 +268,10 @@ def _short(col: str) -> str:
     )
 
 
-def _named(col: str) -> str:
-    """A chosen row's figure named in plain words: "predicted training step memory (MB)",
-    "validation accuracy"."""
-    return counted.words(col) if col.startswith("memory.") else metric_name(col)
-
-
 def _obtained(col: str) -> str:
     """Where a figure comes from, the column it is kept in last: "from the config's shapes,
     before training; accounted; memory.predicted_total_mb"."""
     return f"{counted.how(col)}; {col}" if col.startswith("memory.") else col
-
-
-def aligned(table: pd.DataFrame) -> str:
-    """Left-aligned columns two spaces apart: long configuration names stay readable."""
-    cells = [list(map(str, table.columns))] + [
-        list(map(str, row)) for row in table.itertuples(index=False)
-    ]
-    widths = [max(len(line[i]) for line in cells) for i in range(len(table.columns))]
-    return "".join(
-        "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() + "\n"
-        for line in cells
-    )
 
 
 def _stats(row: pd.Series, col: str) -> dict:
@@ -330,29 +312,41 @@ def _number(value) -> float | None:
 
 
 def _yaml(
-    best: pd.Series, done: pd.DataFrame, goals: dict[str, str], beside: list[str], where: str
+    best: pd.Series,
+    done: pd.DataFrame,
+    goals: dict[str, str],
+    beside: list[str],
+    where: str,
+    width: int | None = None,
 ) -> str:
     """The config as YAML, after comment lines that say what it is, where it comes from and how
-    well it did."""
+    well it did (each wrapped to `width` characters, when given)."""
     config = trial_config(done, best["seed_group"])
     kept, sparse = _kept(best.to_frame().T, goals, beside)
     other = f"; {best['other_settings']}" if best["other_settings"] else ""
     lines = [
         f"# The best configuration on validation data {where}:",
         f"#   {best['configuration']}{other}",
-        f"#   point {_ids(best['points'])}, trials {', '.join(best['trial_ids'])}",
+        f"#   point {ids(best['points'])}, trials {', '.join(best['trial_ids'])}",
         *(
-            f"#   {_named(col)}: {_interval(best, col)} "
+            f"#   {named(col)}: {interval(best, col)} "
             f"({_seeds(int(best[f'{col}.count']))}; {_obtained(col)})"
             for col in goals
         ),
         *(
-            f"#   {_named(col)}: {_interval(best, col)} ({_obtained(col)})"
+            f"#   {named(col)}: {interval(best, col)} ({_obtained(col)})"
             if col.startswith("memory.")
-            else f"#   {_short(col)}: {_interval(best, col)}"
+            else f"#   {_short(col)}: {interval(best, col)}"
             for col in kept
         ),
         f"#   {counted.note(best.to_frame().T, [*goals, *beside], sparse, '.mean')}",
         "# Check it: tune-lowmem profile THIS.yaml; train it: tune-lowmem train THIS.yaml",
     ]
-    return "\n".join(lines) + "\n" + yaml.safe_dump(config, sort_keys=False)
+    if width is not None:
+        lines = [
+            terminal.wrapped(line.removeprefix("#   "), width, "#   ").rstrip("\n")
+            if line.startswith("#   ")
+            else line
+            for line in lines
+        ]
+    return "\n".join(lines) + "\n" + yaml.safe_dump(config, sort_keys=False, width=width or 80)

@@ -11,10 +11,21 @@ from ..yaml_loading import load_text
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    """A trial config as an optional YAML file plus `--set key=value` overrides (dotted keys)."""
+    """A trial config as an optional YAML file or a stored trial's (`--trial`), plus
+    `--set key=value` overrides (dotted keys)."""
     parser.add_argument(
         "config", nargs="?", help="a TrialConfig YAML file (default: the paper's WRN-28-2)"
     )
+    parser.add_argument(
+        "--trial",
+        metavar="ID",
+        help="the configuration (seed included) of a trial of the store, e.g. one that "
+        "`tune-lowmem pareto` lists",
+    )
+    parser.add_argument(
+        "--store", default="runs", help="the store --trial is read from (default: ./runs)"
+    )
+    parser.add_argument("--sweep", help="the trial's sweep, when trial ids repeat across sweeps")
     parser.add_argument(
         "--set",
         dest="overrides",
@@ -27,8 +38,15 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
 
 def config_from_arguments(args: argparse.Namespace) -> TrialConfig:
     values: dict[str, Any] = {}
+    if args.config and args.trial:
+        raise ConfigError("--trial", "not allowed with a config file; give one of them")
     if args.config:
         values = TrialConfig.from_yaml(args.config).to_flat()
+    if args.trial:
+        from .. import store
+
+        row = stored_trial(args.store, args.trial, args.sweep, "--trial")
+        values = store.trial_config(row).to_flat()
     for item in args.overrides:
         key, sep, raw = item.partition("=")
         key = key.strip()
@@ -38,6 +56,27 @@ def config_from_arguments(args: argparse.Namespace) -> TrialConfig:
     return TrialConfig.from_dict(values)
 
 
+def stored_trial(root: str, trial_id: str, sweep: str | None, flag: str) -> dict[str, Any]:
+    """The store's row of one trial (`flag` names it in an error): the one of that id, in
+    `sweep` when given."""
+    from .. import store
+    from ..preflight import store_folder
+
+    folder = store_folder(root, "--store")
+    trials = store.read_trials(folder, sweep) if sweep else store.read_trials(folder)
+    rows = trials[trials["trial_id"] == trial_id] if "trial_id" in trials else trials.iloc[:0]
+    if rows.empty:
+        where = f"sweep {sweep} of " if sweep else ""
+        raise ConfigError(flag, f"{trial_id!r} is not a trial in {where}the store {folder}")
+    if len(rows) > 1:
+        raise ConfigError(
+            flag,
+            f"{trial_id!r} is in several sweeps ({', '.join(rows['sweep'])}); "
+            "name one with --sweep",
+        )
+    return rows.iloc[0].to_dict()
+
+
 def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     """Where a sweep's results go and which Ray cluster runs it."""
     parser.add_argument("--store", default="runs", help="the store's folder (default: ./runs)")
@@ -45,6 +84,28 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
         "--address",
         help="a Ray cluster: auto, HOST:PORT or ray://HOST:10001 (default: start one here)",
     )
+    parser.add_argument(
+        "--mlflow",
+        metavar="URI",
+        help="log each trial as an MLflow run to this tracking URI, e.g. http://127.0.0.1:5000 "
+        "(overrides the space's tracking.mlflow; needs the mlflow extra)",
+    )
+
+
+def add_wide_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--wide",
+        action="store_true",
+        help="the full table (every memory column, other settings, a train line of --set flags) "
+        "rather than one that fits the terminal (at most 120 characters a line)",
+    )
+
+
+def table_width(args: argparse.Namespace) -> int | None:
+    """The width a table is printed at: None (the full table) with --wide, else the terminal's."""
+    from ..analysis.terminal import width
+
+    return None if args.wide else width()
 
 
 def print_outcome(outcome) -> None:

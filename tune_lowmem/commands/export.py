@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from . import stored_trial
+
 FORMATS = ("fairseq",)
 
 
@@ -30,24 +32,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(
             "--format", f"{args.format!r} is not allowed; allowed: {', '.join(FORMATS)}"
         )
-    row = _trial_row(store, Path(args.store), args.trial_id, args.sweep)
+    row = stored_trial(args.store, args.trial_id, args.sweep, "trial_id")
     out = Path(args.out or Path("export") / args.trial_id)
     print(export_fairseq(args.store, row, store.trial_config(row), out))
     return 0
-
-
-def _trial_row(store, root: Path, trial_id: str, sweep: str | None) -> dict:
-    from ..config import ConfigError
-
-    trials = store.read_trials(root, sweep) if sweep else store.read_trials(root)
-    rows = trials[trials["trial_id"] == trial_id] if "trial_id" in trials else trials.iloc[:0]
-    if rows.empty:
-        where = f"sweep {sweep} of " if sweep else ""
-        raise ConfigError("trial_id", f"{trial_id!r} is not a trial in {where}the store {root}")
-    if len(rows) > 1:
-        raise ConfigError(
-            "trial_id",
-            f"{trial_id!r} is in several sweeps ({', '.join(rows['sweep'])}); "
-            "name one with --sweep",
-        )
-    return rows.iloc[0].to_dict()

@@ -29,6 +29,7 @@ def run(args: argparse.Namespace) -> int:
             store=args.store,
             address=args.address,
             num_samples=num_samples,
+            mlflow=args.mlflow,
         )
     )
     return 0

@@ -3,7 +3,9 @@
 Completed trials are averaged across seeds (mean and 95% interval, 1.96 standard errors); the
 configurations non-dominated on the sweep's validation objectives are printed by memory, with
 their points, trials and a command to train each, or, given a memory budget, the single best
-one under it as a TrialConfig YAML that `tune-lowmem profile` and `train` take as is.
+one under it as a TrialConfig YAML that `tune-lowmem profile` and `train` take as is. The table
+fits the terminal (at most 120 characters a line; `analysis.terminal`), ``--wide`` prints the
+full one.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import number
+from . import add_wide_argument, number, table_width
 
 
 def add_parser(subparsers) -> None:
@@ -44,6 +46,7 @@ def add_parser(subparsers) -> None:
         default="table",
         help="table (with a budget: YAML), json or csv",
     )
+    add_wide_argument(parser)
     parser.set_defaults(run=run)
 
 
@@ -64,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
                 max_memory_mb=max_memory_mb,
                 min_accuracy=min_accuracy,
                 form=args.format,
+                width=table_width(args),
+                store_name=args.store,
             ),
             end="",
         )

@@ -20,5 +20,5 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..api import resume
 
-    print_outcome(resume(args.name, store=args.store, address=args.address))
+    print_outcome(resume(args.name, store=args.store, address=args.address, mlflow=args.mlflow))
     return 0

@@ -2,13 +2,16 @@
 
 It reads the Parquet store alone (no Ray, no torch) through `tune_lowmem.api`, compacting the
 sweep's files first when a running sweep has written many, and shows the same front
-`tune-lowmem pareto` would. A saved space that cannot be read is named in one line; the counts
-and the front then come from the rows alone.
+`tune-lowmem pareto` would, fitting the terminal as it does (``--wide``: the full table). A saved
+space that cannot be read is named in one line; the counts and the front then come from the
+rows alone.
 """
 
 from __future__ import annotations
 
 import argparse
+
+from . import add_wide_argument, table_width
 
 
 def add_parser(subparsers) -> None:
@@ -17,11 +20,13 @@ def add_parser(subparsers) -> None:
     )
     parser.add_argument("name", help="the sweep's name")
     parser.add_argument("--store", default="runs", help="the store's folder (default: ./runs)")
+    add_wide_argument(parser)
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..analysis.objectives import NoResult, say_unreadable
+    from ..analysis.terminal import wrapped
     from ..api import open_store
 
     runs = open_store(args.store, "--store")
@@ -35,10 +40,16 @@ def run(args: argparse.Namespace) -> int:
         if status.planned_points is not None
         else ""
     )
-    print(f"sweep {status.name}: {status.stored} trials stored ({stored}){planned}")
+    width = table_width(args)
+    said = f"sweep {status.name}: {status.stored} trials stored ({stored}){planned}"
+    print(wrapped(said, width) if width else said + "\n", end="")
     print("Pareto front, chosen on validation data:")
     try:
-        shown = runs.answer(status.name) if status.stored else "  (no trial stored yet)\n"
+        shown = (
+            runs.answer(status.name, width=width, store_name=args.store)
+            if status.stored
+            else "  (no trial stored yet)\n"
+        )
         print(shown, end="")
     except NoResult as error:
         print(f"  ({error})")

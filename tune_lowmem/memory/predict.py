@@ -8,7 +8,7 @@ synthetic minibatch under one `StorageTracker`, as `Trainer.train_step` runs it:
 backward passes of the microbatches of `passes` (the first, before any gradient exists; one of
 each later shape, whose gradients accumulate into existing ones; the last, in whose backward a
 fused step applies its update), then `update` (the finiteness check, the unscale, the optimizer's
-step as the precision takes it). The activation part is the most bytes the step's own tensors
+step as the step runner takes it). The activation part is the most bytes the step's own tensors
 hold at once beyond the parameters, buffers, optimizer state and the gradients the step leaves:
 the autograd graph's saved tensors, the gradients w.r.t. activations, the recomputed segments of
 a checkpointed model, the autocast copies of the weights in the amp modes, a later microbatch's
@@ -47,8 +47,8 @@ each distinct one once on the CPU to learn its bytes, which the run's peak count
 (`dry_run(..., workspace=False)`: tensors alone, from shapes only). A GPU's workspace is not
 predicted here.
 
-A dry run is cached per shape key (task, model, precision and its update rounding,
-checkpointing, batch or token budget and microbatch, device type, and the synthetic sentence
+A dry run is cached per shape key (task, model, step runner, precision and its update
+rounding, checkpointing, batch or token budget and microbatch, device type, and the synthetic sentence
 lengths), so a search that varies learning rates or sparsity pays for it once.
 """
 
@@ -197,7 +197,7 @@ def run_peak_storage(
 def occasional_work(config: TrialConfig) -> bool:
     """Whether a trial of `config` works between steps (`Technique.occasional_work`), so that its
     peak may be that work's."""
-    return any(technique.occasional_work(config) for technique in techniques())
+    return any(technique.occasional_work(config) for technique in techniques(config))
 
 
 def heap_object_bytes(config: TrialConfig, lengths: tuple[int, int] | None = None) -> int:
@@ -209,16 +209,21 @@ def heap_object_bytes(config: TrialConfig, lengths: tuple[int, int] | None = Non
 
 def shape_key(config: TrialConfig, lengths: tuple[int, int] | None = None) -> TrialConfig:
     """The config reduced to what decides the activations and FLOPs: the task's model, its
-    schedule's shape fields (`Task.SHAPE_FIELDS`) and each technique's `shape_settings`; default
-    data, seed 0, the rest at defaults; the device is the type a trial would run on."""
+    schedule's shape fields (`Task.SHAPE_FIELDS`), the technique that runs the step and each
+    technique's `shape_settings`; default data, seed 0, the rest at defaults; the device is the
+    type a trial would run on."""
     synthetic_task(config, torch.device("cpu"), lengths)  # refuses what the profiler cannot run
     schedule = config.schedule
     shapes = {name: getattr(schedule, name) for name in config.task_type().SHAPE_FIELDS}
     device = "cuda" if config.device != "cpu" and torch.cuda.is_available() else "cpu"
     reduced = TrialConfig(
-        task=config.task, device=device, model=config.model, schedule=type(schedule)(**shapes)
+        task=config.task,
+        device=device,
+        step_runner=config.step_runner,
+        model=config.model,
+        schedule=type(schedule)(**shapes),
     ).to_flat()
-    for technique in techniques():
+    for technique in techniques(config):
         reduced.update(technique.shape_settings(config))
     return TrialConfig.from_dict(reduced)
 
@@ -242,7 +247,7 @@ def _cached_dry_run(
     device = torch.device(key.device)
     with _global_rng_kept():
         trainer = Trainer(key, task=synthetic_task(key, device, lengths))
-    task, model, precision = trainer.task, trainer.model.train(), trainer.step_runner
+    task, model, runner = trainer.task, trainer.model.train(), trainer.step_runner
     batch = next(iter(task.train_batches(0)))  # real and small: splitting it reads its lengths
     microbatches, normaliser = task.microbatches(batch), task.normaliser(batch)
     shapes = [tuple(tuple(t.shape) for t in batch_tensors(m)) for m in microbatches]
@@ -259,7 +264,7 @@ def _cached_dry_run(
         for technique in trainer.techniques:
             technique.attach(optimizer)
             technique.begin_step(len(run))  # the last pass run is the step's last microbatch
-        _warm_up(model, optimizer, precision)
+        _warm_up(model, optimizer, runner)
         fakes = [
             map_tensors(fake_mode.from_tensor, microbatches[index], host_data=True) for index in run
         ]
@@ -268,17 +273,17 @@ def _cached_dry_run(
         with StorageTracker(existing) as tracker:
             for index, microbatch in zip(run, fakes, strict=True):
                 before = tracker.flops
-                with precision.forward_context():
+                with runner.forward_context():
                     loss, _ = task.loss(model, microbatch)
-                precision.backward(loss / normaliser)
+                runner.backward(loss / normaliser)
                 del loss
                 flops[shapes[index]] = tracker.flops - before
-            update(model, optimizer, precision)
+            update(model, optimizer, runner)
     heap = HEAP_BYTES_PER_STORAGE if device.type == "cpu" else 0  # the trial's device's
     step = _peak(tracker, _held(model, optimizer), heap)
     with_grad = {name for name, param in model.named_parameters() if param.grad is not None}
     occasional = functools.partial(occasional_peak, key, lengths, with_grad, heap)
-    evaluation = evaluation_peak(task, model, optimizer, precision, fake_mode, heap, workspace)
+    evaluation = evaluation_peak(task, model, optimizer, runner, fake_mode, heap, workspace)
     # the host minibatch is on the trial's device only when that is the host (a task moves each
     # microbatch to the device in `loss`, where the tracker counts the copy as the step's); the
     # host data it refers to is not the step's
@@ -302,7 +307,7 @@ def evaluation_peak(
     task,
     model: nn.Module,
     optimizer,
-    precision,
+    runner,
     fake_mode: FakeTensorMode,
     heap_bytes: int,
     workspace: bool,
@@ -319,7 +324,7 @@ def evaluation_peak(
             batch = map_tensors(fake_mode.from_tensor, real)
             existing = [*held, *batch_tensors(batch)]
             with StorageTracker(existing) as tracker, torch.no_grad():
-                with precision.forward_context():
+                with runner.forward_context():
                     result = task.evaluation_pass(model, batch)
                 evaluates, result = result is not None, None
     finally:
@@ -388,24 +393,24 @@ def passes(shapes: list[tuple]) -> list[int]:
     return sorted({0, *later.values(), len(shapes) - 1})
 
 
-def update(model: nn.Module, optimizer: torch.optim.Optimizer, precision) -> None:
+def update(model: nn.Module, optimizer: torch.optim.Optimizer, runner) -> None:
     """What `Trainer.train_step` does after the backward passes, for the tensors it allocates:
-    the gradients' finiteness flag, the loss scale's unscale, and the optimizer's step as the
-    precision takes it (the multi-tensor kernels' gradient-sized temporaries, the fp32 copies of
+    the gradients' finiteness flag, the step runner's unscale (a loss scale's), and the optimizer's
+    step as it takes it (the multi-tensor kernels' gradient-sized temporaries, the fp32 copies of
     bf16 weights and gradients that stochastic and Kahan rounding step in). A technique's work
     after some updates (`after_step`) is `occasional_peak`'s."""
     finite_flag([p.grad for p in model.parameters() if p.grad is not None])
-    precision.unscale_(model.parameters(), True)
-    precision.step(optimizer, model.parameters())
+    runner.unscale_(model.parameters(), True)
+    runner.step(optimizer, model.parameters())
 
 
-def _warm_up(model: nn.Module, optimizer: torch.optim.Optimizer, precision) -> None:
+def _warm_up(model: nn.Module, optimizer: torch.optim.Optimizer, runner) -> None:
     """An update on zero gradients, as `measure` takes a warm-up step: the optimizer's state then
     exists before the tracked step, as at every step but the first (which creates it, and for
     bf16 weights stepped in fp32 creates it in fp32 first)."""
     for param in model.parameters():
         param.grad = torch.zeros_like(param) if param.requires_grad else None
-    update(model, optimizer, precision)
+    update(model, optimizer, runner)
     optimizer.zero_grad(set_to_none=True)
 
 

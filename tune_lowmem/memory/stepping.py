@@ -62,7 +62,7 @@ def peak_steps(config: TrialConfig) -> list[int | None]:
     """The updates whose step may be a run's peak, for a measurement to take: those the
     techniques name (`Technique.peak_updates`: a sparse run's first update and first rewiring),
     else the step after the warm-up (None)."""
-    updates = {update for technique in techniques() for update in technique.peak_updates(config)}
+    updates = {u for technique in techniques(config) for u in technique.peak_updates(config)}
     return sorted(updates) or [None]
 
 

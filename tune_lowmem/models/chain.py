@@ -9,7 +9,8 @@ it is recomputed following its own plan, so a stage can run forward more than tw
 what `torch.utils.checkpoint` does when checkpoints nest (`run_plan`).
 
 `frontier` finds, for the whole chain, every plan that no other beats in both estimated peak
-bytes and recomputed FLOPs, from per-stage costs (`StageCost`, estimated by the model). The
+bytes and recomputed FLOPs, from per-stage costs (`StageCost`, estimated by the model), and
+`point` picks one of them by how much it may recompute (the strategies chain-k). The
 estimate only places the checkpoints; what a plan really holds is what the profiler measures by
 running it. Memory model of a plan's backward pass (bytes beyond its input, which the caller
 holds, the incoming gradient included):
@@ -55,9 +56,11 @@ class Option:
     plan: Plan = dataclasses.field(compare=False)
 
 
-def frontier(costs: tuple[StageCost, ...], output_bytes: int) -> list[Option]:
+@functools.lru_cache(maxsize=64)
+def frontier(costs: tuple[StageCost, ...], output_bytes: int) -> tuple[Option, ...]:
     """The plans for the whole chain that are Pareto-optimal in (peak, recomputed FLOPs), by
-    increasing peak (so by decreasing recomputation)."""
+    increasing peak (so by decreasing recomputation); the first, of least peak, recomputes the
+    least of those of its peak. Cached: a model asks for its input's shape at every step."""
     n = len(costs)
     size = [c.input_bytes for c in costs] + [output_bytes]
     prefix = [0]
@@ -85,7 +88,7 @@ def frontier(costs: tuple[StageCost, ...], output_bytes: int) -> list[Option]:
                     )
         return _pareto(options)
 
-    return list(front(0, n))
+    return front(0, n)
 
 
 def _pareto(options: list[Option]) -> tuple[Option, ...]:
@@ -100,10 +103,12 @@ def depth(plan: Plan) -> int:
     return max((1 + depth(c) for c in plan if isinstance(c, tuple)), default=0)
 
 
-@functools.lru_cache(maxsize=64)
-def least_memory(costs: tuple[StageCost, ...], output_bytes: int) -> Plan:
-    """The plan of least estimated peak; of those, the least recomputation."""
-    return frontier(costs, output_bytes)[0].plan
+def point(costs: tuple[StageCost, ...], output_bytes: int, k: int, points: int) -> Option:
+    """The frontier's point k of 0..`points` (`strategies`' chain-k): of the plans that
+    recompute at most (1 - k / points) of what the least-memory plan recomputes, the one of least
+    estimated peak. Point 0 is the least-memory plan, point `points` recomputes nothing."""
+    front = frontier(costs, output_bytes)
+    return next(o for o in front if o.recompute * points <= front[0].recompute * (points - k))
 
 
 def stages_of(plan: Plan) -> list[int]:

@@ -16,11 +16,6 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-# The checkpointing strategies of any model built of sequential stages of blocks (the generic
-# rule, for a model with no strategies of its own): none, each block its own segment, each run
-# of two consecutive blocks one segment.
-GENERIC_STRATEGIES = ("none", "blocks-1", "blocks-2")
-
 
 def run_checkpointed(
     fn: Callable[..., torch.Tensor], modules: Iterable[nn.Module], *args: torch.Tensor

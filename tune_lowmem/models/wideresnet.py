@@ -15,12 +15,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..validation import choice, positive_int, require
-from .chain import StageCost, least_memory, run_plan
+from .chain import StageCost, point, run_plan
 from .fused_norm import DEFAULT_CHUNKS, batch_statistics, bn_relu_conv, chunkwise, fused_block
 from .segments import run_checkpointed
+from .strategies import CHAIN_POINTS, CHAIN_STRATEGIES, chain_point, check
 
 NESTED = "-nested"
-CHAIN_MIN = "chain-min"
 FUSED_NORM_MODES = ("none", "unit", "block")
 
 
@@ -109,8 +109,9 @@ class WideResNet(nn.Module):
         # not the paper's: its segments with every block checkpointed again inside
         "residual-2-nested",
         "residual-2*-nested",
-        # not the paper's: nested checkpoints over stem, blocks and head placed by `chain`
-        CHAIN_MIN,
+        # not the paper's: nested checkpoints over stem, blocks and head placed by `chain`,
+        # chain-min (chain-0) and chain-0 .. chain-8 along its frontier (`strategies`)
+        *CHAIN_STRATEGIES,
     )
 
     def __init__(self, depth: int = 28, width: int = 2, num_classes: int = 10):
@@ -146,13 +147,11 @@ class WideResNet(nn.Module):
 
     def set_grad_checkpointing(self, strategy: str = "residual-1") -> None:
         """none | residual-1 | residual-2 | residual-2* (see `segments` for what each stores),
-        their -nested forms, or chain-min: the chain stem, blocks, head under the nested
-        checkpoints that `chain.least_memory` places for the input's shape (least estimated
-        peak, then least recomputation)."""
-        if strategy not in self.CHECKPOINT_STRATEGIES:
-            allowed = ", ".join(self.CHECKPOINT_STRATEGIES)
-            raise ValueError(f"checkpoint: {strategy!r} is not allowed; allowed: {allowed}")
-        self.grad_checkpointing = strategy
+        their -nested forms, or chain-k (chain-min is chain-0): the chain stem, blocks, head under
+        the nested checkpoints of `chain.point` k for the input's shape (k = 0: least estimated
+        peak, then least recomputation; each step of k recomputes at most 1/8 less of what
+        chain-0 recomputes, at the least estimated peak for it; see `strategies`)."""
+        self.grad_checkpointing = check(strategy, self.CHECKPOINT_STRATEGIES)
 
     def set_fused_norm(self, mode: str = "block") -> None:
         """none | unit | block: train the residual blocks through `fused_norm` (exact). "unit"
@@ -182,7 +181,7 @@ class WideResNet(nn.Module):
         blocks = list(self.blocks)
         stem, head = [self.stem], [_Head(self.bn, self.fc)]
         strategy = self.grad_checkpointing.removesuffix(NESTED)
-        if strategy in ("none", "residual-1", CHAIN_MIN):  # chain-min: the stages of `chain`
+        if strategy in ("none", "residual-1") or chain_point(strategy) is not None:  # chain stages
             return [stem] + [[b] for b in blocks] + [head]
         pairs = [blocks[i : i + 2] for i in range(0, len(blocks), 2)]
         if strategy == "residual-2":
@@ -238,12 +237,18 @@ class WideResNet(nn.Module):
         costs.append(StageCost(head_bytes, head_bytes, 2 * head_bytes, 0))
         return tuple(costs), batch * self.fc.out_features * self.fc.weight.dtype.itemsize
 
+    def chain_plan(self, shape: tuple[int, ...], k: int) -> tuple:
+        """chain-k's plan (`chain.point`) over stem, blocks and head for input images of
+        `shape`: what `forward` runs in training, in a trial and in the profiler's dry run."""
+        return point(*self.chain_costs(shape), k, CHAIN_POINTS).plan
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x.to(self.stem.weight.dtype)  # images enter a half model in half
         training = self.training and torch.is_grad_enabled()
-        if self.grad_checkpointing == CHAIN_MIN and training:
+        k = chain_point(self.grad_checkpointing)
+        if k is not None and training:
             stages = [self.stem, *self.blocks, _Head(self.bn, self.fc)]
-            return run_plan(least_memory(*self.chain_costs(tuple(x.shape))), stages, x)
+            return run_plan(self.chain_plan(tuple(x.shape), k), stages, x)
         segments = self.segments()
         nested = self.grad_checkpointing.endswith(NESTED)
         for index, segment in enumerate(segments):

@@ -6,6 +6,9 @@ Where a sweep keeps things, under the store root ``DIR``::
     DIR/ray/<sweep>/             Tune's experiment (trial states, checkpoints, the searcher) plus
         space.yaml               the validated search space, as resume reads it
         optuna.journal           Optuna's study (`journal`): every point asked and told
+        tracking.yaml            the trackers the sweep runs (`trackers`), as resume reads them
+        tensorboard/             each trial's curves as TensorBoard event files (`trackers`)
+        mlflow.yaml              the sweep's MLflow run ids, when it logs to MLflow
 
 A sweep folder (``DIR`` as a whole) can be copied or moved: nothing saved in it names a path
 (`place`), Tune restores from wherever its experiment now is, and `resume` writes only there.
@@ -20,6 +23,7 @@ file; `resume`, once there is room, repairs a torn journal line and finishes the
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import os
@@ -33,14 +37,16 @@ import pandas as pd
 import yaml
 from ray import tune
 from ray.tune import Callback
+from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
 from .. import pareto, preflight, store
 from ..analysis import baselines
 from ..config import ConfigError
-from ..plugins import module_directory
+from ..plugins import plugins_folder
 from ..space import SearchSpace
+from ..tracking_settings import mlflow_uri
 from ..yaml_loading import load_file
-from . import journal, legacy, place
+from . import journal, legacy, place, trackers
 from .generator import PlacedSearch
 from .place import sweep_folder
 from .progress import ProgressPrinter, say
@@ -57,6 +63,9 @@ TUNE_ENVIRONMENT = {
     # Tune's own period keeps it to a twentieth of the driver's time (`tune_state`)
     "TUNE_GLOBAL_CHECKPOINT_S": "auto",
     "RAY_AIR_NEW_OUTPUT": "0",  # with verbose=0 the classic reporter prints nothing; ours prints
+    # Tune's own loggers are named in `_tuner`: its JSON and CSV files, and not its TensorBoard
+    # files, which `trackers` writes as the sweep chooses
+    "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",
 }
 
 
@@ -171,6 +180,9 @@ def _tuner(space: SearchSpace, sweep: str, root: Path) -> tune.Tuner:
         RecordWorkerDeaths(space, sweep),
         *([RecordStopped(space, sweep)] if early else []),
         CompactAsItGoes(sweep),
+        trackers.Trackers(space, sweep),
+        JsonLoggerCallback(),  # each trial's result.json
+        CSVLoggerCallback(),  # and progress.csv
     ]
     scheduler = build_scheduler(space.scheduler, space.objectives, sweep) if early else None
     return tune.Tuner(
@@ -198,8 +210,8 @@ def _ray(address: str | None, space: SearchSpace) -> Iterator[None]:
     """Connect to `address`, or start a local cluster of this machine's CPUs; reuse a live one.
     Nothing starts unless the space's sampler builds (its options, its dependencies) and a local
     cluster (this machine) holds one trial; once joined, the cluster must hold one, else the
-    trial would wait forever. A task given as ``module:attribute`` from the working directory
-    goes on the workers' path."""
+    trial would wait forever. A plug-in the space names as ``module:attribute`` from the
+    working directory (a task, a step runner) puts it on the workers' path."""
     import ray
 
     for key, value in TUNE_ENVIRONMENT.items():
@@ -214,9 +226,9 @@ def _ray(address: str | None, space: SearchSpace) -> Iterator[None]:
     passed = {
         k: os.environ[k] for k in ("TUNE_LOWMEM_DATA", "TUNE_LOWMEM_CACHE") if k in os.environ
     }
-    task_folder = module_directory(space.base["task"])
-    if task_folder is not None:
-        paths = (task_folder, os.environ.get("PYTHONPATH"))
+    folder = plugins_folder()
+    if folder is not None:
+        paths = (folder, os.environ.get("PYTHONPATH"))
         passed["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
     options: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING}
     if passed:
@@ -264,24 +276,43 @@ def launch(
             f"sweep {sweep!r} already exists in {root}; continue it with "
             f"`tune-lowmem resume {sweep} --store {root}` or choose another --name",
         )
+    trackers.check(space.tracking)
     with _ray(address, space):
         folder.mkdir(parents=True)
         (folder / SPACE_FILE).write_text(yaml.safe_dump(space.to_dict(), sort_keys=False))
+        trackers.save_settings(folder, space.tracking)
         say(
             f"sweep {sweep}: {space.num_samples} points x {space.seeds_per_point} seed(s), "
-            f"sampler {space.sampler}, store {root}"
+            f"sampler {space.sampler.name}, store {root}"
         )
         results = _fit(_tuner(space, sweep, root))
     return _finish(space, sweep, root, results)
 
 
-def resume(name: str, store_root: str | Path = "runs", address: str | None = None) -> SweepResult:
-    """Continue a stopped sweep: unfinished trials run again, finished ones are not repeated."""
+def resume(
+    name: str,
+    store_root: str | Path = "runs",
+    address: str | None = None,
+    mlflow: str | None = None,
+) -> SweepResult:
+    """Continue a stopped sweep: unfinished trials run again, finished ones are not repeated;
+    `mlflow` (``--mlflow``) logs it to that MLflow tracking URI from now on."""
+    mlflow_uri(mlflow, "--mlflow")
     root = storage_root(store_root)
     space = saved_space(name, root)
     preflight.writable_folder(root, "--store")
     folder = sweep_folder(root, name)
+    tracking = trackers.saved_settings(folder)
+    launched_before = tracking is None and tune_saved(folder)  # Tune pickled no trackers
+    tracking = tracking or space.tracking
+    if mlflow is not None:
+        tracking = dataclasses.replace(tracking, mlflow=mlflow)
+    trackers.check(tracking)
     with _ray(address, space):
+        if not launched_before:
+            trackers.save_settings(folder, tracking)
+        elif mlflow is not None:
+            say(f"sweep {name} was launched without trackers; --mlflow does not reach it")
         if tune_saved(folder):
             say(f"sweep {name}: resuming from {folder}")
             place.bind(name, root)  # before Tune unpickles the searcher and the callbacks

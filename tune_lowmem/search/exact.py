@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from ..plugins import tasks, techniques
+from ..plugins import TASKS, techniques
 from ..techniques.base import EVERY
 from ..validation import ConfigError
 
@@ -29,7 +29,7 @@ SAME_TRAINING = "<exact>"  # what an exact value reads as in a training key
 def exact_values() -> Mapping[str, tuple[Any, ...] | None]:
     """Param -> its exact values (`EVERY`: all of them), as the registered techniques and tasks
     declare them."""
-    return _declared((*techniques(), *tasks()))
+    return _declared((*techniques(), *TASKS.registered()))
 
 
 @functools.cache

@@ -42,7 +42,6 @@ from ray.tune.schedulers import TrialScheduler
 from ray.tune.search import Searcher
 
 from .. import pareto
-from ..plugins import sampler_needs
 from ..results import MEMORY_OBJECTIVE
 from ..space import SearchSpace
 from . import place
@@ -225,7 +224,7 @@ def table_searcher(space: SearchSpace, table: Table, folder: str) -> ScreenedSea
     place.bind(space.name, folder)
     place.sweep_folder(folder, space.name).mkdir(parents=True)
     searcher = ScreenedSearcher(space, space.name)
-    if "memory" in sampler_needs(type(searcher.study.sampler)):
+    if "memory" in space.sampler.needs:
         searcher.study.sampler.memory = table.memory
     if searcher.exactness is not None:
         searcher.exactness.memory = table.memory

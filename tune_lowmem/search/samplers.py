@@ -1,9 +1,11 @@
-"""The Optuna sampler of a sweep, built from its space's `sampler`, `sampler_options` and
-`sampler_seed`, beside the searcher that asks and tells it.
+"""The Optuna sampler of a sweep, built from its space's sampler (`sampler_settings`: the class
+a space names, resolved and its options checked when the space is read) and `sampler_seed`,
+beside the searcher that asks and tells it.
 
-A sampler is a plug-in (`plugins.get_sampler`: a built-in name or an entry point of the
-``tune_lowmem.samplers`` group): an Optuna sampler class, built with its seed, its options and
-what it declares in `NEEDS`, each given as the keyword argument of that name (`SUPPLIES`):
+A sampler is a plug-in (`plugins.SAMPLERS`: a built-in name, an entry point of the
+``tune_lowmem.samplers`` group, or ``package.module:attribute``): an Optuna sampler class, built
+with its seed, its options and what it declares in `NEEDS`, each given as the keyword argument
+of that name (`SUPPLIES`):
 
 - ``grid``: every param's values (a dict of lists). The space must then be a grid: choice params
   only, no conditions, and `num_samples` at most the grid's size, all of it when absent
@@ -16,15 +18,12 @@ what it declares in `NEEDS`, each given as the keyword argument of that name (`S
 
 Which params train alike (their exact values) is declared by techniques and tasks and read
 through `search.exact`, the same for every sampler; the searcher applies them to whatever a
-sampler asks (`search.exactness`). A space's options are typed as the sampler's
-own defaults before it is built, since Optuna checks only some of them (a negative
-`n_startup_trials` or a number for the function `gamma` would fail mid-sweep); the launch builds
-the sampler once before anything starts, so every option error is one line naming its field.
+sampler asks (`search.exactness`). The launch builds the sampler once before anything starts,
+so what only its class can check of its options is one line naming its field too.
 """
 
 from __future__ import annotations
 
-import inspect
 import json
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -32,22 +31,14 @@ from typing import TYPE_CHECKING, Any
 import optuna
 
 from ..config import ConfigError
-from ..plugins import get_sampler, sampler_needs
 from ..results import PREDICTED_METRICS, STORED_METRICS
-from ..validation import SEED_LIMIT, is_int, is_number, require
+from ..validation import SEED_LIMIT, require
 
 if TYPE_CHECKING:
     from ..space import SearchSpace
 
 KNOWN = (*PREDICTED_METRICS, STORED_METRICS[0])  # objectives the profiler gives before training
 MemoryOf = Callable[[Mapping[str, Any]], float | None]
-AT_LEAST_ONE = (
-    "n_ei_candidates",
-    "population_size",
-    "n_candidates",
-    "n_predicted",
-    "mc_samples",
-)  # options counting draws
 
 
 class GridSampler(optuna.samplers.GridSampler):
@@ -66,7 +57,7 @@ def known_objective(space: SearchSpace) -> str:
     require(
         bool(known),
         "objectives",
-        f"sampler {space.sampler} needs an objective the profiler predicts "
+        f"sampler {space.sampler.name} needs an objective the profiler predicts "
         f"({', '.join(KNOWN)}); got {', '.join(space.objectives)}",
     )
     return known[0]
@@ -113,7 +104,7 @@ def memory_key(space: SearchSpace, params: Mapping[str, Any]) -> str | None:
         return None
 
 
-SUPPLIES: dict[str, Callable[[SearchSpace], Any]] = {  # what a sampler's NEEDS may name
+SUPPLIES: dict[str, Callable[[SearchSpace], Any]] = {  # each of `sampler_settings.NEEDS`
     "grid": lambda space: {p.name: list(p.values) for p in space.params},
     "space": lambda space: space,
     "memory": profiler_memory,
@@ -126,55 +117,14 @@ def build_sampler(space: SearchSpace, seed_offset: int = 0) -> optuna.samplers.B
     `Trial.set_constraint`). A resumed sweep passes the number of points already asked as
     `seed_offset`, so that its rebuilt sampler does not draw the points of the sweep's start
     again."""
-    sampler = get_sampler(space.sampler)
-    options = check_options(space.sampler, space.sampler_options)
+    sampler = space.sampler
     seed = None if space.sampler_seed is None else (space.sampler_seed + seed_offset) % SEED_LIMIT
-    supplied = {need: SUPPLIES[need](space) for need in sampler_needs(sampler)}
+    supplied = {need: SUPPLIES[need](space) for need in sampler.needs}
     try:
-        return sampler(seed=seed, **supplied, **options)
+        return sampler.cls(seed=seed, **supplied, **sampler.options)
     except ConfigError:  # the sampler's own check of the space names its field
         raise
     except (TypeError, ValueError) as error:
         raise ConfigError(
-            "sampler_options", f"{error}; see optuna.samplers for {space.sampler}'s options"
+            "sampler_options", f"{error}; see optuna.samplers for {sampler.name}'s options"
         ) from None
-
-
-def check_options(name: str, options: dict[str, Any]) -> dict[str, Any]:
-    """`options` when each is a keyword of the sampler `name` of its default's type (not a
-    seed, nor what the sampler needs: the space sets those); else `ConfigError` on
-    ``sampler_options.<option>``."""
-    sampler = get_sampler(name)
-    parameters = inspect.signature(sampler).parameters
-    set_by_space = ("self", "seed", *sampler_needs(sampler))
-    allowed = [p for p in parameters if p not in set_by_space]
-    for option, value in options.items():
-        field_name = f"sampler_options.{option}"
-        require(
-            option in allowed,
-            field_name,
-            f"not an option of {name} here; allowed: {', '.join(allowed)}",
-        )
-        default = parameters[option].default
-        if callable(default) or "Callable" in str(parameters[option].annotation):
-            raise ConfigError(field_name, "a function in Optuna; it cannot be set from YAML")
-        if isinstance(default, bool):
-            require(
-                isinstance(value, bool),
-                field_name,
-                f"{value!r} is not allowed; true or false is required",
-            )
-        elif is_int(default):
-            low = 1 if option in AT_LEAST_ONE else 0
-            require(
-                is_int(value) and value >= low,
-                field_name,
-                f"{value!r} is not allowed; an integer >= {low} is required",
-            )
-        elif isinstance(default, float):
-            require(
-                is_number(value),
-                field_name,
-                f"{value!r} is not allowed; a finite number is required",
-            )
-    return dict(options)

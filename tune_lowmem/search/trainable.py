@@ -90,7 +90,7 @@ def memory_metrics(
 
 def sweep_rows(space: SearchSpace, sweep: str) -> store.SweepRows:
     """What builds the store rows of `sweep`, a sweep of `space` (its sampler and objectives)."""
-    return store.SweepRows(sweep, space.sampler, space.objectives)
+    return store.SweepRows(sweep, space.sampler.name, space.objectives)
 
 
 def final_result(

@@ -1,7 +1,7 @@
 """Tasks: what a trial trains (model, data, recipe, metrics), one module per task, looked up by
-name (`tune_lowmem.plugins`). The interface is `tune_lowmem.tasks.base.Task`; this package's top
-imports nothing heavy, since the config layer asks the registry for names."""
+name in the registry (`tune_lowmem.plugins.TASKS`). The interface is `tune_lowmem.tasks.base.Task`;
+this package's top imports nothing heavy, since the config layer asks the registry for names."""
 
-from ..plugins import BUILTIN_TASKS, DEFAULT_TASK, get_task, registered_names
+from ..plugins import DEFAULT_TASK, TASKS
 
-__all__ = ["BUILTIN_TASKS", "DEFAULT_TASK", "get_task", "registered_names"]
+__all__ = ["DEFAULT_TASK", "TASKS"]

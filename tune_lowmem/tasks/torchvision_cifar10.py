@@ -2,7 +2,7 @@
 recipe (`Cifar10Classification`): the proof that the techniques and the profiler work on a model
 the project did not write.
 
-Checkpointing uses the generic rule (`models.segments.GENERIC_STRATEGIES`: the blocks of every
+Checkpointing uses the generic rule (`models.strategies.GENERIC_STRATEGIES`: the blocks of every
 sequential stage), since torchvision's models have no checkpointing of their own.
 """
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from ..models import torchvision_models
-from ..models.segments import GENERIC_STRATEGIES
+from ..models.strategies import GENERIC_STRATEGIES
 from ..validation import choice, positive_int
 from .classification import Cifar10Classification
 

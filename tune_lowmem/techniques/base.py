@@ -2,7 +2,7 @@
 owns its fields of `TrialConfig` (`SETTINGS`), checks them against the task, changes the model,
 optimizer or step of one trial, and says what it changes in the memory prediction.
 
-A technique is a `Technique` subclass registered by name: a line in
+A technique is a `Technique` subclass registered by name: a row of
 `tune_lowmem.plugins.BUILTIN_TECHNIQUES`, or an entry point of the group
 ``tune_lowmem.techniques`` in any installed package (docs/plugins.md). It imports no model, no
 task module and no Ray; it asks the task (`tune_lowmem.tasks.base.Task`) for what it needs to
@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from torch import nn
 
+from ..plugins import TECHNIQUES
 from ..validation import require
 
 # The trial's task (`tune_lowmem.tasks.base.Task`), which sits above the techniques: they use
@@ -47,7 +48,7 @@ class Technique:
     # Param (dotted) -> its values that train as the plain step does (bit for bit or within
     # rounding), or EVERY: points differing only in them share one accuracy (search.exact).
     EXACT: ClassVar[Mapping[str, tuple[Any, ...] | None]] = {}
-    # Whether it is the one technique bound to every trial that runs the step (a `StepRunner`).
+    # Whether it runs a trial's step (a `StepRunner`), read without importing this module.
     RUNS_STEP: ClassVar[bool] = False
     # What it reads of a task beyond the `Task` interface: class attribute -> what a task that
     # does not set it is read as (`task_needs`).
@@ -173,13 +174,18 @@ class Technique:
 
 
 class StepRunner(Technique):
-    """The technique that runs a trial's step, one bound to every trial (the numeric format's,
-    `techniques.precision.Precision`, by default): what the training loop (`Trainer.train_step`)
-    and the profiler's dry run (`memory.predict`) ask of it, in their order. A plug-in that runs
-    the step subclasses this, is enabled where the default is not, and implements each method
-    without reading a tensor's value on the host (the dry run steps on fake tensors)."""
+    """The technique that runs a trial's step: the one its config's ``step_runner`` names (the
+    numeric format's, `techniques.precision.Precision`, by default), bound to that trial alone.
+    What the training loop (`Trainer.train_step`) and the profiler's dry run (`memory.predict`)
+    ask of it, in their order; a plug-in that runs the step subclasses this and implements each
+    method without reading a tensor's value on the host (the dry run steps on fake tensors)."""
 
     RUNS_STEP = True
+
+    @classmethod
+    def enabled(cls, config: TrialConfig) -> bool:
+        """Whether the config's ``step_runner`` names it."""
+        return TECHNIQUES.get(config.step_runner, "step_runner") is cls
 
     def forward_context(self) -> contextlib.AbstractContextManager:
         """Where every forward pass runs, training and evaluation (e.g. autocast)."""

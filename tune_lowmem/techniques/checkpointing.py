@@ -26,8 +26,8 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from ..models.segments import GENERIC_STRATEGIES, run_checkpointed
-from ..validation import choice
+from ..models import strategies
+from ..models.segments import run_checkpointed
 from . import settings
 from .base import EVERY, Technique
 
@@ -75,7 +75,7 @@ def stages(model: nn.Module) -> list[nn.Sequential]:
 
 def set_generic_checkpointing(model: nn.Module, strategy: str) -> nn.Module:
     """Apply ``none``, ``blocks-1`` or ``blocks-2`` to any model made of sequential stages."""
-    choice(strategy, GENERIC_STRATEGIES, "checkpoint")
+    strategies.check(strategy, strategies.GENERIC_STRATEGIES)
     found = stages(model)
     if strategy != "none" and not found:
         raise ValueError(f"checkpoint: {type(model).__name__} has no sequential stage of blocks")
@@ -103,7 +103,7 @@ class Checkpointing(Technique):
     NAME = "checkpoint"
     SETTINGS = settings.CHECKPOINT
     EXACT: ClassVar = {"checkpoint": EVERY}  # recomputation repeats the same operations
-    # the strategies the task's model supports (its own, or models.segments.GENERIC_STRATEGIES)
+    # the strategies the task's model supports (its own, or models.strategies.GENERIC_STRATEGIES)
     TASK_NEEDS: ClassVar = {"CHECKPOINT_STRATEGIES": ("none",)}
 
     @classmethod
@@ -112,7 +112,7 @@ class Checkpointing(Technique):
 
     @classmethod
     def validate(cls, config, task) -> None:
-        choice(config.checkpoint, cls.task_needs(task, "CHECKPOINT_STRATEGIES"), "checkpoint")
+        strategies.check(config.checkpoint, cls.task_needs(task, "CHECKPOINT_STRATEGIES"))
 
     @classmethod
     def shape_settings(cls, config) -> dict[str, Any]:

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from ..finite import all_finite
+from ..plugins import TECHNIQUES
 from ..torch_private import multiply_
 from ..validation import choice, require
 from . import settings
@@ -144,9 +145,10 @@ class DynamicLossScaler:
 class Precision(StepRunner):
     """The `precision` field for one trial: model casting, forward context, backward, unscale.
 
-    Always bound to a trial (fp32 too), the default `StepRunner`: the training loop runs every
-    loss through its `forward_context` and `backward` and takes a step only when `unscale_`
-    allows it.
+    The default `StepRunner`, bound to every trial whose ``step_runner`` names it (fp32 too): the
+    training loop runs every loss through its `forward_context` and `backward` and takes a step
+    only when `unscale_` allows it. A trial another step runner runs trains fp32, unless that
+    runner derives from this class (and so keeps its formats).
     """
 
     NAME = "precision"
@@ -165,13 +167,16 @@ class Precision(StepRunner):
             self.rounding = torch.Generator(device=self.device_type).manual_seed(config.seed)
 
     @classmethod
-    def enabled(cls, config) -> bool:
-        return True
-
-    @classmethod
     def validate(cls, config, task) -> None:
         choice(config.precision, PRECISIONS, "precision")
         choice(config.precision_update, PRECISION_UPDATES, "precision_update")
+        runner = TECHNIQUES.get(config.step_runner, "step_runner")
+        require(
+            issubclass(runner, Precision) or config.precision == "fp32",
+            "precision",
+            f"{config.precision!r} is not allowed with step_runner {config.step_runner}; "
+            "allowed: fp32 (the other formats need precision's own step)",
+        )
         require(
             config.precision_update == "nearest" or config.precision == "bf16",
             "precision_update",
