@@ -39,7 +39,6 @@ from typing import TYPE_CHECKING, Any
 from optuna.study import Study
 
 from ..params import Param
-from ..plugins import get_sampler, sampler_needs
 from .exact import exact
 
 if TYPE_CHECKING:
@@ -60,7 +59,7 @@ class Representation:
     @classmethod
     def of(cls, space: SearchSpace) -> Representation:
         """What a new study of `space` is asked with."""
-        if {"grid", "space"} & set(sampler_needs(get_sampler(space.sampler))):
+        if {"grid", "space"} & set(space.sampler.needs):
             return cls()
         read = {condition.parent for condition in space.conditions.values()}
         choices = [p for p in space.params if p.kind == "choice"]
