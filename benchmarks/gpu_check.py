@@ -64,7 +64,12 @@ TARGET_MEMORY, TARGET_STEP = 0.05, 0.03
 NO_CUDA = "skipped: no CUDA"
 MiB = 1 << 20
 QUARTER = "quarter"  # a microbatch of a quarter of the minibatch (examples or tokens)
-GPU_TEST_MODULES = ("tests/test_gpu_cuda.py", "tests/test_memory.py", "tests/test_data_feed.py")
+GPU_TEST_MODULES = (
+    "tests/test_gpu_cuda.py",
+    "tests/test_memory.py",
+    "tests/test_data_feed.py",
+    "tests/test_trial_time.py",
+)
 ABSENT_ON_DEVICE = ("ray", "optuna", "duckdb", "jsonschema")  # none is on the device machine
 NOMINAL_CARD_MB = 80_000.0  # the card the shares are sized for where there is none (dry runs)
 TASK_SCRIPT = REPO / "benchmarks" / "gpu_check_task.py"

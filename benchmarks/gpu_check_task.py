@@ -74,9 +74,9 @@ def run_trial(plan_file: Path, hidden: int, root: Path) -> str:
     from tune_lowmem.memory.predict import predict
     from tune_lowmem.memory.share import hold_to_share, peak_memory_mb, trial_share
     from tune_lowmem.memory.stepping import at_peak
-    from tune_lowmem.search.trainable import failure_reason, memory_metrics, out_of_memory
-    from tune_lowmem.store import store_column
-    from tune_lowmem.train import Trainer, resolve_device
+    from tune_lowmem.outcome import memory_columns
+    from tune_lowmem.search.trainable import failure_reason, out_of_memory
+    from tune_lowmem.train import Trainer, measured_times, resolve_device
 
     config, resources = packing_trial(json.loads(plan_file.read_text()), hidden)
     device = resolve_device(config.device)
@@ -94,18 +94,18 @@ def run_trial(plan_file: Path, hidden: int, root: Path) -> str:
         status = "infeasible" if out_of_memory(error) else "failed"
         reason = failure_reason(error)
     history = trainer.history if trainer is not None else []
-    memory = {
-        **memory_metrics(predicted, measured),
-        **{f"memory.{part}": mb for part, mb in peak_memory_mb(device).items()},
+    outcome = {
+        **memory_columns(predicted, measured),
+        **peak_memory_mb(device),
+        **measured_times(history),
     }
     final = history[-1] if history and status == "completed" else {}
-    record = store.TrialRecord(
-        sweep=SWEEP,
-        trial_id=f"width-{hidden}",
-        status=status,
-        config=config.to_flat(),
-        metrics={k: v for k, v in final.items() if isinstance(v, float | int)},
-        memory={store_column(k).removeprefix("memory."): v for k, v in memory.items()},
+    record = store.SweepRows(SWEEP).row(
+        f"width-{hidden}",
+        status,
+        config.to_flat(),
+        final,
+        outcome,
         failure_reason=reason,
         started_at=started,
         finished_at=datetime.now(UTC),

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,16 +38,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="write the results even on a loaded machine (they are labelled so)",
     )
-
-
-def cpu_model() -> str:
-    """The CPU's model name (Linux's /proc/cpuinfo), else what the platform says."""
-    cpuinfo = PROC / "cpuinfo"
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
 
 
 def _cpu_ticks() -> dict[int, tuple[str, int, int]]:
@@ -132,6 +121,8 @@ class Watch:
     def stop(self) -> dict:
         """The record to keep with the figures; on a loaded machine exit, writing nothing,
         unless `allow_load` (then the record's `label` says why it was loaded)."""
+        from tune_lowmem.timing.device import cpu_model  # (render_docs imports no torch)
+
         after, cores = snapshot(), os.cpu_count() or 1
         why = loaded(cores, self.threads, self.before, after)
         self._judge(why)

@@ -73,7 +73,7 @@ from tune_lowmem.memory import predict as predict_module
 from tune_lowmem.memory.allocations import measure_allocations
 from tune_lowmem.memory.measure import measure
 from tune_lowmem.memory.stepping import peak_steps
-from tune_lowmem.memory.stored import stored_totals
+from tune_lowmem.outcome import MEASURED_STORED_TOTAL, memory_columns
 
 RESULTS = Path(__file__).parent / "results" / "profiler_accuracy.json"
 CALIBRATION_FILE = Path(predict_module.__file__).with_name("calibration.json")
@@ -311,7 +311,7 @@ def evaluate(name: str, flat: dict, heap: bool) -> dict:
     if heap and total / MB < HEAP_VIEW_MAX_MB and batch <= HEAP_VIEW_MAX_IMAGES:
         predicted = predict_module.predict(config, lengths)
         measured = max(
-            stored_totals(predicted, measure(config, lengths, u))["measured_stored_total_mb"]
+            memory_columns(predicted, measure(config, lengths, u))[MEASURED_STORED_TOTAL]
             for u in steps
         )
         point["heap_predicted_mb"] = predicted.total_mb

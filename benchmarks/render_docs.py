@@ -684,6 +684,55 @@ def gpu_check(result: dict) -> str:
     return "\n".join(["```", *result["output"], "```"]) + "\n"
 
 
+def time_accuracy(result: dict) -> str:
+    """The error distribution, over all points and per model family, then every point."""
+    summary, targets = result["summary"], result["summary"]["targets"]
+    protocol = result["protocol"]
+    lines = [
+        (
+            f"Command: `{result['command']}` (torch {result['torch']}, {result['threads']} "
+            f"thread(s)); {len(result['points'])} of {len(protocol['evaluation'])} evaluation "
+            f"points measured, {len(protocol['calibration'])} calibration points apart; each "
+            f"measured as the median of {protocol['updates']} updates after "
+            f"{protocol['warm_up']}; targets: median within {percent(targets['median'])}, 90th "
+            f"percentile within {percent(targets['p90'])}."
+        ),
+        "",
+        describe(result.get("machine") or unrecorded("the run was cut short")),
+        "",
+    ]
+    groups = [("all points", summary["all"]), *summary["families"].items()]
+    lines += table(
+        [
+            "seconds per update, predicted against measured",
+            "points",
+            "median",
+            "90th percentile",
+            "worst",
+        ],
+        [
+            [label, d["points"], *(percent(d[k]) for k in ("median", "p90", "worst"))]
+            for label, d in groups
+        ],
+    )
+    lines += [""]
+    lines += table(
+        ["point", "predicted s", "measured s", "error", "calls per update", "prediction s"],
+        [
+            [
+                p["name"],
+                f"{p['predicted_update_s']:.4f}",
+                f"{p['measured_update_s']:.4f}",
+                f"{100 * p['error']:+.1f}%",
+                p["calls_per_update"],
+                f"{p['prediction_seconds']:.1f}",
+            ]
+            for p in result["points"]
+        ],
+    )
+    return "\n".join(lines) + "\n"
+
+
 RENDERERS: dict[str, Callable[[dict], str]] = {
     "ask_time": ask_time,
     "profiler_accuracy": profiler_accuracy,
@@ -695,7 +744,14 @@ RENDERERS: dict[str, Callable[[dict], str]] = {
     "search_replay": search_replay,
     "fidelity": fidelity,
     "tracking_overhead": tracking_overhead,
+    "time_accuracy": time_accuracy,
 }
+
+
+NOT_YET = (
+    "Not measured yet: `benchmarks/results/{name}.json` is written by `benchmarks/{name}.py` on a "
+    "quiet machine; then run `benchmarks/render_docs.py`.\n"
+)
 
 
 def render(text: str) -> str:
@@ -703,7 +759,10 @@ def render(text: str) -> str:
 
     def region(match: re.Match) -> str:
         name, key = match.group(2), match.group(3)
-        result = json.loads((RESULTS / f"{name}.json").read_text())
+        path = RESULTS / f"{name}.json"
+        if not path.exists():  # a benchmark not yet run on a quiet machine
+            return match.group(1) + NOT_YET.format(name=name) + match.group(5)
+        result = json.loads(path.read_text())
         return (
             match.group(1)
             + RENDERERS[name](result if key is None else result[key])

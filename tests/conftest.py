@@ -6,8 +6,14 @@ import pytest
 import torch
 
 from tune_lowmem.config import TrialConfig
+from tune_lowmem.outcome import TIME
 
 torch.set_num_threads(2)
+
+
+def timed(key: str) -> bool:
+    """An epoch's key that says how long it took: what two runs of one seed need not share."""
+    return key == "epoch_seconds" or key.startswith(TIME)
 
 
 def tiny_wrn_config(**flat) -> TrialConfig:

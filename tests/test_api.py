@@ -10,6 +10,9 @@ import pandas as pd
 import pytest
 
 import tune_lowmem
+import tune_lowmem.search
+from tune_lowmem.analysis import table3
+from tune_lowmem.analysis.points import load_points
 from tune_lowmem.config import TrialConfig
 from tune_lowmem.store import TrialRecord, write_trial
 
@@ -88,27 +91,39 @@ def test_an_unreadable_saved_space_is_said_not_raised_by_status(hand_store):
 
 def test_launch_from_a_dict_then_resume_return_the_front(tmp_path, monkeypatch):
     """A sweep launched from a dict (no file), its front, its store opened afterwards, its
-    best config trained; `resume` of the finished sweep runs nothing again."""
+    best config trained; `resume` of the finished sweep runs nothing again. The sweep trains
+    its baseline (the base, fp32, dense) once, outside the sampler, and the report's front
+    table prices every configuration against it: score change and time ratio."""
     monkeypatch.syspath_prepend(str(ROOT))  # the tiny task is a user's module
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     space = {
         "name": "notebook",
         "base": {"task": TINY_TASK, "device": "cpu", "schedule": {"epochs": 1}},
-        "params": {"precision": {"type": "choice", "values": ["fp32", "bf16"]}},
+        "params": {"precision": {"type": "choice", "values": ["bf16", "amp-bf16"]}},
         "objectives": {"val_accuracy": "maximize", "memory.predicted_total_mb": "minimize"},
         "sampler": "grid",
         "max_concurrent": 2,
         "resources": {"cpu": 1, "gpu": 0},
     }
     result = tune_lowmem.launch(space, store=tmp_path / "runs")
-    assert sorted(result.trials["status"]) == ["completed", "completed"]
+    assert sorted(result.trials["status"]) == ["completed"] * 3
+    (baseline,) = result.trials.index[result.trials["point"].isna()]
+    assert result.trials.loc[baseline, "config.precision"] == "fp32"
+    assert len(tune_lowmem.search.sweep_study(tmp_path / "runs", "notebook").trials) == 2
     assert {"val_accuracy", "memory.predicted_total_mb", "precision", "seeds"} <= set(
         result.front.columns
     )
     runs = tune_lowmem.open_store(tmp_path / "runs")
     assert runs.space("notebook")["name"] == "notebook"
     status = runs.status("notebook")
-    assert (status.counts["completed"], status.planned_points) == (2, 2)
+    assert (status.counts["completed"], status.planned_points, status.baseline) == (3, 2, True)
+    front = runs.front("notebook")
+    assert (front["time.measured_update_s.mean"] > 0).all()
+    table = table3.build(load_points(str(tmp_path / "runs"), "notebook"))
+    assert table["configuration"].iloc[0] == "fp32 (baseline)"
+    priced = table.iloc[1:]
+    assert len(priced) and priced["validation change (pp)"].notna().all()
+    assert (priced[table3.TIME_RATIO] > 0).all() and table[table3.UPDATE_TIME].notna().all()
     config = runs.best_config(1e6, "notebook")
     assert config.task == TINY_TASK
     from tune_lowmem.train import Trainer

@@ -35,6 +35,7 @@ def exact_space(sampler: str = "random", num_samples: int = 6, **fields) -> Sear
             "sampler": sampler,
             "num_samples": num_samples,
             "params": params,
+            "baseline": False,
             **fields,
         }
     )

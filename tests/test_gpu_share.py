@@ -21,7 +21,7 @@ from tune_lowmem.memory.share import (
     peak_memory_mb,
     trial_share,
 )
-from tune_lowmem.search.trainable import result_from_row
+from tune_lowmem.outcome import CUDA_PEAKS, result_from_row
 
 
 @pytest.mark.parametrize("predicted", [1.0, 250.0, 3_000.0, 20_000.0])
@@ -57,7 +57,7 @@ def test_no_fraction_without_a_gpu_share_or_with_whole_cards():
 
 def test_a_cpu_trial_sets_nothing_and_has_no_gpu_peaks():
     assert hold_to_share(0.5, torch.device("cpu")) is None
-    assert peak_memory_mb(torch.device("cpu")) == dict.fromkeys(store.CUDA_PEAK_COLUMNS)
+    assert peak_memory_mb(torch.device("cpu")) == dict.fromkeys(CUDA_PEAKS)
 
 
 @pytest.fixture
@@ -89,7 +89,7 @@ def test_the_share_is_set_on_a_definite_card(cuda_calls, device, index):
     fraction = hold_to_share(0.25, device)
     assert fraction == pytest.approx(0.25 - CUDA_CONTEXT_MB / 80_000)
     assert ("set_per_process_memory_fraction", (fraction, index)) in cuda_calls
-    assert peak_memory_mb(device) == dict(zip(store.CUDA_PEAK_COLUMNS, (2.0, 4.0), strict=True))
+    assert peak_memory_mb(device) == dict(zip(CUDA_PEAKS, (2.0, 4.0), strict=True))
     devices = [args[-1] for _, args in cuda_calls]
     assert devices and all(type(d) is int and d == index for d in devices), cuda_calls
 
@@ -110,7 +110,7 @@ def test_gpu_peaks_are_stored_beside_the_prediction_and_old_rows_read_without_th
     store.write_trial(tmp_path, record("old", {"predicted_total_mb": 10.0}))
     (old_file,) = tmp_path.rglob("*.parquet")  # as an earlier version wrote it: no peak columns
     table = pq.read_table(old_file)
-    pq.write_table(table.drop([f"memory.{c}" for c in store.CUDA_PEAK_COLUMNS]), old_file)
+    pq.write_table(table.drop(list(CUDA_PEAKS)), old_file)
     peaks = {
         "predicted_total_mb": 10.0,
         "cuda_max_allocated_mb": 11.5,
@@ -142,7 +142,9 @@ def test_a_restarted_trial_reports_its_stored_gpu_peaks(tmp_path):
         memory=peaks,
     )
     store.write_trial(tmp_path, record, epochs=[])
-    reported = result_from_row(space, store.read_trials(tmp_path, space.name).iloc[0].to_dict())
+    reported = result_from_row(
+        store.read_trials(tmp_path, space.name).iloc[0].to_dict(), space.objectives
+    )
     assert reported["memory.cuda_max_allocated_mb"] == 20.0
     assert reported["memory.cuda_max_reserved_mb"] == 24.0
 

@@ -12,9 +12,10 @@ from tune_lowmem import store
 from tune_lowmem.memory import MemoryReport
 from tune_lowmem.memory.accounting import state_tensors
 from tune_lowmem.memory.predict import predict
-from tune_lowmem.memory.stored import accounted, held
+from tune_lowmem.memory.stored import accounted
 from tune_lowmem.memory.synthetic import synthetic_task
-from tune_lowmem.search.trainable import memory_metrics, sweep_rows
+from tune_lowmem.outcome import memory_columns
+from tune_lowmem.search.trainable import sweep_rows
 from tune_lowmem.space import SearchSpace
 from tune_lowmem.techniques.packed import PackedLayer
 from tune_lowmem.train import Trainer
@@ -78,8 +79,8 @@ def test_a_trial_row_records_stored_beside_accounted(tmp_path):
         measured = MemoryReport(  # a measurement: accounted parts, its own activation and peak
             predicted.model_bytes, predicted.optimizer_bytes, 10**7, 1, "measured", 2 * 10**7
         )
-        steps[trial_id] = held(measured, predicted).total_mb
-        memory = memory_metrics(predicted, measured, accounted(config, "csr"))
+        steps[trial_id] = measured.total_mb  # its own activation, the weights and state held
+        memory = memory_columns(predicted, measured, accounted(config, "csr"))
         rows = sweep_rows(space, "labels")
         record = rows.row(trial_id, "completed", config.to_flat(), {}, memory)
         store.write_trial(tmp_path, record)
@@ -99,7 +100,7 @@ def test_a_trial_row_records_stored_beside_accounted(tmp_path):
     assert sparse["memory.measured_stored_total_mb"] == pytest.approx(steps["sparse"])
     assert dense["memory.predicted_stored_total_mb"] == dense["memory.predicted_total_mb"]
     assert dense["memory.measured_stored_total_mb"] == dense["memory.measured_total_mb"]
-    memory = memory_metrics(predict(tiny_wrn_config()), None)
+    memory = memory_columns(predict(tiny_wrn_config()), None)
     assert memory["memory.measured_stored_total_mb"] is None  # not measured: not invented
     assert memory["memory.paper_csr_total_mb"] is None
 

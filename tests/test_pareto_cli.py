@@ -151,7 +151,7 @@ def test_table_and_csv_show_the_same_front(store, capsys):
     code, text, _ = pareto(capsys, "--store", root, "--sweep", "wrn-tpe", "--wide")
     assert code == 0
     table, runs = text.split("\nTo train a row:\n")
-    table, memory_columns = table.split("\nThe memory columns:\n")
+    table, memory_columns = table.split("\nThe memory and time columns:\n")
     *lines, legend = table.strip().splitlines()
     assert len(lines) == 1 + len(FRONT) and legend.startswith("memory: accounted = ")
     assert memory_columns.splitlines() == [
@@ -369,7 +369,7 @@ def test_sparse_rows_show_stored_beside_accounted_with_labels(store, capsys):
     root, _, memory = store
     assert memory["D"]["predicted_stored_total_mb"] > memory["D"]["predicted_total_mb"]
     _, text, _ = pareto(capsys, "--store", root, "--sweep", "wrn-tpe", "--wide")
-    header, *rows = text.split("\nThe memory columns:\n")[0].strip().splitlines()[:-1]
+    header, *rows = text.split("\nThe memory and time columns:\n")[0].strip().splitlines()[:-1]
     cells = {name: cells_of(header, row) for name, row in zip(FRONT, rows, strict=True)}
     assert "memory.predicted_total_mb (min, accounted)" in header
     assert "memory.predicted_stored_total_mb (stored)" in header

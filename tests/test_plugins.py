@@ -69,6 +69,7 @@ def test_a_user_task_runs_a_sweep_through_launch_and_answers_pareto(tmp_path):
         "objectives": {"val_accuracy": "maximize", "memory.predicted_total_mb": "minimize"},
         "sampler": "grid",
         "max_concurrent": 2,
+        "baseline": False,
     }
     path = tmp_path / "blobs.yaml"
     path.write_text(yaml.safe_dump(space))

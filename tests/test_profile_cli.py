@@ -13,8 +13,9 @@ TINY += ["--set", "device=cpu"]
 
 def table_rows(out: str) -> dict[str, list[str]]:
     """The table's rows by label (the first line describes, the second names the columns, the
-    last two are the notes: the run's peak, and how sparse weights count)."""
-    return {line[:28].strip(): line[28:].split() for line in out.splitlines()[2:-2]}
+    last three are the notes: the predicted time's device, the run's peak, and how sparse
+    weights count)."""
+    return {line[:28].strip(): line[28:].split() for line in out.splitlines()[2:-3]}
 
 
 def test_prints_a_table_with_the_ratio_to_the_baseline(capsys):
@@ -32,9 +33,14 @@ def test_prints_a_table_with_the_ratio_to_the_baseline(capsys):
         "baseline total MB, stored",
         "baseline / this",
         "peak MB, all held",
+        "s per update",
+        "s per evaluation",
+        "s per epoch",
+        "slowdown (time / baseline)",
     ]
     assert out.splitlines()[-1] == "no sparse weights: stored = accounted"  # said once
     assert out.splitlines()[-2].startswith("the run's peak (each step with its minibatch")
+    assert out.splitlines()[-3].startswith("time predicted for cpu (")
     total, baseline, ratio = (
         float(rows[k][0])
         for k in ("total MB, stored", "baseline total MB, stored", "baseline / this")
@@ -58,6 +64,36 @@ def test_json_gives_both_parts_and_the_baseline(capsys, tmp_path):
         baseline["predicted_total_mb"] / predicted["predicted_total_mb"]
     )
     assert predicted["flops_per_step"] > baseline["flops_per_step"]  # the recomputation
+
+
+def test_prints_the_predicted_time_beside_the_memory(capsys):
+    """Seconds per update, evaluation and epoch, predicted for this CPU at --threads, in the
+    table and the JSON (the names a trial's ``time.`` columns take), with the slowdown against
+    the baseline's update."""
+    micro = [*TINY, "--set", "microbatch.size=2", "--set", "data.val_size=64", "--threads", "1"]
+    assert main(["profile", *micro]) == 0
+    out = capsys.readouterr().out
+    rows = table_rows(out)
+    update, evaluation, epoch = (
+        float(rows[k][0]) for k in ("s per update", "s per evaluation", "s per epoch")
+    )
+    assert 0 < update and 0 < evaluation < epoch
+    note = re.search(
+        r"time predicted for cpu \(.+\), 1 thread\(s\), torch [\w.+]+ .*: "
+        r"an epoch of (\d+) updates and (\d+) evaluation batches",
+        out,
+    )
+    # 50,000 images less the 64 held out, at 16; the 64 at the microbatch's 2
+    assert note.groups() == ("3121", "32")
+    assert epoch == pytest.approx(3121 * update + evaluation, rel=1e-3)
+    assert main(["profile", *micro, "--json"]) == 0
+    time_figures = json.loads(capsys.readouterr().out)["time"]
+    assert time_figures["predicted_update_s"] == pytest.approx(update, rel=1e-3)
+    assert time_figures["predicted_epoch_s"] == pytest.approx(epoch, rel=1e-3)
+    assert time_figures["predicted_slowdown"] == pytest.approx(
+        time_figures["predicted_update_s"] / time_figures["baseline_predicted_update_s"]
+    )
+    assert time_figures["evaluation_batches"] == 32
 
 
 def test_measure_adds_the_measured_column(capsys):

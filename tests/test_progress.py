@@ -10,20 +10,21 @@ from ray.tune.experiment import Trial
 
 from tests.test_plugins import TINY_TASK
 from tune_lowmem.search import legacy
+from tune_lowmem.search.baseline import INFEASIBLE_ID
 from tune_lowmem.search.progress import ProgressPrinter
 from tune_lowmem.space import SearchSpace
 from tune_lowmem.store import TrialRecord, write_trial
 
-SPACE = SearchSpace.from_dict(
-    {
-        "name": "watched",
-        "base": {"task": TINY_TASK, "device": "cpu"},
-        "params": {"precision": {"type": "choice", "values": ["fp32", "bf16"]}},
-        "objectives": {"val_accuracy": "maximize", "memory.predicted_total_mb": "minimize"},
-        "num_samples": 20,
-        "seeds_per_point": 2,
-    }
-)
+RAW = {
+    "name": "watched",
+    "base": {"task": TINY_TASK, "device": "cpu"},
+    "params": {"precision": {"type": "choice", "values": ["fp32", "bf16"]}},
+    "objectives": {"val_accuracy": "maximize", "memory.predicted_total_mb": "minimize"},
+    "num_samples": 20,
+    "seeds_per_point": 2,
+    "baseline": False,
+}
+SPACE = SearchSpace.from_dict(RAW)
 
 
 def trials(done: int, running: int) -> list[Trial]:
@@ -35,11 +36,11 @@ def trials(done: int, running: int) -> list[Trial]:
     return made
 
 
-def watching(tmp_path, monkeypatch) -> tuple[list[float], ProgressPrinter]:
+def watching(tmp_path, monkeypatch, space=SPACE) -> tuple[list[float], ProgressPrinter]:
     """A printer set up as a driver starts, and the clock it reads (moved by the test)."""
     clock = [1000.0]
     monkeypatch.setattr("tune_lowmem.search.progress.time.monotonic", lambda: clock[0])
-    printer = ProgressPrinter(SPACE, "watched", lambda: tmp_path)
+    printer = ProgressPrinter(space, "watched", lambda: tmp_path)
     printer.setup()
     return clock, printer
 
@@ -77,6 +78,20 @@ def test_a_screened_point_counts_as_all_its_seeds(tmp_path, monkeypatch):
     clock[0] += 60
     line = printer.summary(trials(1, 0))
     assert "1 infeasible" in line and "| 3/40 done" in line  # 2 seeds screened, 1 trained
+
+
+def test_the_baseline_counts_its_seeds_and_over_the_budget_counts_as_infeasible(
+    tmp_path, monkeypatch
+):
+    space = SearchSpace.from_dict({**RAW, "baseline": True})
+    clock, printer = watching(tmp_path, monkeypatch, space)
+    config = space.trial_config({"seed": 0}).to_flat()
+    reason = "predicted 9 MB > budget 1 MB"
+    record = TrialRecord("watched", INFEASIBLE_ID, "infeasible", config, failure_reason=reason)
+    write_trial(tmp_path, record, [])
+    clock[0] += 60
+    line = printer.summary(trials(0, 0))
+    assert "1 infeasible" in line and "| 2/42 done" in line  # (20 points + the baseline) x 2
 
 
 def test_a_sweep_launched_while_progress_stood_at_the_root_unpickles_its_printer():

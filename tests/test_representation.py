@@ -36,6 +36,7 @@ def space_of(sampler: str = "random", **fields) -> SearchSpace:
             "sampler": sampler,
             "num_samples": 6,
             "params": PARAMS,
+            "baseline": False,  # the sampler's points alone
             **fields,
         }
     )

@@ -60,8 +60,8 @@ def test_gradients_are_not_held_through_an_evaluation():
     held = []
 
     class Watched(Trainer):
-        def train_epoch(self):
-            losses = super().train_epoch()
+        def train_epoch(self, spans=None):
+            losses = super().train_epoch(spans)
             task_evaluate = self.task.evaluate
 
             def evaluate(model, final):

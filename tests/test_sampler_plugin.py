@@ -28,6 +28,7 @@ SPACE = {
     "params": {"model.hidden": {"type": "choice", "values": HIDDEN}},
     "objectives": {"val_accuracy": "maximize", "memory.predicted_total_mb": "minimize"},
     "sampler": NAME,
+    "baseline": False,
 }
 
 

@@ -286,7 +286,8 @@ def test_replay_tells_a_stopped_point_its_projection(tmp_path):
 def test_a_sweep_under_ray_stores_its_stopped_trials(tmp_path):
     """The one Ray test: Tune runs the scheduler; a stopped trial is stored as stopped at its
     rung with the values it reached, its projection is told to the study, its point is listed
-    as stopped there, and the front holds completed trials only."""
+    as stopped there, and the front holds completed trials only. The sweep's baseline is
+    neither judged at a rung nor judges: it trains to its end, and no rung records it."""
     import ray
     import yaml
 
@@ -303,6 +304,7 @@ def test_a_sweep_under_ray_stores_its_stopped_trials(tmp_path):
         "max_concurrent": 1,
         "resume_checkpoint_s": 0,
         "scheduler": {"type": "mo-asha", "grace_epochs": 1, "reduction_factor": 100},
+        "baseline": True,
     }
     path = tmp_path / "stopping.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
@@ -311,17 +313,22 @@ def test_a_sweep_under_ray_stores_its_stopped_trials(tmp_path):
         outcome = launch(SearchSpace.load(path), store_root=tmp_path / "store")
     finally:
         ray.shutdown()
-    rows = outcome.trials.set_index("trial_id")
+    everything = outcome.trials.set_index("trial_id")
+    (baseline,) = everything.index[everything["point"].isna()]
+    assert everything.loc[baseline, ["status", "epochs_completed"]].tolist() == ["completed", 2]
+    rows = everything.drop(baseline)
     decisions = json.loads(
         (place.sweep_folder(tmp_path / "store", "stopping") / RECORD).read_text()
     )
     assert len(rows) == 4 and len(decisions["records"]["1"]) == 4
+    assert baseline not in decisions["records"]["1"] and baseline not in decisions["finals"]
     assert set(rows.index[rows["status"] == "stopped"]) == set(decisions["stopped"])
     assert set(decisions["projected"]) == set(decisions["stopped"])
     assert set(rows["status"]) <= {"completed", "stopped"} and decisions["stopped"]
     assert (rows.loc[list(decisions["stopped"]), "epochs_completed"] == 1).all()
     assert (rows.loc[rows["status"] == "completed", "epochs_completed"] == 2).all()
     study = sweep_study(tmp_path / "store", "stopping")
+    assert len(study.trials) == 4  # the baseline is no trial of the sampler's
     told = {t.number: t.values[0] for t in study.trials}
     for trial_id, row in rows.iterrows():
         projection = decisions["projected"].get(trial_id, [row["metric.val_accuracy"]])
@@ -329,7 +336,7 @@ def test_a_sweep_under_ray_stores_its_stopped_trials(tmp_path):
     stopped_points = rows.loc[list(decisions["stopped"]), "point"].astype(int)
     assert sorted(study.user_attrs[STOPPED_POINTS]) == sorted(stopped_points)
     assert len(decisions["stopped_runs"]) == len(decisions["stopped"])  # Tune's trial.config
-    completed = rows[rows["status"] == "completed"]["metric.val_accuracy"]
+    completed = everything[everything["status"] == "completed"]["metric.val_accuracy"]
     assert set(outcome.front["val_accuracy"]) <= set(completed)
     assert store.STATUSES[-1] == "stopped"
 

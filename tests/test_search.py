@@ -39,7 +39,14 @@ CLI = str(Path(sys.executable).with_name("tune-lowmem"))
 
 
 def write_space(folder: Path, **fields) -> Path:
-    space = {"base": TINY_BASE, "objectives": OBJECTIVES, "max_concurrent": 2, **fields}
+    """A sweep's space file; no baseline unless `fields` ask for one (it is tested apart)."""
+    space = {
+        "base": TINY_BASE,
+        "objectives": OBJECTIVES,
+        "max_concurrent": 2,
+        "baseline": False,
+        **fields,
+    }
     path = folder / f"{fields['name']}.yaml"
     path.write_text(yaml.safe_dump(space, sort_keys=False))
     return path
@@ -55,6 +62,7 @@ def test_searcher_screens_points_runs_seeds_and_survives_pickling(tmp_path):
             "sampler": "grid",
             "seeds_per_point": 2,
             "memory_budget_mb": 10.0,
+            "baseline": False,
             "params": {
                 "microbatch.size": {"type": "choice", "values": [None, 4]},  # none: over budget
                 "schedule.batch_size": {"type": "choice", "values": [20, 25]},
@@ -115,6 +123,7 @@ LR_SPACE = SearchSpace.from_dict(
         "objectives": OBJECTIVES,
         "sampler": "random",
         "num_samples": 3,
+        "baseline": False,
         "params": {"schedule.lr_multiplier": {"type": "loguniform", "low": 0.5, "high": 2.0}},
     }
 )
@@ -214,6 +223,82 @@ def test_points_tune_never_saved_run_after_the_restart_unless_stored(tmp_path):
         and told[2].values == pytest.approx([0.6, 3.0])
     )
     assert told[1].state == TrialState.RUNNING
+
+
+def baseline_space(**fields) -> SearchSpace:
+    """Two points of two seeds over a base that microbatches: its baseline does not."""
+    return SearchSpace.from_dict(
+        {
+            "name": "unit",
+            "base": {**TINY_BASE, "microbatch.size": 5},
+            "objectives": OBJECTIVES,
+            "sampler": "random",
+            "num_samples": 2,
+            "seeds_per_point": 2,
+            "params": {"schedule.lr_multiplier": {"type": "loguniform", "low": 0.5, "high": 2.0}},
+            **fields,
+        }
+    )
+
+
+def store_handed(root: Path, space: SearchSpace, trial_id: str, handed: dict, status: str):
+    """A trial's row as the trainable stores it (the baseline's: no point)."""
+    config = space.trial_config(handed["params"]).to_flat()
+    row = sweep_rows(space, "unit").row(
+        trial_id, status, config, {"val_accuracy": 0.5}, point=handed["point"]
+    )
+    store.write_trial(root, row)
+
+
+def test_the_baseline_trains_once_per_seed_outside_the_sampler(tmp_path):
+    """The base with every technique off, handed out first with each seed, with no point: the
+    sampler asks num_samples points beside it and is never told it; a restarted searcher hands
+    out only the seeds neither Tune's trials nor the store hold (a lost one again)."""
+    space, root, snapshot = baseline_space(), tmp_path / "store", tmp_path / "searcher.pkl"
+    sweep_folder(place.bind("unit", root), "unit").mkdir(parents=True)
+    searcher = ScreenedSearcher(space, "unit")
+    handed = [searcher.suggest(f"t{i}") for i in range(6)]
+    assert handed[:2] == [
+        {"point": None, "params": {"microbatch.size": None, "seed": seed}} for seed in (0, 1)
+    ]
+    assert space.trial_config(handed[0]["params"]).microbatch.size is None  # technique off
+    assert [(h["point"], h["params"]["seed"]) for h in handed[2:]] == [
+        (0, 0),
+        (0, 1),
+        (1, 0),
+        (1, 1),
+    ]
+    assert searcher.suggest("t6") == "FINISHED"
+    searcher.on_trial_complete("t0", {"trial_status": "completed", "val_accuracy": 0.9})
+    assert len(study(root, "unit").trials) == 2  # the sampler's points alone
+    assert study(root, "unit").trials[0].state == TrialState.RUNNING
+
+    searcher.save(str(snapshot))  # Tune's snapshot knows t0..t5; t1 then dies before storing
+    store_handed(root, space, "t0", handed[0], "completed")
+    restored = ScreenedSearcher(space, "unit")
+    restored.restore(str(snapshot))
+    restored.rejoin({})
+    assert restored.baseline_open == []  # t1 is held by Tune's trial: not handed out again
+    fresh = ScreenedSearcher(baseline_space(), "unit")  # a snapshot that lost t0 and t1
+    assert fresh.baseline_open == [1]  # t0's seed is stored: only t1's trains again
+    assert fresh.suggest("t7") == handed[1]
+
+
+def test_a_baseline_over_the_budget_is_said_stored_and_not_trained(tmp_path, capsys):
+    space = baseline_space(memory_budget_mb=10.0)  # microbatch 5 fits, whole batches do not
+    root = tmp_path / "store"
+    sweep_folder(place.bind("unit", root), "unit").mkdir(parents=True)
+    first = ScreenedSearcher(space, "unit").suggest("t0")
+    assert first["point"] == 0  # no baseline handed out
+    (row,) = store.read_trials(root, "unit").to_dict("records")
+    assert row["trial_id"] == "baseline-infeasible" and row["status"] == "infeasible"
+    assert pd.isna(row["point"]) and "over memory_budget_mb 10" in row["failure_reason"]
+    assert row["config.microbatch.size"] is None or pd.isna(row["config.microbatch.size"])
+    assert "the baseline (every technique off) is not trained: predicted" in capsys.readouterr().out
+    assert ScreenedSearcher(space, "unit").baseline_open == []  # a resumed sweep: said once
+    none = baseline_space(baseline=False)
+    assert none.planned_trials == 4 and space.planned_trials == 6
+    assert ScreenedSearcher(none, "unit").baseline_open == []
 
 
 def test_sweep_store_matches_tune_and_optuna(local_ray, tmp_path):

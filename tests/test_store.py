@@ -20,11 +20,20 @@ import pyarrow.parquet as pq
 import pytest
 
 from tune_lowmem.config import ConfigError, TrialConfig
+from tune_lowmem.outcome import (
+    MEASURED_EPOCH_S,
+    MEASURED_EVALUATION_S,
+    MEASURED_STEP_EVAL_PEAK,
+    MEASURED_UPDATE_S,
+    result_from_row,
+)
 from tune_lowmem.store import (
     REMOVED_FIELDS,
+    SCHEMA_VERSION,
     SweepRows,
     TrialRecord,
     WriteFailed,
+    compact,
     later_fields,
     list_sweeps,
     read_epochs,
@@ -70,7 +79,7 @@ EXPECTED = {
     "sweep": "wrn",
     "trial_id": "t_00001",
     "status": "completed",
-    "schema_version": 1,
+    "schema_version": SCHEMA_VERSION,
     "config.precision": "fp16",
     "config.sparsity.density": 0.1,
     "config.microbatch.size": 25,
@@ -312,12 +321,55 @@ def test_newer_schema_is_skipped_and_older_files_read_with_nulls(tmp_path, capsy
     rows = read_trials(tmp_path).set_index("trial_id")
     assert trial_config(rows.loc["before_fused_norm"]) == CONFIG  # the added field's default
 
-    newer = table.set_column(0, "schema_version", pa.array([2], pa.int64()))
+    newer = table.set_column(0, "schema_version", pa.array([SCHEMA_VERSION + 1], pa.int64()))
     newer = newer.set_column(1, "trial_id", pa.array(["new"]))
     pq.write_table(newer, tmp_path / "trials" / "sweep=wrn" / "new.parquet")
     assert sorted(read_trials(tmp_path)["trial_id"]) == ["before_fused_norm", "old", "t_00001"]
     (line,) = capsys.readouterr().err.splitlines()
-    assert "new.parquet: schema_version 2 is newer than this tune-lowmem reads (1)" in line
+    said = f"schema_version {SCHEMA_VERSION + 1} is newer than this tune-lowmem reads ({SCHEMA_VERSION})"
+    assert f"new.parquet: {said}" in line
+
+
+def as_written_before_time_columns(path: Path) -> None:
+    """A file of today's store rewritten as the version before time columns (schema 1) wrote
+    it: no ``time.*`` column, the side run's step-and-evaluation peak under its old name."""
+    table = pq.read_table(path)
+    table = table.drop_columns([c for c in table.column_names if c.startswith("time.")])
+    table = table.set_column(0, "schema_version", pa.array([1] * table.num_rows, pa.int64()))
+    old = {MEASURED_STEP_EVAL_PEAK: "memory.measured_run_peak_mb"}
+    pq.write_table(table.rename_columns([old.get(c, c) for c in table.column_names]), path)
+
+
+def test_a_store_written_before_time_columns_reads_them_empty(tmp_path):
+    """Rows of the version before (schema 1): their time columns empty beside a newer row's,
+    their side run's peak read under its new name, as a result too, and so once compacted."""
+    rows = SweepRows("wrn", objectives={"val_accuracy": "maximize"})
+    times = {MEASURED_UPDATE_S: 0.25, MEASURED_EVALUATION_S: 1.5, MEASURED_EPOCH_S: 4.0}
+    for trial_id in ("old", "new"):
+        outcome = {MEASURED_STEP_EVAL_PEAK: 12.0, **times}
+        row = rows.row(trial_id, "completed", CONFIG.to_flat(), {"val_accuracy": 0.5}, outcome)
+        write_trial(tmp_path, row, epochs=[{"epoch": 1, "val_accuracy": 0.5, **times}])
+    for table in ("trials", "epochs"):
+        as_written_before_time_columns(tmp_path / table / "sweep=wrn" / "old.parquet")
+    for _ in ("as written", "compacted"):
+        trials = read_trials(tmp_path).set_index("trial_id")
+        assert "memory.measured_run_peak_mb" not in trials
+        assert (trials[MEASURED_STEP_EVAL_PEAK] == 12.0).all()
+        assert trials.loc["old", list(times)].isna().all()
+        assert trials.loc["new", list(times)].tolist() == list(times.values())
+        epochs = read_epochs(tmp_path).set_index("trial_id")
+        assert epochs.loc["old", list(times)].isna().all()
+        assert epochs.loc["new", MEASURED_UPDATE_S] == 0.25
+        reported = result_from_row(trials.loc["old"].to_dict(), ["val_accuracy"])
+        assert reported[MEASURED_STEP_EVAL_PEAK] == 12.0
+        assert all(reported[name] is None for name in times)
+        compact(tmp_path, "wrn", force=True)
+    (tmp_path / "trials" / "sweep=wrn").rename(tmp_path / "gone")  # the older row alone
+    write_trial(tmp_path, rows.row("only", "completed", CONFIG.to_flat(), {"val_accuracy": 0.5}))
+    as_written_before_time_columns(tmp_path / "trials" / "sweep=wrn" / "only.parquet")
+    alone = read_trials(tmp_path)
+    assert not any(c.startswith("time.") for c in alone.columns)
+    assert result_from_row(alone.iloc[0].to_dict(), [])[MEASURED_UPDATE_S] is None
 
 
 def test_lists_stored_as_json_text_by_older_versions_still_read(tmp_path):

@@ -47,6 +47,7 @@ def write_space(folder: Path, name: str) -> Path:
         "sampler": "random",
         "num_samples": POINTS,
         "seeds_per_point": SEEDS,
+        "baseline": False,
         "max_concurrent": 2,
         "objectives": {"val_accuracy": "maximize", "memory.predicted_total_mb": "minimize"},
         "params": {"schedule.lr_multiplier": {"type": "loguniform", "low": 0.5, "high": 2.0}},

@@ -117,6 +117,7 @@ def test_an_installed_technique_is_searched_by_a_real_sweep(installed, tmp_path)
         "objectives": {"val_accuracy": "maximize", "memory.predicted_total_mb": "minimize"},
         "sampler": "grid",
         "max_concurrent": 2,
+        "baseline": False,
     }
     path = tmp_path / "int8.yaml"
     path.write_text(yaml.safe_dump(space))

@@ -94,3 +94,25 @@ def test_a_residual_network_step_against_the_allocator():
     )
     predicted = predict(config).total_bytes - heap_object_bytes(config)
     assert predicted == pytest.approx(measure_allocations(config).total_bytes, rel=0.015)
+
+
+def test_a_sum_torch_makes_in_place_is_no_allocation_of_its_own():
+    """What the time prediction plays on the host's allocator (`StorageTracker.allocated`): the
+    residual's gradient sum is made in the buffered gradient's storage, which lives on as the
+    sum; the sum made in Python code is an allocation of its own."""
+    w = torch.rand(N)
+    counts = {}
+    for step in (residual, in_python):
+        x = torch.rand(N, requires_grad=True)
+        with StorageTracker([x, w]) as tracker:
+            step(x, w)
+        big = [alive for alive in tracker.allocated() if alive[2] == 4 * N]
+        counts[step] = (
+            len(tracker.taken_over),
+            len(big),
+            len([li for li in tracker.lives if li.nbytes == 4 * N]),
+        )
+    taken, allocated, lives = counts[residual]
+    assert taken == 1 and allocated == lives - 1
+    taken, allocated, lives = counts[in_python]
+    assert taken == 0 and allocated == lives

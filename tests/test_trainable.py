@@ -16,12 +16,12 @@ from ray import tune
 
 from tune_lowmem import store
 from tune_lowmem.memory.predict import predict
+from tune_lowmem.outcome import MEASURED_STEP_EVAL_PEAK, MEASURED_TIMES, result_from_row
 from tune_lowmem.search.trainable import (
     CHECKPOINT_FILE,
     FULL_COLLECTION_EVERY,
     final_result,
     freeze_survivors,
-    result_from_row,
     train_trial,
 )
 from tune_lowmem.space import SearchSpace
@@ -88,7 +88,16 @@ def test_trainable_reports_trains_and_fails(local_ray, tmp_path):
     )
     for source in ("predicted", "measured"):  # dense: the step holds what is accounted
         assert row[f"memory.{source}_stored_total_mb"] == row[f"memory.{source}_total_mb"]
-    assert len(store.read_epochs(tmp_path, space.name, trained.metrics["trial_id"])) == 2
+    epochs = store.read_epochs(tmp_path, space.name, trained.metrics["trial_id"])
+    assert len(epochs) == 2
+    # its seconds on its device: each epoch's in its epochs row, reported with it; the trial's
+    # the median over its epochs, reported and stored under the same columns
+    for name in MEASURED_TIMES:
+        assert (epochs[name] > 0).all() and (history[name] > 0).all()
+        assert row[name] == pytest.approx(epochs[name].median())
+        assert row[name] == pytest.approx(trained.metrics[name])
+        assert f"metric.{name}" not in by_id and f"metric.{name}" not in epochs
+    assert row[MEASURED_STEP_EVAL_PEAK] > 0  # a side run's step and evaluation batch
     with trained.checkpoint.as_directory() as folder:  # epoch 1's checkpoint resumes exactly
         state = torch.load(Path(folder, CHECKPOINT_FILE), weights_only=True)
     resumed = Trainer(space.trial_config(good))
@@ -143,7 +152,7 @@ def test_a_stored_trial_reports_its_row_again(tmp_path):
     store.write_trial(tmp_path, record, epochs=[])
     row = store.read_trials(tmp_path, space.name).iloc[0].to_dict()
     expected = final_result(space, "completed", {"val_accuracy": 0.25, "epoch": 2}, {})
-    reported = result_from_row(space, row)
+    reported = result_from_row(row, space.objectives)
     assert reported["val_accuracy"] == 0.25 and reported["memory.predicted_total_mb"] == 12.5
     assert reported["memory.flops_per_step"] == 7 and reported["trial_status"] == "completed"
     assert set(expected) <= set(reported) and reported["memory.measured_total_mb"] is None

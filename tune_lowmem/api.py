@@ -47,6 +47,7 @@ class SweepStatus:
     planned_points: int | None  # the space's num_samples (None: its space is not readable)
     seeds_per_point: int | None
     space_problem: str | None  # why the saved space could not be read, in one line
+    baseline: bool = False  # the sweep trains its baseline too (`search.baseline`)
 
     @property
     def stored(self) -> int:
@@ -67,12 +68,15 @@ class Store:
         self, sweep: str | None = None, columns: Sequence[str] | None = None
     ) -> pd.DataFrame:
         """One row per trial (of one sweep, or all): ``trial_id``, ``status``, ``config.*``,
-        ``metric.*`` (final values), ``memory.*``; ``columns`` reads only those (a name ending
-        in ``.`` stands for all that start with it)."""
+        ``metric.*`` (final values), ``memory.*``, ``time.*`` (seconds measured on the trial's
+        device: per update at steady state, per evaluation, per epoch; empty in rows of older
+        stores); ``columns`` reads only those (a name ending in ``.`` stands for all that start
+        with it)."""
         return parquet.read_trials(self.root, sweep, columns)
 
     def epochs(self, sweep: str | None = None, trial_id: str | None = None) -> pd.DataFrame:
-        """One row per trial and epoch: ``epoch`` and the ``metric.*`` reported then."""
+        """One row per trial and epoch: ``epoch``, the ``metric.*`` reported then and the
+        epoch's own ``time.*``."""
         return parquet.read_epochs(self.root, sweep, trial_id)
 
     def space(self, sweep: str) -> dict[str, Any] | None:
@@ -106,6 +110,7 @@ class Store:
             space.get("num_samples") if space else None,
             space.get("seeds_per_point", 1) if space else None,
             problem,
+            bool(space.get("baseline", False)) if space else False,  # older spaces: none
         )
 
     def front(
@@ -117,7 +122,9 @@ class Store:
     ) -> pd.DataFrame:
         """The configurations non-dominated on the objectives (default: the sweep's own), each
         averaged over its seeds: ``<column>.mean``, ``.ci95`` (1.96 standard errors),
-        ``.count``, ``n`` (seeds), ``configuration``, ``points``, ``trial_ids``."""
+        ``.count`` for every metric, memory and time column (e.g.
+        ``time.measured_update_s.mean``), ``n`` (seeds), ``configuration``, ``points``,
+        ``trial_ids``."""
         from .analysis import query
 
         return query.front(self._select(sweep, task, objectives, min_accuracy))

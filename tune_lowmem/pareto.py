@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 
 from .config import ConfigError
+from .outcome import MINIMIZE, Direction
 
-DIRECTIONS = ("minimize", "maximize")
 Z_95 = 1.96  # the paper's 95% interval: 1.96 standard errors (Appendix A.1)
 _EARLY_FRONT = 64  # final-front points `hypervolume_history` screens later points with
 
@@ -37,16 +37,8 @@ def as_losses(values: object, directions: Sequence[str]) -> np.ndarray:
             "directions",
             f"{len(directions)} given for {loss.shape[1]} objectives; one per objective is required",
         )
-    for direction in directions:
-        _check_direction(direction, "directions")
-    return np.where(np.asarray(directions) == "maximize", -loss, loss)
-
-
-def _check_direction(direction: object, field_name: str) -> None:
-    if direction not in DIRECTIONS:
-        raise ConfigError(
-            field_name, f"{direction!r} is not allowed; allowed: {', '.join(DIRECTIONS)}"
-        )
+    signs = np.array([Direction.of(direction, "directions").sign for direction in directions])
+    return loss * -signs
 
 
 def _reference(reference_point: Sequence[float], directions: Sequence[str]) -> np.ndarray:
@@ -203,11 +195,11 @@ def pareto_front(df: pd.DataFrame, objectives: Mapping[str, str]) -> pd.DataFram
     _require_columns(df, columns, "objectives")
     directions = [objectives[col] for col in columns]
     for col, direction in objectives.items():
-        _check_direction(direction, f"objectives.{col}")
+        Direction.of(direction, f"objectives.{col}")
     values = df[columns].to_numpy(dtype=float, na_value=np.nan)
     front = df[non_dominated_mask(values, directions)]
-    key = next((col for col in columns if objectives[col] == "minimize"), columns[0])
-    return front.sort_values(key, ascending=objectives[key] == "minimize", kind="stable")
+    key = next((col for col in columns if objectives[col] == MINIMIZE), columns[0])
+    return front.sort_values(key, ascending=objectives[key] == MINIMIZE, kind="stable")
 
 
 def best_under_budget(

@@ -35,6 +35,7 @@ The schema (see search_spaces/quickstart.yaml for a full example)::
     sampler_options: {population_size: 8}   # optional keyword arguments of the sampler's class
     sampler_seed: 0
     exactness: true                    # each training once, at least memory (absent: true, but for a grid)
+    baseline: true                     # also train the base with every technique off, once per seed (absent: true)
     num_samples: 12                    # points to evaluate (a grid's sampler: at most the grid's size, default all)
     seeds_per_point: 1                 # each feasible point trains with seeds 0..k-1
     resources: {cpu: 1, gpu: 0}        # per trial; gpu: auto sizes a GPU share from predicted memory
@@ -57,18 +58,13 @@ from typing import Any
 from . import constraints
 from .config import ConfigError, TrialConfig
 from .constraints import Condition  # the name a pickled space's conditions hold
+from .outcome import MAXIMIZE, METRIC, SPACE_OBJECTIVES, Direction, column
 from .params import GRID_LIMIT, Param, param_specs
 from .plugins import DEFAULT_SAMPLER, TASKS
-from .results import (
-    DIRECTIONS,
-    MEASURED_METRICS,
-    PREDICTED_METRICS,
-)
 from .sampler_settings import SamplerSettings, sampler_settings
 from .scheduler_settings import FIELDS as SCHEDULER_FIELDS
 from .scheduler_settings import SchedulerSettings, scheduler_settings
 from .store import check_name
-from .store.compat import FIRST_METRICS
 from .tracking_settings import FIELDS as TRACKING_FIELDS
 from .tracking_settings import TrackingSettings, mlflow_uri, tracking_settings
 from .validation import (
@@ -103,7 +99,7 @@ def worst_value(metric: str, direction: str, task: str | None = None) -> float:
     known = TASKS.get(task).METRICS.get(metric) if task is not None else None
     if known is not None and known.direction == direction:
         return known.worst(UNKNOWN_WORST)
-    return -UNKNOWN_WORST if direction == "maximize" else UNKNOWN_WORST
+    return -UNKNOWN_WORST if direction == MAXIMIZE else UNKNOWN_WORST
 
 
 @dataclass(frozen=True)
@@ -139,7 +135,7 @@ class SearchSpace:
     name: str
     base: dict[str, Any]  # the full flat TrialConfig of the fixed values
     params: tuple[Param, ...]
-    objectives: dict[str, str]  # metric -> maximize | minimize, in order
+    objectives: dict[str, Direction]  # metric (or outcome column) -> direction, in order
     num_samples: int
     sampler: SamplerSettings  # its `sampler` and `sampler_options`, resolved and checked
     description: str = ""
@@ -150,6 +146,10 @@ class SearchSpace:
     # before answers it (`search.exactness`). None: as `uses_exactness` says for the sampler.
     exactness: bool | None = None
     seeds_per_point: int = 1
+    # Train the sweep's baseline (`search.baseline`): the base with every technique off, once per
+    # seed, outside the sampler. A space file without the key trains it; a space pickled before
+    # the field existed (a resumed older sweep, whose Tune run counted no such trials) does not.
+    baseline: bool = False
     resources: Resources = field(default_factory=Resources)
     max_concurrent: int | None = None
     max_failures: int = 1
@@ -224,12 +224,13 @@ class SearchSpace:
             "base": dict(self.base),
             "params": {p.name: p.to_dict() for p in self.params},
             "conditions": {child: c.text for child, c in self.conditions.items()},
-            "objectives": dict(self.objectives),
+            "objectives": {name: str(way) for name, way in self.objectives.items()},
             "memory_budget_mb": self.memory_budget_mb,
             "sampler": self.sampler.name,
             "sampler_options": dict(self.sampler.options),
             "sampler_seed": self.sampler_seed,
             "exactness": self.exactness,
+            "baseline": self.baseline,
             "num_samples": self.num_samples,
             "seeds_per_point": self.seeds_per_point,
             "resources": self.resources.to_dict(),
@@ -275,6 +276,11 @@ class SearchSpace:
             state = {**state, "sampler": sampler_settings(state["sampler"], options)}
         self.__dict__.update(state)
 
+    @property
+    def planned_trials(self) -> int:
+        """The trials the sweep runs at most: each point's seeds, and the baseline's."""
+        return (self.num_samples + bool(self.baseline)) * self.seeds_per_point
+
     def trial_config(self, params: Mapping[str, Any]) -> TrialConfig:
         """The frozen config of one trial: the base with a point's values (and seed) over it."""
         return TrialConfig.from_dict({**self.base, **params})
@@ -318,6 +324,10 @@ def _optional_seed(value: Any, field_name: str) -> int | None:
     return numpy_seed(value, field_name, optional=True)
 
 
+def _flag(value: Any, field_name: str) -> bool:
+    return checked(value, isinstance(value, bool), field_name, "true or false")
+
+
 _RESOURCE_FIELDS = {
     "cpu": Field(positive_int, 1),
     "gpu": Field(_gpu, 0),
@@ -335,6 +345,7 @@ _SPACE_FIELDS = {  # the file's top level; what needs other keys is checked in `
     "sampler_options": Field(mapping, {}, blank_is_default=True),
     "sampler_seed": Field(_optional_seed, 0),
     "exactness": Field(optional_flag),  # absent: `SearchSpace.uses_exactness` decides
+    "baseline": Field(_flag, True),
     "num_samples": Field(optional_positive_int),  # required unless the grid gives it
     "seeds_per_point": Field(positive_int, 1),
     "resources": Field(section(_RESOURCE_FIELDS), {}, blank_is_default=True),
@@ -401,24 +412,21 @@ def _base(raw: dict[str, Any]) -> dict[str, Any]:
     return flat
 
 
-def _objectives(raw: dict[str, Any], task: str) -> dict[str, str]:
-    """Metric -> direction; a metric the task reports or a memory column (old names read)."""
-    require(bool(raw), "objectives", "at least one metric -> maximize | minimize is required")
-    known = (*TASKS.get(task).metric_names(), *PREDICTED_METRICS, *MEASURED_METRICS)
+def _objectives(raw: dict[str, Any], task: str) -> dict[str, Direction]:
+    """Metric -> direction; a metric the task reports or an outcome column (`outcome.column`:
+    older names read as today's)."""
+    ways = " | ".join(Direction)
+    require(bool(raw), "objectives", f"at least one metric -> {ways} is required")
+    known = (*TASKS.get(task).metric_names(), *SPACE_OBJECTIVES)
     objectives = {}
     for metric, direction in raw.items():
-        name = FIRST_METRICS.get(metric, metric)
+        name = column(str(metric)).removeprefix(METRIC)  # a task's metric by its own name
         require(
             name in known,
             f"objectives.{metric}",
             f"not a metric of {task}; allowed: {', '.join(known)}",
         )
-        require(
-            direction in DIRECTIONS,
-            f"objectives.{metric}",
-            f"{direction!r} is not allowed; allowed: {', '.join(DIRECTIONS)}",
-        )
-        objectives[name] = direction
+        objectives[name] = Direction.of(direction, f"objectives.{metric}")
     return objectives
 
 

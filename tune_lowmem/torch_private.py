@@ -12,6 +12,8 @@
 - `engine_called`: whether an operator was called by autograd's engine itself (a backward pass
   runs: `torch._C._current_graph_task_id`; its Python entry, `torch.autograd.graph.
   _engine_run_backward`); the storage tracker models how the engine sums gradients.
+- `in_backward`: whether a backward pass runs on this thread (`torch._C._current_graph_task_id`),
+  which the time prediction's dry run notes of each call (the engine's work around it).
 - `decomposes`: whether an operator named in a profiler trace is CompositeImplicitAutograd (it
   runs as other operators); the allocator measurement tells a kernel's own temporaries from the
   outputs of the operators a composite one runs. torch exposes dispatch keys only in `torch._C`.
@@ -27,7 +29,14 @@ import torch
 import torch.autograd.graph
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-__all__ = ["FakeTensorMode", "decomposes", "default_foreach", "engine_called", "multiply_"]
+__all__ = [
+    "FakeTensorMode",
+    "decomposes",
+    "default_foreach",
+    "engine_called",
+    "in_backward",
+    "multiply_",
+]
 
 
 def multiply_(tensors: list[torch.Tensor], factor: float) -> None:
@@ -49,12 +58,17 @@ _ENGINE_ENTRY = torch.autograd.graph._engine_run_backward.__code__
 _TORCH_FILES = os.path.dirname(torch.__file__) + os.sep
 
 
+def in_backward() -> bool:
+    """Whether a backward pass (autograd's engine, or code it calls) runs on this thread."""
+    return torch._C._current_graph_task_id() != -1
+
+
 def engine_called(frame: types.FrameType | None) -> bool:
     """Whether the operator dispatched from `frame` (the Python frame that dispatched it) was
     called by autograd's engine itself: a backward pass runs on this thread and the nearest frame
     outside torch's own files is the engine's entry, or there is none (a device's engine thread);
     not by Python code in the pass, such as a custom Function's backward or a hook."""
-    if torch._C._current_graph_task_id() == -1:
+    if not in_backward():
         return False
     while frame is not None:
         if frame.f_code is _ENGINE_ENTRY:

@@ -3,6 +3,11 @@
 Runs as a plain function without Ray: `Trainer(config).run(on_epoch)`. The Ray trainable
 plugs in through `on_epoch`, which receives each epoch's metrics and the trainer (whose
 `state_dict` is the checkpoint to resume from).
+
+Each epoch is timed on the trial's device (`stopwatch`): its updates, its evaluation and the
+whole epoch, reported with its metrics under the outcome's time columns (`epoch_times`); the
+trial's figures are their medians over its epochs (`measured_times`). What `on_epoch` does (a
+checkpoint save, a report) falls outside every timed span.
 """
 
 from __future__ import annotations
@@ -21,11 +26,15 @@ from torch import nn
 
 from .config import TrialConfig
 from .finite import finite_flag
+from .outcome import MEASURED_EPOCH_S, MEASURED_EVALUATION_S, MEASURED_TIMES, MEASURED_UPDATE_S
 from .plugins import techniques
+from .stopwatch import clock
 from .tasks.base import Task
 from .techniques.base import StepRunner, Technique
 
 EpochCallback = Callable[[dict[str, float], "Trainer"], None]
+# One timed update of an epoch: the clock's marks around it, and whether it is a steady-state one.
+Span = tuple[Any, Any, bool]
 
 
 class TrainingDiverged(RuntimeError):
@@ -47,6 +56,14 @@ def read_once(*values: torch.Tensor | None) -> list[float]:
     return [1.0 if v is None else next(read) for v in values]
 
 
+def bound_techniques(config: TrialConfig, task: Task) -> list[Technique]:
+    """The techniques a trial of `config` needs, bound to its task (some set what the task
+    does: true microbatching its microbatch size)."""
+    return [
+        technique(config, task) for technique in techniques(config) if technique.enabled(config)
+    ]
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
@@ -61,11 +78,7 @@ class Trainer:
         self.device = resolve_device(config.device)
         seed_everything(config.seed)
         self.task = task or config.task_type()(config, self.device)
-        self.techniques: list[Technique] = [
-            technique(config, self.task)
-            for technique in techniques(config)
-            if technique.enabled(config)
-        ]
+        self.techniques = bound_techniques(config, self.task)
         model = self.task.build_model()
         for technique in self.techniques:
             model = technique.apply(model)
@@ -76,6 +89,7 @@ class Trainer:
         self.optimizer = self.task.build_optimizer(self.model)
         for technique in self.techniques:
             technique.attach(self.optimizer)
+        self.clock = clock(self.device)
         self.epoch = 0
         self.updates = 0
         self.history: list[dict[str, float]] = []
@@ -140,8 +154,10 @@ class Trainer:
     def run(self, on_epoch: EpochCallback | None = None) -> list[dict[str, float]]:
         """Train from where the trainer stands to the end of the schedule; one callback per epoch."""
         while not self.task.finished(self.epoch, self.updates):
+            spans: list[Span] = []
+            began = self.clock.mark()
             started = time.perf_counter()
-            losses = self.train_epoch()
+            losses = self.train_epoch(spans)
             self.epoch += 1
             train_seconds = time.perf_counter() - started
             final = self.task.finished(self.epoch, self.updates)
@@ -149,8 +165,11 @@ class Trainer:
             # through the evaluation, whose peak then has the weights and optimizer state only
             self.optimizer.zero_grad(set_to_none=True)
             self.model.eval()
+            evaluating = self.clock.mark()
             with self.step_runner.forward_context():
                 metrics = self.task.evaluate(self.model, final=final)
+            ended = self.clock.mark()
+            metrics.update(self.epoch_times(spans, began, evaluating, ended))
             metrics.update(
                 epoch=self.epoch,
                 updates=self.updates,
@@ -167,16 +186,35 @@ class Trainer:
                 on_epoch(metrics, self)
         return self.history
 
-    def train_epoch(self) -> list[float]:
-        """The epoch's updates and their losses. Its minibatches are this function's own, so
-        none is held once it returns (an evaluation after it holds no training input)."""
+    def train_epoch(self, spans: list[Span] | None = None) -> list[float]:
+        """The epoch's updates and their losses; each update's marks go to `spans` when given,
+        with whether it is a steady-state one: not the epoch's first (whose time holds the
+        epoch's start: a new data iterator, the device's caches after an evaluation), nor one
+        after which a technique does its occasional work (`Technique.works_after`). Its
+        minibatches are this function's own, so none is held once it returns (an evaluation
+        after it holds no training input)."""
         self.model.train()
         losses = []
-        for batch in self.task.train_batches(self.epoch):
+        for index, batch in enumerate(self.task.train_batches(self.epoch)):
+            occasional = any(t.works_after(self.epoch, self.updates) for t in self.techniques)
+            start = self.clock.mark() if spans is not None else None
             losses.append(self.train_step(batch)["loss"])
+            if spans is not None:
+                spans.append((start, self.clock.mark(), index > 0 and not occasional))
             if self.task.finished(self.epoch, self.updates):  # an update budget ran out mid-epoch
                 break
         return losses
+
+    def epoch_times(self, spans: list[Span], began: Any, evaluating: Any, ended: Any) -> dict:
+        """An epoch's seconds on the device, under their columns: an update at steady state
+        (the median of its steady-state `spans`; None when it had none), its evaluation, and
+        the whole epoch, updates and evaluation."""
+        steady = [self.clock.seconds(start, end) for start, end, kept in spans if kept]
+        return {
+            MEASURED_UPDATE_S: float(np.median(steady)) if steady else None,
+            MEASURED_EVALUATION_S: self.clock.seconds(evaluating, ended),
+            MEASURED_EPOCH_S: self.clock.seconds(began, ended),
+        }
 
     # ---- checkpoints --------------------------------------------------------------------------
 
@@ -212,6 +250,17 @@ class Trainer:
         self.updates = state["updates"]
         self.history = list(state["history"])
         torch.set_rng_state(state["rng"])
+
+
+def measured_times(history: list[dict[str, Any]]) -> dict[str, float | None]:
+    """A trial's time figures from its epochs (`Trainer.history`): each one's median over the
+    epochs that have it (None when none has: a trial stopped before its first epoch ended, or
+    one whose epochs each have a single update)."""
+    times = {}
+    for name in MEASURED_TIMES:
+        values = [row[name] for row in history if row.get(name) is not None]
+        times[name] = float(np.median(values)) if values else None
+    return times
 
 
 def train(config: TrialConfig, on_epoch: EpochCallback | None = None) -> list[dict[str, float]]:

@@ -55,8 +55,9 @@ def compared(
     points: Points, table: pd.DataFrame, lead: tuple[str, ...] = ()
 ) -> tuple[pd.DataFrame, Callable[[str, object, pd.Series], str]]:
     """Rows of Table 3 cut to what a reader compares: the ``lead`` columns, configuration, memory
-    (named in words), its reduction, the score and its change against the baseline, seeds; and
-    the cell formatter, which formats each column as Table 3 does."""
+    (named in words), its reduction, the score and its change against the baseline, the
+    measured seconds per update and their ratio to the baseline's (where the store has them),
+    seeds; and the cell formatter, which formats each column as Table 3 does."""
     wanted = [
         *lead,
         "configuration",
@@ -65,6 +66,8 @@ def compared(
         "reduction (x)",
         table3.score_label(points.score),
         table3.change_label(points.score),
+        table3.UPDATE_TIME,
+        table3.TIME_RATIO,
         "seeds",
     ]
     names = {table3.memory_header(points): counted.words(points.memory)}

@@ -46,9 +46,7 @@ def saved(points: Points) -> dict[str, tuple[str, float]]:
 
 def baseline_reference(scored: pd.DataFrame, points: Points) -> pd.Series:
     """The configuration whose model the baseline trains: the best full-size one on validation."""
-    full_size = scored[~scored["techniques"].str.contains("smaller ", regex=False)]
-    means = full_size[f"{points.score}.mean"]
-    return full_size.loc[means.idxmax() if points.direction == "maximize" else means.idxmin()]
+    return points.top(scored[~scored["techniques"].str.contains("smaller ", regex=False)])
 
 
 def predict_baseline(points: Points, reference: pd.Series) -> tuple[str, float]:

@@ -9,7 +9,8 @@ layers were packed hold a larger stored figure (their step kept dense weights, g
 state plus a bool mask per sparse weight) beside the accounted one, and read labelled so.
 Activations, and the allocator's own peaks, are held as counted. Without sparse weights the two
 are equal. `memory.paper_csr_total_mb` is the prediction as the paper accounts it (sparse weights
-as CSR whatever the layout), the comparison column of reproduction sweeps, labelled so.
+as CSR whatever the layout), the comparison column of reproduction sweeps, labelled so. Every
+outcome column, time's too, is named here in words (`words`, `how`).
 """
 
 from __future__ import annotations
@@ -19,13 +20,28 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
-from ..results import MEASURED_RUN_PEAK, PAPER_CSR_METRIC, PREDICTED_RUN_PEAK
+from ..outcome import (
+    CUDA_MAX_ALLOCATED,
+    CUDA_MAX_RESERVED,
+    FLOPS,
+    MEASURED,
+    MEASURED_PARTS,
+    MEASURED_STEP_EVAL_PEAK,
+    MEASURED_STORED_TOTAL,
+    MEMORY,
+    PAPER_CSR_TOTAL,
+    PREDICTED,
+    PREDICTED_PARTS,
+    PREDICTED_RUN_PEAK,
+    PREDICTED_STORED_TOTAL,
+    TIME,
+)
 
 ACCOUNTED, STORED, PAPER_CSR = "accounted", "stored", "paper's CSR accounting"
 # each accounted total -> the column holding the same figure as the step stores it
 STORED_TOTALS = {
-    f"memory.{source}_total_mb": f"memory.{source}_stored_total_mb"
-    for source in ("predicted", "measured")
+    PREDICTED_PARTS["total"]: PREDICTED_STORED_TOTAL,
+    MEASURED_PARTS["total"]: MEASURED_STORED_TOTAL,
 }
 _ACCOUNTED_PARTS = {f"{part}_mb" for part in ("model", "optimizer", "total")}
 LEGEND = (
@@ -39,11 +55,11 @@ LEGEND = (
 def counted(column: str) -> str | None:
     """`ACCOUNTED`, `STORED` or `PAPER_CSR` for a memory column in MB; None for anything else
     (FLOPs, a metric)."""
-    if not (column.startswith("memory.") and column.endswith("_mb")):
+    if not (column.startswith(MEMORY) and column.endswith("_mb")):
         return None
-    if column == PAPER_CSR_METRIC:
+    if column == PAPER_CSR_TOTAL:
         return PAPER_CSR
-    source, _, part = column.removeprefix("memory.").partition("_")
+    source, _, part = column.removeprefix(MEMORY).partition("_")
     accounted = source in ("predicted", "measured") and part in _ACCOUNTED_PARTS
     return ACCOUNTED if accounted else STORED
 
@@ -62,44 +78,64 @@ _SOURCES = {
     "measured": "on a real training step",
 }
 _OTHERS = {
-    MEASURED_RUN_PEAK: (
-        "measured peak memory of the whole run",
-        "torch's allocator over a real step and an evaluation, kernels' workspace included",
+    MEASURED_STEP_EVAL_PEAK: (
+        "measured peak memory of one step and one evaluation batch",
+        (
+            "torch's allocator on a side run at the trial's start (the step that may be the "
+            "run's peak, then an evaluation batch), kernels' workspace included; not the whole run"
+        ),
     ),
     PREDICTED_RUN_PEAK: (
         "predicted peak memory of the whole run",
         "from the config's shapes, before training (each step with its minibatch, an evaluation)",
     ),
-    PAPER_CSR_METRIC: (
+    PAPER_CSR_TOTAL: (
         "predicted training step memory as the paper counts it",
         "sparse weights as CSR whatever their layout",
     ),
-    "memory.cuda_max_allocated_mb": ("peak GPU memory of live tensors", "the CUDA allocator's"),
-    "memory.cuda_max_reserved_mb": ("peak GPU memory reserved", "the CUDA allocator's"),
+    FLOPS: (
+        "floating-point operations per training step",
+        "counted over a step's operators: forward, backward and recomputation of a minibatch",
+    ),
+    CUDA_MAX_ALLOCATED: ("peak GPU memory of live tensors", "the CUDA allocator's"),
+    CUDA_MAX_RESERVED: ("peak GPU memory reserved", "the CUDA allocator's"),
 }
 
 
+# How a time column's figure (``time.<source>_<what>_s``) was obtained, by its source.
+_TIMED = {
+    MEASURED: "on the trial's own device, the median over its epochs",
+    PREDICTED: "from the config's dry run and the device's own kernel timings, before training",
+}
+_STEADY = "at steady state (an epoch's updates after its first, those before a rewiring left out)"
+
+
 def words(column: str) -> str:
-    """A memory column as a reader names it, e.g. ``memory.predicted_total_mb`` -> "predicted
-    training step memory (MB)": axes and headings say what the figure is, not where it is kept."""
+    """An outcome column as a reader names it, e.g. ``memory.predicted_total_mb`` -> "predicted
+    training step memory (MB)", ``time.measured_update_s`` -> "measured seconds per update":
+    axes and headings say what the figure is, not where it is kept."""
     name, _ = _said(column)
-    return f"{name} (MB)"
+    return f"{name} (MB)" if column.endswith("_mb") else name
 
 
 def how(column: str) -> str:
-    """How a memory figure was obtained and how it counts a sparse weight, in plain words:
+    """How an outcome figure was obtained and how it counts a sparse weight, in plain words:
     "from the config's shapes, before training; accounted"."""
     _, obtained = _said(column)
     return f"{obtained}; {counted(column)}" if counted(column) else obtained
 
 
 def _said(column: str) -> tuple[str, str]:
+    if column.startswith(TIME):
+        source, _, what = column.removeprefix(TIME).removesuffix("_s").partition("_")
+        steady = f"; an update {_STEADY}" if (source, what) == (MEASURED, "update") else ""
+        return f"{source} seconds per {what}", _TIMED.get(source, "as reported") + steady
     if column in _OTHERS:
         return _OTHERS[column]
-    source, _, part = column.removeprefix("memory.").removesuffix("_mb").partition("_")
+    source, _, part = column.removeprefix(MEMORY).removesuffix("_mb").partition("_")
     if source in _SOURCES and part in _PARTS:
         return f"{source} {_PARTS[part]}", _SOURCES[source]
-    return column.removeprefix("memory.").removesuffix("_mb").replace("_", " "), "as reported"
+    return column.removeprefix(MEMORY).removesuffix("_mb").replace("_", " "), "as reported"
 
 
 def labelled(column: str, *words: str) -> str:

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from .. import pareto
+from ..outcome import MAXIMIZE, MINIMIZE
 from ..plugins import SAMPLERS
 from .plotting import Drawn, new_figure, outside_legend, save, style
 from .points import Points
@@ -19,7 +20,7 @@ TITLE = "Hypervolume against number of trials, per sampler"
 
 
 def draw(points: Points, out: Path) -> Drawn:
-    trials = points.trials
+    trials = sampled(points.trials)
     done = trials["status"] == "completed"
     values = trials[[points.score, points.memory]].to_numpy(dtype=float, na_value=np.nan, copy=True)
     values[~done.to_numpy()] = (
@@ -40,7 +41,7 @@ def draw(points: Points, out: Path) -> Drawn:
         order = trials.index.get_indexer(
             part.sort_values(["started_at", "trial_id"], na_position="last").index
         )
-        history = pareto.hypervolume_history(values[order], ("maximize", "minimize"), reference)
+        history = pareto.hypervolume_history(values[order], (MAXIMIZE, MINIMIZE), reference)
         sampler, from_store = sampler_of(part, sweep)
         named.append(from_store)
         color, marker = style(i)
@@ -60,15 +61,23 @@ def draw(points: Points, out: Path) -> Drawn:
     ax.grid(True, alpha=0.3)
     outside_legend(ax, "sweep (sampler)")
     caption = (
-        f"Area dominated by the trials so far, up to the reference point "
-        f"({points.score} {reference[0]:.4g}, {points.memory} {reference[1]:.4g} MB) just beyond "
-        "the worst values in the store, as a fraction of the box from the ideal point (best score, "
+        "Area dominated by the sampler's trials so far (a sweep's baseline left out), up to the "
+        f"reference point ({points.score} {reference[0]:.4g}, {points.memory} "
+        f"{reference[1]:.4g} MB) just beyond the worst values in the store, as a fraction of the box from the ideal point (best score, "
         "least memory in the store) to it; failed and infeasible trials count as trials and add "
         "nothing."
     )
     if not all(named):
         caption += " The store has no sampler column: samplers are read from the sweep names."
     return Drawn(NAME, TITLE, caption, path=save(figure, out, NAME))
+
+
+def sampled(trials: pd.DataFrame) -> pd.DataFrame:
+    """The trials a sampler proposed: a sweep's baseline (a row without a point, in a store
+    whose rows have points) is no trial of its search."""
+    if "point" not in trials or trials["point"].isna().all():  # a store older than points
+        return trials
+    return trials[trials["point"].notna()]
 
 
 def reference_point(values: np.ndarray) -> tuple[float, float]:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..outcome import MEASURED_TOTAL, MEMORY_OBJECTIVE, PREDICTED_PARTS
 from . import counted
 from .plotting import Drawn, new_figure, outside_legend, save
 from .points import MEMORY_PARTS, Points
@@ -17,7 +18,7 @@ PART_COLORS = {"model": "#4c72b0", "optimizer": "#dd8452", "activation": "#55a86
 
 
 def draw(points: Points, out: Path) -> Drawn:
-    parts = [f"memory.predicted_{part}_mb.mean" for part in MEMORY_PARTS]
+    parts = [f"{PREDICTED_PARTS[part]}.mean" for part in MEMORY_PARTS]
     frame = points.groups.dropna(subset=parts)
     if frame.empty:
         return Drawn.skipped(NAME, TITLE, "no completed trial has the predicted memory parts")
@@ -42,14 +43,14 @@ def draw(points: Points, out: Path) -> Drawn:
         values = shown[col].to_numpy(float)
         ax.barh(rows, values, left=left, color=PART_COLORS[part], label=part, height=0.7)
         left += values
-    measured = shown["memory.measured_total_mb.mean"].to_numpy(float)
+    measured = shown[f"{MEASURED_TOTAL}.mean"].to_numpy(float)
     if np.isfinite(measured).any():
         label = "measured total (accounted)"
         ax.plot(measured, rows, "k|", markersize=16, markeredgewidth=2, label=label)
     ends = np.fmax(left, measured)  # the label starts past the measured mark
-    sparse = counted.differing(shown, "memory.predicted_total_mb", ".mean")
+    sparse = counted.differing(shown, MEMORY_OBJECTIVE, ".mean")
     if sparse.any():  # what the masked step holds, where it is not the bars' accounting
-        held = shown[f"{counted.STORED_TOTALS['memory.predicted_total_mb']}.mean"].to_numpy(float)
+        held = shown[f"{counted.STORED_TOTALS[MEMORY_OBJECTIVE]}.mean"].to_numpy(float)
         ax.plot(held[sparse], rows[sparse], "rD", markersize=6, label="predicted total (stored)")
         ends = np.fmax(ends, np.where(sparse, held, 0))
     texts = [f"  {total:.3g} MB" for total in left]

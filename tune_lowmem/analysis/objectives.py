@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from .. import outcome
 from ..config import ConfigError
-from ..results import MEMORY_OBJECTIVE
-from ..store.compat import old_memory_column
+from ..outcome import MAXIMIZE, MEMORY_OBJECTIVE, METRIC, MINIMIZE, column
 from ..yaml_loading import load_file
 
-VALIDATION, TEST = "metric.val_", "metric.test_"
+VALIDATION, TEST = f"{METRIC}val_", f"{METRIC}test_"
 MEMORY = MEMORY_OBJECTIVE
 # Old stores only: words in a metric's name that say more is better (accuracy, BLEU).
 HIGHER_IS_BETTER = ("accuracy", "bleu")
@@ -36,20 +36,13 @@ class NoResult(Exception):
     """The store holds trials, but none that answer the question asked of it."""
 
 
-def column(name: str) -> str:
-    """The store column of an objective as a space names it (old names included)."""
-    if name.startswith(("metric.", "memory.")):
-        return name
-    return old_memory_column(name) or f"metric.{name}"
-
-
 def stored(root: str | Path, trials: pd.DataFrame) -> dict[str, str]:
     """The objectives the trials' sweeps optimised ({} when the store does not say)."""
     found: dict[str, dict[str, str]] = {}
     for sweep, rows in trials.groupby("sweep", sort=True):
         recorded = rows["objectives"].dropna() if "objectives" in rows else pd.Series(dtype=object)
         if not recorded.empty:
-            found[sweep] = json.loads(recorded.iloc[-1])
+            found[sweep] = {column(k): v for k, v in json.loads(recorded.iloc[-1]).items()}
         elif (saved := saved_space(root, str(sweep))) is not None:
             found[sweep] = {column(k): v for k, v in (saved.get("objectives") or {}).items()}
     distinct = {json.dumps(o, sort_keys=True) for o in found.values()}
@@ -101,8 +94,8 @@ def choose(
     objectives = dict(given or stored(root, trials) or fallback(trials))
     flag = flag if given else "the sweep's objectives"
     for name in objectives:
-        if name.startswith("metric.") and not name.startswith(VALIDATION):
-            val = VALIDATION + name.removeprefix(TEST).removeprefix("metric.")
+        if name.startswith(METRIC) and not name.startswith(VALIDATION):
+            val = VALIDATION + name.removeprefix(TEST).removeprefix(METRIC)
             raise ConfigError(
                 flag,
                 f"{name} is not a validation metric; choices are made on validation data only "
@@ -120,12 +113,12 @@ def fallback(trials: pd.DataFrame) -> dict[str, str]:
         if c.startswith(VALIDATION) and any(word in c for word in HIGHER_IS_BETTER)
     ]
     if not scores:
-        metrics = ", ".join(c for c in trials.columns if c.startswith("metric.")) or "none"
+        metrics = ", ".join(c for c in trials.columns if c.startswith(METRIC)) or "none"
         raise NoResult(
             "the store has no validation metric to choose on (its metrics: "
             f"{metrics}); choices are made on validation data only, never on test data"
         )
-    return {scores[0]: "maximize", MEMORY: "minimize"}
+    return {scores[0]: MAXIMIZE, MEMORY: MINIMIZE}
 
 
 def score(objectives: Mapping[str, str]) -> str:
@@ -142,7 +135,7 @@ def score(objectives: Mapping[str, str]) -> str:
 def memory(objectives: Mapping[str, str]) -> str:
     """The minimised memory objective (predicted total memory when none is)."""
     return next(
-        (c for c, way in objectives.items() if c.startswith("memory.") and way == "minimize"),
+        (c for c, way in objectives.items() if c.startswith(outcome.MEMORY) and way == MINIMIZE),
         MEMORY,
     )
 

@@ -84,8 +84,7 @@ def _match(points: Points, match: Mapping) -> pd.Series | None:
     found = groups[keep.fillna(False).astype(bool)]
     if found.empty:
         return None
-    means = found[f"{points.score}.mean"]
-    return found.loc[means.idxmax() if points.direction == "maximize" else means.idxmin()]
+    return points.top(found)
 
 
 def _store_baseline(points: Points, row: Mapping, rows: list, matches: dict) -> pd.Series | None:

@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .. import pareto, store
+from .. import outcome, pareto, store
 from ..config import ConfigError
+from ..outcome import MAXIMIZE, METRIC, MINIMIZE, TIME, Direction
 from . import objectives as chosen
 from .objectives import MEMORY, NoResult
 
@@ -34,8 +35,9 @@ COLUMNS = (
     "objectives",
     "epochs_completed",
     "config.",
-    "metric.",
-    "memory.",
+    METRIC,
+    outcome.MEMORY,
+    TIME,
 )
 # The minibatch a microbatch splits, and its unit: whichever field the trial's config has.
 BATCH_FIELDS = {"config.schedule.batch_size": "examples", "config.schedule.max_tokens": "tokens"}
@@ -54,14 +56,13 @@ _DESCRIBED = (
     "config.data.root",
     "config.data.num_workers",
 )
-_DIRECTIONS = {"max": "maximize", "maximize": "maximize", "min": "minimize", "minimize": "minimize"}
 
 __all__ = ["MEMORY", "NoResult", "Points", "load_points"]
 
 
 def metric_name(column: str) -> str:
     """``metric.val_accuracy`` -> ``validation accuracy``: a label from a column's name."""
-    words = column.removeprefix("metric.").removeprefix("memory.").split("_")
+    words = column.removeprefix(METRIC).removeprefix(outcome.MEMORY).split("_")
     return " ".join(_WORDS.get(word, word) for word in words)
 
 
@@ -77,7 +78,7 @@ class Points:
     trials: pd.DataFrame  # every stored trial of the chosen sweeps, any status
     groups: pd.DataFrame  # one row per seed group of completed trials; see `configurations`
     score: str  # the validation metric every choice is made on, e.g. metric.val_accuracy
-    direction: str = "maximize"  # of the score
+    direction: Direction = MAXIMIZE  # of the score
     memory: str = MEMORY
     test: str | None = None  # the matching test metric, shown beside the chosen points
     objectives: dict[str, str] = field(default_factory=dict)  # the sweeps' own
@@ -110,13 +111,18 @@ class Points:
     def front(self) -> pd.DataFrame:
         """The memory-score Pareto front of the configurations, by memory ascending."""
         return pareto.pareto_front(
-            self.scored(), {f"{self.score}.mean": self.direction, f"{self.memory}.mean": "minimize"}
+            self.scored(), {f"{self.score}.mean": self.direction, f"{self.memory}.mean": MINIMIZE}
         )
 
     def best(self, frame: pd.DataFrame, by: str) -> pd.Series:
         """The best mean score at each value of ``by``: the figures' best-per-setting lines."""
         means = frame.groupby(by)[f"{self.score}.mean"]
-        return (means.max() if self.direction == "maximize" else means.min()).sort_index()
+        return (means.max() if self.direction == MAXIMIZE else means.min()).sort_index()
+
+    def top(self, frame: pd.DataFrame) -> pd.Series:
+        """The configuration of ``frame`` (non-empty) with the best mean score."""
+        means = frame[f"{self.score}.mean"]
+        return frame.loc[means.idxmax() if self.direction == MAXIMIZE else means.idxmin()]
 
 
 def load_points(
@@ -135,11 +141,10 @@ def load_points(
             f"{metric!r} is not a numeric column of the store; allowed: "
             + ", ".join(c for c in numeric_columns(done) if c.startswith(chosen.VALIDATION)),
         )
-    chosen.choose(root, trials, {metric: "maximize"}, "--metric")  # a validation metric only
+    chosen.choose(root, trials, {metric: MAXIMIZE}, "--metric")  # a validation metric only
     chosen.require_values(done, metric)
-    direction = objectives.get(metric) or (
-        "maximize" if any(w in metric for w in chosen.HIGHER_IS_BETTER) else "minimize"
-    )
+    higher = any(w in metric for w in chosen.HIGHER_IS_BETTER)
+    direction = Direction(objectives.get(metric) or (MAXIMIZE if higher else MINIMIZE))
     return Points(
         trials=trials,
         groups=configurations(done),
@@ -186,13 +191,15 @@ def completed(trials: pd.DataFrame) -> pd.DataFrame:
 
 
 def numeric_columns(trials: pd.DataFrame) -> list[str]:
-    """The metric and memory columns that hold numbers: what objectives may name."""
+    """The metric, memory and time columns that hold numbers: what objectives may name."""
+    groups = (METRIC, outcome.MEMORY, TIME)
     numeric = [
         col
         for col in trials.columns
-        if col.startswith(("metric.", "memory.")) and pd.api.types.is_numeric_dtype(trials[col])
+        if col.startswith(groups) and pd.api.types.is_numeric_dtype(trials[col])
     ]
-    return sorted(numeric, key=lambda col: (col.startswith("memory."), col))
+    group = {col: next(i for i, g in enumerate(groups) if col.startswith(g)) for col in numeric}
+    return sorted(numeric, key=lambda col: (group[col], col))
 
 
 def parse_objectives(specs: Sequence[str], trials: pd.DataFrame) -> dict[str, str]:
@@ -201,17 +208,20 @@ def parse_objectives(specs: Sequence[str], trials: pd.DataFrame) -> dict[str, st
     objectives: dict[str, str] = {}
     for spec in (part.strip() for text in specs for part in text.split(",")):
         name, sep, direction = spec.rpartition(":")
-        if not sep or direction not in _DIRECTIONS or not name:
-            raise ConfigError(
-                "--objectives", f"{spec!r} is not allowed; COLUMN:max or COLUMN:min is required"
-            )
+        try:
+            way = Direction.of(direction, "--objectives", short=True)
+        except ConfigError:
+            way = None
+        if not sep or way is None or not name:
+            ways = " or ".join(f"COLUMN:{d.short}" for d in Direction)
+            raise ConfigError("--objectives", f"{spec!r} is not allowed; {ways} is required")
         matches = [name] if name in allowed else [c for c in allowed if c.split(".", 1)[1] == name]
         if len(matches) != 1:
             raise ConfigError(
                 "--objectives",
                 f"{name!r} is not a numeric column of the store; allowed: {', '.join(allowed)}",
             )
-        objectives[matches[0]] = _DIRECTIONS[direction]
+        objectives[matches[0]] = way
     if len(objectives) < 2:
         raise ConfigError(
             "--objectives", f"{len(objectives)} given; two or more objectives are required"

@@ -1,6 +1,7 @@
 """The Pareto query behind `tune-lowmem pareto` and `status`: seed-averaged configurations of a
 store, their non-dominated front on the sweeps' validation objectives, or the best one within a
-memory budget; every row traceable to its trials and ready to run, as a table, JSON or CSV."""
+memory budget; every row traceable to its trials and ready to run, as a table, JSON or CSV, with
+its memory and the seconds it measured beside (never used to choose)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,19 @@ import yaml
 
 from .. import pareto
 from ..config import ConfigError
-from ..results import MEASURED_RUN_PEAK, MEASURED_TOTAL, MEMORY_OBJECTIVE, PREDICTED_RUN_PEAK
+from ..outcome import (
+    MAXIMIZE,
+    MEASURED_STEP_EVAL_PEAK,
+    MEASURED_TIMES,
+    MEASURED_TOTAL,
+    MEMORY,
+    MEMORY_OBJECTIVE,
+    METRIC,
+    MINIMIZE,
+    PREDICTED_RUN_PEAK,
+    Direction,
+    is_outcome,
+)
 from . import counted, terminal
 from . import objectives as chosen
 from .points import (
@@ -57,11 +70,11 @@ def select(
     done = completed(trials)
     given = parse_objectives(objectives, done) if objectives else None
     goals = chosen.choose(root, trials, given, "--objectives")
-    for column in (c for c in goals if c.startswith("metric.")):
+    for column in (c for c in goals if c.startswith(METRIC)):
         chosen.require_values(done, column)
     groups = configurations(done)
     if min_accuracy is not None:
-        score = _objective(goals, "maximize", "--min-accuracy")
+        score = _objective(goals, MAXIMIZE, "--min-accuracy")
         values = groups[f"{score}.mean"]
         groups = groups[values >= min_accuracy]
         if groups.empty:
@@ -84,8 +97,8 @@ def front(selection: Selection) -> pd.DataFrame:
 def best(selection: Selection, max_memory_mb: float) -> pd.Series:
     """The configuration with the best seed-mean score whose seed-mean memory is within the
     budget (the objectives' first maximised and first minimised, memory first)."""
-    score = _objective(selection.goals, "maximize", "--max-memory-mb")
-    memory = _objective(selection.goals, "minimize", "--max-memory-mb")
+    score = _objective(selection.goals, MAXIMIZE, "--max-memory-mb")
+    memory = _objective(selection.goals, MINIMIZE, "--max-memory-mb")
     groups = selection.groups
     found = pareto.best_under_budget(groups, f"{memory}.mean", max_memory_mb, f"{score}.mean")
     if found is None:
@@ -131,22 +144,22 @@ def answer(
 
 def _beside(goals: dict[str, str], done: pd.DataFrame) -> list[str]:
     """Reported next to each chosen row, never used to choose: memory predicted and measured
-    (the run's peak, a training step's total and each accounted total's stored figure), and the
-    test metric of each validation objective; the run's peaks where the store has figures for
-    them (stores written before them have none)."""
+    (the run's peak, the measured step-and-evaluation peak, a training step's total and each
+    accounted total's stored figure), the seconds measured per update, evaluation and epoch,
+    and the test metric of each validation objective; the peaks and seconds where the store has
+    figures for them (stores written before them have none)."""
     tests = [chosen.test_of(c, done) for c in goals if c.startswith(chosen.VALIDATION)]
     totals = [
-        *(c for c in goals if c.startswith("memory.")),
+        *(c for c in goals if c.startswith(MEMORY)),
         PREDICTED_RUN_PEAK,
-        MEASURED_RUN_PEAK,
+        MEASURED_STEP_EVAL_PEAK,
         PREDICTED,
         MEASURED,
     ]
     memory = [m for c in totals for m in (c, *counted.stored_beside([c]))]
-    extra = [*dict.fromkeys(memory), *(t for t in tests if t)]
-    empty = {
-        c for c in (PREDICTED_RUN_PEAK, MEASURED_RUN_PEAK) if c in done and done[c].isna().all()
-    }
+    extra = [*dict.fromkeys(memory), *MEASURED_TIMES, *(t for t in tests if t)]
+    newer = (PREDICTED_RUN_PEAK, MEASURED_STEP_EVAL_PEAK, *MEASURED_TIMES)
+    empty = {c for c in newer if c in done and done[c].isna().all()}
     return [c for c in extra if c not in goals and c in done.columns and c not in empty]
 
 
@@ -158,11 +171,11 @@ def _kept(rows: pd.DataFrame, goals: dict[str, str], beside: list[str]) -> tuple
     return [c for c in beside if c not in hidden], bool(sparse)
 
 
-def _objective(objectives: dict[str, str], direction: str, flag: str) -> str:
+def _objective(objectives: dict[str, str], direction: Direction, flag: str) -> str:
     """The first objective with ``direction`` (a memory column first, when minimising)."""
     names = [col for col, way in objectives.items() if way == direction]
-    if direction == "minimize":
-        names.sort(key=lambda col: not col.startswith("memory."))
+    if direction == MINIMIZE:
+        names.sort(key=lambda col: not col.startswith(MEMORY))
     if not names:
         raise ConfigError(
             flag, f"needs a {direction}d objective among --objectives {', '.join(objectives)}"
@@ -183,8 +196,8 @@ def render(
         table = pd.DataFrame({"point": [ids(p) for p in rows["points"]]})
         table["configuration"] = rows["configuration"].to_numpy()
         kept, sparse = _kept(rows, goals, beside)
-        for col in goals:
-            header = counted.labelled(col, goals[col][:3])
+        for col, way in goals.items():
+            header = counted.labelled(col, Direction(way).short)
             table[header] = [interval(row, col) for _, row in rows.iterrows()]
         table["seeds"] = rows["n"].to_numpy()
         for col in kept:
@@ -197,12 +210,12 @@ def render(
             for _, row in rows.iterrows()
         ]
         legend = counted.note(rows, [*goals, *beside], sparse, ".mean")
-        memory = [c for c in [*goals, *kept] if c.startswith("memory.")]
-        said = "".join(f"  {col}: {named(col)}; {counted.how(col)}\n" for col in memory)
+        outcome = [c for c in [*goals, *kept] if is_outcome(c)]
+        said = "".join(f"  {col}: {named(col)}; {counted.how(col)}\n" for col in outcome)
         return (
             aligned(table)
             + legend
-            + "\nThe memory columns:\n"
+            + "\nThe memory and time columns:\n"
             + said
             + "To train a row:\n"
             + "\n".join(runs)
@@ -271,7 +284,7 @@ def _short(col: str) -> str:
 def _obtained(col: str) -> str:
     """Where a figure comes from, the column it is kept in last: "from the config's shapes,
     before training; accounted; memory.predicted_total_mb"."""
-    return f"{counted.how(col)}; {col}" if col.startswith("memory.") else col
+    return f"{counted.how(col)}; {col}" if is_outcome(col) else col
 
 
 def _stats(row: pd.Series, col: str) -> dict:
@@ -335,7 +348,7 @@ def _yaml(
         ),
         *(
             f"#   {named(col)}: {interval(best, col)} ({_obtained(col)})"
-            if col.startswith("memory.")
+            if is_outcome(col)
             else f"#   {_short(col)}: {interval(best, col)}"
             for col in kept
         ),

@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..config import ConfigError
+from ..outcome import MAXIMIZE
 from . import (
     accuracy_density,
     accuracy_memory,
@@ -167,7 +168,8 @@ def _answer_html(points: Points, table: pd.DataFrame) -> list[str]:
         _table_html(front, cell),
         (
             "<p class=\"note\">Reduction = the baseline's memory / the configuration's; change "
-            f"= its {_e(points.score_name)} - the baseline's. Memory: "
+            f"= its {_e(points.score_name)} - the baseline's; time ratio = its measured seconds "
+            "per update / the baseline's (on the device each trained on). Memory: "
             f"{_e(counted.how(points.memory))} ({_e(points.memory)}). Table 3 below adds intervals, the test "
             "score and the trials.</p>"
         ),
@@ -176,7 +178,7 @@ def _answer_html(points: Points, table: pd.DataFrame) -> list[str]:
     if not within.empty:
         rows, cell = answer.compared(points, within, lead=("within (MB)",))
         parts += ["<h2>The best configuration within a budget</h2>", _table_html(rows, cell)]
-        if points.direction == "maximize":  # pareto's budget answer maximises the score
+        if points.direction == MAXIMIZE:  # pareto's budget answer maximises the score
             sweep = points.trials["sweep"].unique()
             ask = f"tune-lowmem pareto --store {points.root}" + (
                 f" --sweep {sweep[0]}" if len(sweep) == 1 else ""

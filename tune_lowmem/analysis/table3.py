@@ -1,5 +1,6 @@
 """The paper's Table 3: configurations on the memory-score front against the fp32 dense baseline
-with no technique (configuration, memory, reduction factor, score, score change).
+with no technique (configuration, memory, reduction factor, score, score change), and, where the
+store measured it, the seconds per update each took and its ratio to the baseline's.
 
 The rows are chosen on the validation metric; the test metric stands beside them, with its own
 interval and change, as the paper reports test figures. An empty cell says why it is empty.
@@ -13,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..outcome import MEASURED_UPDATE_S
 from . import baselines, counted
 from .points import (
     NO_TECHNIQUE,
@@ -23,6 +25,8 @@ from .points import (
 
 NAME = "table3"
 MEMORY = "memory (MB"  # how every memory header starts: "memory (MB, accounted)"
+UPDATE_TIME = "update time (s, measured)"  # seconds per update at steady state, on its device
+TIME_RATIO = "time ratio (x)"  # its update time / the baseline's
 TITLE = (
     "Memory and accuracy of the Pareto-optimal configurations against the baseline (paper Table 3)"
 )
@@ -32,11 +36,9 @@ def build(points: Points) -> pd.DataFrame:
     """Baseline first, then the front from most memory to least, in display units (%, MB); the
     stored memory beside the accounted where a row is sparse (`counted`)."""
     scored = points.scored()
-    score = f"{points.score}.mean"
     trained = scored[scored["techniques"] == NO_TECHNIQUE]
     if not trained.empty:
-        means = trained[score]
-        base = trained.loc[means.idxmax() if points.direction == "maximize" else means.idxmin()]
+        base = points.top(trained)
         base_row = _row(points, base["configuration"] + " (baseline)", base, base)
     else:
         base, base_row = None, _predicted_baseline(points, scored)
@@ -49,6 +51,8 @@ def build(points: Points) -> pd.DataFrame:
     table = pd.DataFrame(rows)
     if not table["other settings"].astype(bool).any():
         table = table.drop(columns="other settings")
+    if table[UPDATE_TIME].isna().all():  # a store written before trials measured their time
+        table = table.drop(columns=[UPDATE_TIME, TIME_RATIO])
     stored = stored_header(points)
     if stored != memory_header(points) and stored in table and not sparse(table, points):
         table = table.drop(columns=stored)  # dense rows: equal, said once by the note
@@ -83,12 +87,15 @@ def _row(
     if base is not None:
         base_memory = base[f"{points.memory}.mean"]
     held = f"{counted.STORED_TOTALS.get(points.memory)}.mean"
+    update = group.get(f"{MEASURED_UPDATE_S}.mean", math.nan)
     row = {
         "configuration": label,
         "other settings": group["other_settings"],
         memory_header(points): memory,
         **({stored_header(points): group[held]} if held in group else {}),
         "reduction (x)": base_memory / memory,
+        UPDATE_TIME: update,
+        TIME_RATIO: math.nan if base is None else update / base[f"{MEASURED_UPDATE_S}.mean"],
     }
     for metric in (points.score, points.test):
         if metric is None:
@@ -166,8 +173,18 @@ def note(points: Points, table: pd.DataFrame) -> str:
         f"({points.direction}d) and {points.memory} (minimized), by memory{beside}. Memory: "
         f"{counted.words(points.memory)}. Scores: mean over seeds; 95% CI = 1.96 standard "
         f"errors over seeds. Reduction (of the {counted.counted(points.memory) or 'stored'} "
-        f"memory) and change are against the first row. {held[0].upper()}"
-        f"{held[1:]}"
+        f"memory), change and time ratio are against the first row. "
+        f"{_time_note(table)}{held[0].upper()}{held[1:]}"
+    )
+
+
+def _time_note(table: pd.DataFrame) -> str:
+    """What the time columns hold, when the table has them."""
+    if UPDATE_TIME not in table:
+        return ""
+    return (
+        f"Update time: {counted.words(MEASURED_UPDATE_S)}, {counted.how(MEASURED_UPDATE_S)}, "
+        "mean over seeds. "
     )
 
 
@@ -183,11 +200,17 @@ def format_cell(column: str, value, row: pd.Series) -> str:
             return "not recorded"
         if column.endswith("CI (±)") and row["seeds"] == 1:
             return "n/a: 1 seed"
-        if "change" in column and row["seeds"] > 0:
+        if column == UPDATE_TIME:
+            return "not recorded"
+        if ("change" in column or column == TIME_RATIO) and row["seeds"] > 0:
             return "n/a: baseline not trained"
         return "n/a"
     if column == "reduction (x)":
         return f"{value:.1f}×"
+    if column == TIME_RATIO:
+        return f"{value:.2f}×"
+    if column == UPDATE_TIME:
+        return f"{value:.3g}"
     if column.startswith(MEMORY):
         return f"{value:.4g}"
     if column == "seeds":

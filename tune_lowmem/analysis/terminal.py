@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from ..results import MEASURED_RUN_PEAK
+from ..outcome import MEASURED_STEP_EVAL_PEAK, MEASURED_UPDATE_S, is_outcome
 from . import counted
 from .objectives import TEST
 from .points import metric_name
@@ -32,7 +32,8 @@ TESTS = "the objectives' test metrics"
 # each a store column that the query reports beside the rows (what the full table shows besides
 # the objectives), or `TESTS`. A column joins the narrow table with one line here.
 NARROW = (
-    MEASURED_RUN_PEAK,  # torch's allocator's peak over a real step and an evaluation
+    MEASURED_STEP_EVAL_PEAK,  # torch's allocator's peak over a real step and an evaluation batch
+    MEASURED_UPDATE_S,  # seconds per update at steady state, as the trial measured them
     TESTS,  # each validation objective's test metric: beside, never chosen on
 )
 
@@ -56,13 +57,13 @@ def ids(points: list[int]) -> str:
 
 def named(col: str) -> str:
     """A chosen row's figure named in plain words: "predicted training step memory (MB)",
-    "validation accuracy"."""
-    return counted.words(col) if col.startswith("memory.") else metric_name(col)
+    "measured seconds per update", "validation accuracy"."""
+    return counted.words(col) if is_outcome(col) else metric_name(col)
 
 
 def header(col: str) -> str:
     """A narrow column's heading: its store column without the group (``val_accuracy``,
-    ``measured_run_peak_mb``)."""
+    ``measured_update_s``)."""
     return col.split(".", 1)[-1]
 
 
@@ -150,7 +151,7 @@ def _columns(goals: dict[str, str], beside: Sequence[str]) -> tuple[list[str], l
 def _named_column(col: str, goals: dict[str, str], width: int) -> str:
     """One line (wrapped) saying what a narrow column is."""
     role = f"{goals[col]}d" if col in goals else "beside, not used to choose"
-    source = f"; {counted.how(col)}" if col.startswith("memory.") else ""
+    source = f"; {counted.how(col)}" if is_outcome(col) else ""
     return wrapped(f"{header(col)}: {named(col)}{source} ({col}; {role})", width, "  ")
 
 

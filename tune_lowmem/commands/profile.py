@@ -7,14 +7,26 @@ import argparse
 import json
 
 from ..analysis.counted import ACCOUNTED, STORED, counted
-from ..memory.report import MB, PARTS
+from ..outcome import (
+    MB,
+    MEASURED_STORED_TOTAL,
+    PARTS,
+    PREDICTED_PARTS,
+    PREDICTED_STORED_TOTAL,
+    column,
+    memory_columns,
+)
+
+# each source's total as the step holds it (`outcome.memory_columns`)
+STORED_TOTAL = {"predicted": PREDICTED_STORED_TOTAL, "measured": MEASURED_STORED_TOTAL}
 from . import add_config_arguments, config_from_arguments
 from .threads import add_threads_argument, apply_threads
 
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
-        "profile", help="model / optimizer / activation memory and FLOPs of one configuration"
+        "profile",
+        help="model / optimizer / activation memory, FLOPs and predicted time of one configuration",
     )
     add_config_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -44,9 +56,9 @@ def run(args: argparse.Namespace) -> int:
     from ..memory.measure import measure
     from ..memory.predict import heap_object_bytes, predict, run_peak_storage
     from ..memory.stepping import at_peak, peak_steps
-    from ..memory.stored import stored_totals
     from ..memory.synthetic import synthetic_task
     from ..preflight import cuda_present
+    from ..timing import predict_time
     from ..validation import positive_int
 
     config = config_from_arguments(args)
@@ -56,8 +68,7 @@ def run(args: argparse.Namespace) -> int:
         None if args.lengths is None else tuple(positive_int(n, "--lengths") for n in args.lengths)
     )
     task = synthetic_task(config, torch.device("cpu"), lengths)  # refuses what it cannot profile
-    if args.measure:
-        apply_threads(args)
+    apply_threads(args)  # the kernels a prediction's workspace and time are of, and a measurement
     ways = {"predicted": predict} | ({"measured": measure} if args.measure else {})
     baselines = {name: way(baseline_config(config), lengths) for name, way in ways.items()}
     # a run is predicted at its peak: measured at each step that may be it, the larger kept
@@ -68,13 +79,18 @@ def run(args: argparse.Namespace) -> int:
         steps = [measure_allocations(config, lengths, update) for update in peak_steps(config)]
         allocations = max(steps, key=lambda step: step.total_bytes)  # as `at_peak` keeps
         run_peaks = max(steps, key=lambda step: step.run_peak_bytes)
-    totals = stored_totals(reports["predicted"], reports.get("measured"))
+    columns = memory_columns(reports["predicted"], reports.get("measured"))
+    totals = {source: columns[STORED_TOTAL[source]] for source in reports}
     objects = heap_object_bytes(config, lengths)
+    times = {
+        "this": predict_time(config, lengths),
+        "baseline": predict_time(baseline_config(config), lengths),
+    }
     if args.json:
         result = {
             name: {
                 **report.to_dict(),
-                f"{name}_stored_total_mb": totals[f"{name}_stored_total_mb"],
+                f"{name}_stored_total_mb": totals[name],
                 "ratio_to_baseline": report.ratio_to(baselines[name]),
             }
             for name, report in reports.items()
@@ -83,9 +99,8 @@ def run(args: argparse.Namespace) -> int:
         result["baseline"] = {name: report.to_dict() for name, report in baselines.items()}
         keys = {k for r in (*reports.values(), *baselines.values()) for k in r.to_dict()}
         keys |= {f"{name}_stored_total_mb" for name in reports}
-        result["counted"] = {
-            k: counted(f"memory.{k}") for k in sorted(keys) if counted(f"memory.{k}")
-        }
+        result["counted"] = {k: counted(column(k)) for k in sorted(keys) if counted(column(k))}
+        result["time"] = time_figures(times["this"], times["baseline"])
         if allocations is not None:
             result["allocator"] = allocations.to_dict()
             result["allocator"].update(
@@ -94,9 +109,10 @@ def run(args: argparse.Namespace) -> int:
             )
         print(json.dumps(result))
         return 0
-    sparse = totals["predicted_stored_total_mb"] != reports["predicted"].total_mb
+    sparse = totals["predicted"] != reports["predicted"].total_mb
     print(describe(config, task))
-    print(table(reports, baselines, totals, sparse, objects))
+    print(table(reports, baselines, totals, sparse, objects, times))
+    print(time_note(times["this"]))
     print(run_peak_note(reports["predicted"], run_peaks, run_peak_storage(config, lengths)))
     print(
         SPARSE_NOTE
@@ -107,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.measure:
         print(peak_note(config, reports["predicted"], reports["measured"], task, objects))
-        print(allocator_note(allocations, totals["predicted_stored_total_mb"] - objects / MB))
+        print(allocator_note(allocations, totals["predicted"] - objects / MB))
     return 0
 
 
@@ -163,16 +179,52 @@ def packed_note(config, lengths) -> str:
     )
 
 
-def table(reports: dict, baselines: dict, totals: dict, sparse: bool, objects: int = 0) -> str:
-    """One column per report: its parts and totals (the stored ones from `totals`, as
-    `stored_totals` names them), each labelled stored or accounted (`counted`; a dense
+def time_figures(this, baseline) -> dict:
+    """The predicted time (`timing.TimePrediction`) as the JSON holds it: the ``time.`` columns'
+    figures, what an epoch holds, and the baseline's update beside this one's."""
+    return {
+        **this.to_dict(),
+        "updates_per_epoch": this.updates_per_epoch,
+        "evaluation_batches": this.evaluation_batches,
+        "baseline_predicted_update_s": baseline.update_seconds,
+        "predicted_slowdown": this.update_seconds / baseline.update_seconds,
+    }
+
+
+def time_note(prediction) -> str:
+    """What the predicted time rows are for: the device, and what an epoch holds."""
+    batches = prediction.evaluation_batches
+    evaluation = "no evaluation pass" if batches is None else f"{batches} evaluation batches"
+    return (
+        f"time predicted for {prediction.device.describe()} (docs/time.md): an epoch of "
+        f"{prediction.updates_per_epoch} updates and {evaluation}; a sparse model's rewiring "
+        "left out"
+    )
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def table(
+    reports: dict,
+    baselines: dict,
+    totals: dict,
+    sparse: bool,
+    objects: int = 0,
+    times: dict | None = None,
+) -> str:
+    """One column per report: its parts and totals (the stored ones from `totals`, by source),
+    each labelled stored or accounted (`counted`; a dense
     configuration's are equal, said once by `DENSE_NOTE`), the predicted stored total's tensor
     storage (without `objects`, the CPU heap's tensor and autograd objects it counts), FLOPs, the
-    baseline (dense: stored), the ratios and, measured, the peak of all PyTorch held."""
+    baseline (dense: stored), the ratios, measured, the peak of all PyTorch held and, predicted,
+    the seconds of an update, an evaluation and an epoch with the update's slowdown against the
+    baseline's (`times`: this configuration's and the baseline's `TimePrediction`)."""
     rows: dict[str, list[str]] = {}
     for source, report in reports.items():
         values, baseline = report.to_dict(), baselines[source]
-        stored_mb, peak = totals[f"{source}_stored_total_mb"], values.get(f"{source}_peak_mb")
+        stored_mb, peak = totals[source], values.get(f"{source}_peak_mb")
         cells = {
             **{
                 _label(f"{part} MB", part, sparse): f"{values[f'{source}_{part}_mb']:.3f}"
@@ -192,6 +244,20 @@ def table(reports: dict, baselines: dict, totals: dict, sparse: bool, objects: i
             ),
             "peak MB, all held": "-" if peak is None else f"{peak:.3f}",
         }
+        if times is not None:
+            this = times["this"] if source == "predicted" else None
+            cells.update(
+                {
+                    "s per update": _seconds(this and this.update_seconds),
+                    "s per evaluation": _seconds(this and this.evaluation_seconds),
+                    "s per epoch": _seconds(this and this.epoch_seconds),
+                    "slowdown (time / baseline)": (
+                        "-"
+                        if this is None
+                        else f"{this.update_seconds / times['baseline'].update_seconds:.2f}"
+                    ),
+                }
+            )
         for label, cell in cells.items():
             rows.setdefault(label, []).append(cell)
     lines = [f"{'':{LABEL_WIDTH}}" + "".join(f"{name:>12}" for name in reports)]
@@ -205,7 +271,7 @@ def table(reports: dict, baselines: dict, totals: dict, sparse: bool, objects: i
 def _label(row: str, part: str, sparse: bool) -> str:
     """A row's label: how its figure (of `part`) counts where a sparse weight makes a difference;
     the totals always say it (a dense configuration's total is stored, and equal accounted)."""
-    how = counted(f"memory.predicted_{part}_mb")
+    how = counted(PREDICTED_PARTS[part])
     if row.startswith("total"):
         return f"{row}, {how if sparse else STORED}"
     return f"{row}, {how}" if sparse and how == ACCOUNTED else row

@@ -35,8 +35,9 @@ def run(args: argparse.Namespace) -> int:
         say_unreadable(status.space_problem)
     runs.compact(status.name)
     stored = ", ".join(f"{n} {s}" for s, n in status.counts.items())
+    baseline = " and the baseline" if status.baseline else ""
     planned = (
-        f"; {status.planned_points} points x {status.seeds_per_point} seed(s) planned"
+        f"; {status.planned_points} points x {status.seeds_per_point} seed(s){baseline} planned"
         if status.planned_points is not None
         else ""
     )

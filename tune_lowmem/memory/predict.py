@@ -73,6 +73,7 @@ from ..plugins import techniques
 from ..torch_private import FakeTensorMode, default_foreach
 from ..train import Trainer
 from . import accounting
+from .calls import CallCounts, Recording
 from .report import MemoryReport
 from .synthetic import synthetic_task
 from .tracker import StorageTracker
@@ -108,6 +109,10 @@ class DryRun:
     # an evaluation batch's input on the device, its pass's peak beyond the weights and state
     # (storage, workspace as in `step_peak`; heap objects); None: the task has no evaluation pass
     evaluation: tuple[int, int, int] | None
+    # what the time prediction prices: an update's calls (every microbatch's passes, then the
+    # update), the storages they allocate and the passes; one evaluation pass's (None: no pass)
+    recording: Recording
+    evaluation_recording: Recording | None
 
     @functools.cached_property
     def occasional(self) -> tuple[int, int]:
@@ -251,7 +256,8 @@ def _cached_dry_run(
     batch = next(iter(task.train_batches(0)))  # real and small: splitting it reads its lengths
     microbatches, normaliser = task.microbatches(batch), task.normaliser(batch)
     shapes = [tuple(tuple(t.shape) for t in batch_tensors(m)) for m in microbatches]
-    run = passes(shapes)
+    weights = pass_weights(shapes)
+    run = sorted(weights)
     foreach = default_foreach(list(model.parameters()))  # decided on the real weights
     fake_mode = FakeTensorMode()
     _fake_state(model, fake_mode)
@@ -270,20 +276,29 @@ def _cached_dry_run(
         ]
         existing = [t for fake in fakes for t in (*batch_tensors(fake), *host_data_tensors(fake))]
         existing += [*model.parameters(), *model.buffers(), *accounting.state_tensors(optimizer)]
-        with StorageTracker(existing) as tracker:
+        calls, segments = CallCounts(), []
+        with StorageTracker(existing, calls=calls) as tracker:
             for index, microbatch in zip(run, fakes, strict=True):
+                calls.weight = weights[index]
+                segments.append((tracker.clock + 1, weights[index]))
                 before = tracker.flops
                 with runner.forward_context():
                     loss, _ = task.loss(model, microbatch)
                 runner.backward(loss / normaliser)
                 del loss
                 flops[shapes[index]] = tracker.flops - before
+            calls.weight = 1
+            segments.append((tracker.clock + 1, 1))
             update(model, optimizer, runner)
+    recording = Recording(calls.counts, tracker.allocated(), tuple(segments))
     heap = HEAP_BYTES_PER_STORAGE if device.type == "cpu" else 0  # the trial's device's
     step = _peak(tracker, _held(model, optimizer), heap)
     with_grad = {name for name, param in model.named_parameters() if param.grad is not None}
     occasional = functools.partial(occasional_peak, key, lengths, with_grad, heap)
-    evaluation = evaluation_peak(task, model, optimizer, runner, fake_mode, heap, workspace)
+    evaluation_recorded: list[Recording] = []
+    evaluation = evaluation_peak(
+        task, model, optimizer, runner, fake_mode, heap, workspace, evaluation_recorded
+    )
     # the host minibatch is on the trial's device only when that is the host (a task moves each
     # microbatch to the device in `loss`, where the tracker counts the copy as the step's); the
     # host data it refers to is not the step's
@@ -300,6 +315,8 @@ def _cached_dry_run(
         held_bytes=_storage_bytes(held),
         step_peak=_peak(tracker, [], heap, workspace),
         evaluation=evaluation,
+        recording=recording,
+        evaluation_recording=evaluation_recorded[0] if evaluation is not None else None,
     )
 
 
@@ -311,11 +328,13 @@ def evaluation_peak(
     fake_mode: FakeTensorMode,
     heap_bytes: int,
     workspace: bool,
+    recorded: list[Recording] | None = None,
 ) -> tuple[int, int, int] | None:
     """One `Task.evaluation_pass` on a fake batch of evaluation's shape, in eval mode under
     no_grad as `Trainer.run` evaluates: the batch's bytes on the device, and the pass's peak
     beyond the weights, buffers and optimizer state (storage, with `workspace` operators'
-    workspace; heap objects at `heap_bytes` a storage)."""
+    workspace; heap objects at `heap_bytes` a storage). The pass's `Recording` is added to
+    `recorded`, when given."""
     real = task.synthetic_evaluation_batch(torch.Generator().manual_seed(0))
     held = _held(model, optimizer)
     model.eval()
@@ -323,7 +342,8 @@ def evaluation_peak(
         with fake_mode:
             batch = map_tensors(fake_mode.from_tensor, real)
             existing = [*held, *batch_tensors(batch)]
-            with StorageTracker(existing) as tracker, torch.no_grad():
+            calls = CallCounts()
+            with StorageTracker(existing, calls=calls) as tracker, torch.no_grad():
                 with runner.forward_context():
                     result = task.evaluation_pass(model, batch)
                 evaluates, result = result is not None, None
@@ -331,6 +351,8 @@ def evaluation_peak(
         model.train()
     if not evaluates:
         return None
+    if recorded is not None:
+        recorded.append(Recording(calls.counts, tracker.allocated(), ((1, 1),)))
     on_device = [t for t in batch_tensors(real) if t.device == held[0].device]
     return (_storage_bytes(on_device), *_peak(tracker, held, heap_bytes, workspace))
 
@@ -387,10 +409,22 @@ def passes(shapes: list[tuple]) -> list[int]:
     gradient exists; the first of each later shape, whose gradients accumulate into existing ones;
     and the last, in whose backward pass a fused step applies the update and drops gradients.
     The ones left out repeat a pass that is run, with the same tensors alive."""
-    later = {}
-    for index in range(1, len(shapes)):
+    return sorted(pass_weights(shapes))
+
+
+def pass_weights(shapes: list[tuple]) -> dict[int, int]:
+    """Each pass of `passes` with how many of the update's microbatches it stands for: the first
+    and the last themselves, the first of each later shape every other microbatch of its shape
+    between them (whose calls the time prediction counts that many times)."""
+    last = len(shapes) - 1
+    later: dict[tuple, int] = {}
+    for index in range(1, last):
         later.setdefault(shapes[index], index)
-    return sorted({0, *later.values(), len(shapes) - 1})
+    weights = {0: 1, last: 1} if last else {0: 1}
+    for index in range(1, last):
+        stand_in = later[shapes[index]]
+        weights[stand_in] = weights.get(stand_in, 0) + 1
+    return weights
 
 
 def update(model: nn.Module, optimizer: torch.optim.Optimizer, runner) -> None:

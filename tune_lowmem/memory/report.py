@@ -1,7 +1,8 @@
 """The profiler's answer for one configuration: the paper's three parts of training memory.
 
-Megabytes are decimal, 1 MB = 10**6 bytes: that is the unit in which the paper's WRN-28-2
-baseline (batch 100, fp32) comes to 404.8 MB (in MiB it would be 386.0).
+Megabytes are decimal (`outcome.MB`, 10**6 bytes): that is the unit in which the paper's
+WRN-28-2 baseline (batch 100, fp32) comes to 404.8 MB (in MiB it would be 386.0). The columns a
+report fills are `outcome.memory_columns`'.
 """
 
 from __future__ import annotations
@@ -9,15 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config import TrialConfig
-from ..results import PARTS
+from ..outcome import MB, MEASURED, PARTS, PREDICTED
 
-MB = 10**6
-SOURCES = ("predicted", "measured")
+SOURCES = (PREDICTED, MEASURED)
 
 
 @dataclass(frozen=True)
 class MemoryReport:
-    """Training memory in bytes, counted as the paper counts it (see DESIGN.md, memory accounting).
+    """Training memory in bytes, counted as the paper counts it (docs/profiler.md):
 
     - model: the parameters (a sparse weight: nonzero values plus CSR index storage);
     - optimizer: the gradient buffer plus the optimizer state, in the parameters' dtypes;
@@ -33,8 +33,10 @@ class MemoryReport:
     # measured only: the most bytes PyTorch held at once during the step, everything included and
     # dense as stored (masked sparse weights take their full size), the allocator's own view
     peak_bytes: int | None = None
-    # the run's peak: the most bytes live at once over training steps, occasional work and
-    # evaluation, inputs included (predicted: `predict.run_peak`; measured: the allocator's)
+    # predicted (`predict.run_peak`): the run's peak, the most bytes live at once over training
+    # steps, occasional work and evaluation, inputs included; measured (`allocations.
+    # measured_run_peak`): the allocator's peak over the steps that may be the run's peak, each
+    # with one evaluation batch, on a side run (not the whole run)
     run_peak_bytes: int | None = None
 
     def __post_init__(self) -> None:
@@ -56,8 +58,9 @@ class MemoryReport:
         return baseline.total_bytes / self.total_bytes
 
     def to_dict(self) -> dict[str, float | int | str | None]:
-        """``<source>_<part>_mb`` for each of PARTS (the store's ``memory.`` columns drop the
-        prefix), the FLOPs, the source, and a measurement's ``measured_peak_mb``."""
+        """What `tune-lowmem profile --json` prints: ``<source>_<part>_mb`` for each of PARTS,
+        the FLOPs, the source, a measurement's ``measured_peak_mb`` and the run's peak (the
+        names earlier versions gave the columns, which `outcome.column` reads as today's)."""
         parts = (self.model_bytes, self.optimizer_bytes, self.activation_bytes, self.total_bytes)
         values: dict[str, float | int | str | None] = {
             f"{self.source}_{part}_mb": nbytes / MB for part, nbytes in zip(PARTS, parts)

@@ -23,7 +23,7 @@ from typing import Protocol
 import torch
 
 from ..config import TrialConfig
-from ..results import CUDA_PEAK_COLUMNS
+from ..outcome import CUDA_PEAKS
 from .cuda import CUDA_CONTEXT_MB, predict_cuda
 from .predict import predict
 from .report import MB
@@ -88,10 +88,11 @@ def hold_to_share(share: float, device: torch.device) -> float | None:
 
 def peak_memory_mb(device: torch.device) -> dict[str, float | None]:
     """The caching allocator's peaks on `device` since its last reset: what the trial reached
-    (`max_allocated`: live tensors; `max_reserved`: what the allocator took from the card)."""
+    (`max_allocated`: live tensors; `max_reserved`: what the allocator took from the card),
+    under their columns (`outcome.CUDA_PEAKS`)."""
     if device.type != "cuda":
-        return dict.fromkeys(CUDA_PEAK_COLUMNS)
-    allocated, reserved = CUDA_PEAK_COLUMNS
+        return dict.fromkeys(CUDA_PEAKS)
+    allocated, reserved = CUDA_PEAKS
     index = cuda_index(device)
     return {
         allocated: torch.cuda.max_memory_allocated(index) / MB,

@@ -48,6 +48,7 @@ from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 
 from ..torch_private import engine_called
+from .calls import CallCounts
 from .workspace import signature, workspace_bytes
 
 
@@ -72,13 +73,15 @@ class StorageTracker(TorchDispatchMode):
     `probe`, if given, is called after every operator (e.g. `torch.cuda.memory_allocated`) and
     its values are kept in `samples`, one per event; with `probe_reads_heap` (a probe of the
     process heap, where the tracker's own records live; not a GPU allocator's) less the bytes of
-    those records (see the module docstring)."""
+    those records (see the module docstring). `calls`, if given, counts every operator call
+    (`calls.CallCounts`: what the time prediction prices)."""
 
     def __init__(
         self,
         existing: Iterable[torch.Tensor] = (),
         probe: Callable[[], int] | None = None,
         probe_reads_heap: bool = False,
+        calls: CallCounts | None = None,
     ) -> None:
         super().__init__()
         self.clock = 0
@@ -91,7 +94,9 @@ class StorageTracker(TorchDispatchMode):
         self._alive: dict[int, Life] = {}  # id(storage) -> its life, while the storage exists
         self.samples: list[int] = []
         self._summand: Life | None = None  # the first summand of the last operator, if a sum
+        self.taken_over: list[tuple[Life, Life]] = []  # (summand, its sum) torch sums in place
         self.calls: list[tuple[int, tuple]] = []  # (event, signature) of calls with workspace
+        self.counted = calls  # every call, counted for the time prediction
         if probe:
             self._sample()
 
@@ -102,6 +107,8 @@ class StorageTracker(TorchDispatchMode):
         self.clock += 1
         if (call := signature(func, args, kwargs)) is not None:
             self.calls.append((self.clock, call))
+        if self.counted is not None:
+            self.counted.add(func, args, kwargs, out)
         if _is_sum(func, args, kwargs, out):
             self._summand = self._alive.get(id(args[0].untyped_storage()))
         formula = flop_registry.get(func._overloadpacket)
@@ -151,6 +158,7 @@ class StorageTracker(TorchDispatchMode):
         life.died = self.clock + 1  # alive at the event in progress, gone from the next one
         if life is self._summand:  # the engine's sum, which torch makes in this storage
             life.died = self.clock
+            self.taken_over.append((life, self.lives[-1]))  # the sum's, its last output
             if self.samples:
                 self.samples[-1] -= life.nbytes
         if self._alive.get(key) is life:
@@ -185,6 +193,23 @@ class StorageTracker(TorchDispatchMode):
             return max(stored)
         count = self._sum(self.lives + self.freed, lambda life: 1 if life.nbytes >= 0 else -1)
         return max(b + heap_bytes * n for b, n in zip(stored, count, strict=True))
+
+    def allocated(self) -> tuple[tuple[int, int | None, int], ...]:
+        """Each storage the code allocated as torch allocates without a mode (the time
+        prediction plays them on the host's allocator): (the event it appeared at, the event
+        from which it is gone, None while it is alive, its bytes); a sum the engine makes in
+        its first summand's storage is no allocation, the summand's storage living on as it."""
+        successor = {id(summand): total for summand, total in self.taken_over}
+        sums = {id(total) for _, total in self.taken_over}
+        allocated = []
+        for life in self.lives:
+            if id(life) in sums:
+                continue
+            last = life
+            while id(last) in successor:
+                last = successor[id(last)]
+            allocated.append((life.born, last.died, life.nbytes))
+        return tuple(allocated)
 
     def _sum(self, lives: Iterable[Life], weight: Callable[[Life], int]) -> list[int]:
         """At each event, the sum of `weight` over `lives` alive then."""

@@ -8,7 +8,7 @@ buffer of the common dtype first. These are bytes the allocator must find althou
 holds them after the call, so the dispatch-level tracker never sees them. They depend on the
 kernel chosen for the call's sizes, strides, dtypes and threads, not on values. So for each
 distinct such call in a dry run (`signature`), the call is run once for real on the CPU, on zero
-tensors of the same sizes, strides and dtypes, under torch.profiler's memory reports (its public
+tensors of the same sizes, strides and dtypes (`calls.real`), under torch.profiler's memory reports (its public
 Chrome-trace export): its workspace is the most bytes live during the call beyond those live
 when it returned (its inputs and outputs). A dry run adds each call's workspace to the bytes
 alive at that call (`StorageTracker.peak`).
@@ -33,6 +33,8 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
+from .calls import call_key, real
+
 PROBED = frozenset(  # always
     {
         torch.ops.aten.convolution.default,
@@ -51,17 +53,12 @@ _known: dict[tuple, int] = {}  # signature -> workspace bytes
 def signature(func, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple | None:
     """What decides the workspace of a call that has some on the CPU (a `PROBED` operator, a
     `PRODUCTS` one in half precision, a pointwise one whose operands of more than one element
-    differ in dtype): the operator, each tensor argument's sizes, strides and dtype, the other
-    arguments, and the thread count; None for any other call, or one on another device."""
+    differ in dtype): the operator and its arguments as `calls.call_key` describes them, and the
+    thread count; None for any other call, or one on another device."""
     tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
     if not _has_workspace(func, tensors) or any(t.device.type != "cpu" for t in tensors):
         return None
-    return (
-        func,
-        _described(args),
-        _described(tuple(sorted(kwargs.items()))),
-        torch.get_num_threads(),
-    )
+    return (*call_key(func, args, kwargs), torch.get_num_threads())
 
 
 def _has_workspace(func, tensors: list[torch.Tensor]) -> bool:
@@ -84,29 +81,11 @@ def workspace_bytes(signatures: Iterable[tuple]) -> dict[tuple, int]:
     return {s: _known[s] for s in wanted}
 
 
-def _described(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return ("tensor", tuple(value.shape), tuple(value.stride()), value.dtype)
-    if isinstance(value, (list, tuple)):
-        return tuple(_described(v) for v in value)
-    return value
-
-
-def _real(value: Any) -> Any:
-    """A described argument as a real one (tensors: zeros of its sizes, strides and dtype)."""
-    if isinstance(value, tuple) and value[:1] == ("tensor",):
-        _, shape, stride, dtype = value
-        return torch.empty_strided(shape, stride, dtype=dtype).zero_()
-    if isinstance(value, tuple):
-        return [_real(v) for v in value]
-    return value
-
-
 def _probe(signatures: list[tuple]) -> dict[tuple, int]:
     """Run each call once under the profiler's memory reports; its workspace from the trace."""
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiler:
         for index, (func, args, kwargs, threads) in enumerate(signatures):
-            real_args, real_kwargs = _real(args), dict(_real(kwargs))
+            real_args, real_kwargs = real(args), dict(real(kwargs))
             with computing_threads(threads), torch.no_grad(), record_function(f"{_RANGE}{index}"):
                 try:
                     out = func(*real_args, **real_kwargs)

@@ -42,6 +42,7 @@ from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 from .. import pareto, preflight, store
 from ..analysis import baselines
 from ..config import ConfigError
+from ..outcome import column
 from ..plugins import plugins_folder
 from ..space import SearchSpace
 from ..tracking_settings import mlflow_uri
@@ -189,7 +190,7 @@ def _tuner(space: SearchSpace, sweep: str, root: Path) -> tune.Tuner:
         _trainable(space, sweep, root),
         tune_config=tune.TuneConfig(
             search_alg=search,
-            num_samples=space.num_samples * space.seeds_per_point,
+            num_samples=space.planned_trials,
             scheduler=scheduler,
             trial_dirname_creator=trial_dirname,
             reuse_actors=True,  # a worker process per trial costs seconds of imports
@@ -281,9 +282,10 @@ def launch(
         folder.mkdir(parents=True)
         (folder / SPACE_FILE).write_text(yaml.safe_dump(space.to_dict(), sort_keys=False))
         trackers.save_settings(folder, space.tracking)
+        baseline = " and the baseline" if space.baseline else ""
         say(
-            f"sweep {sweep}: {space.num_samples} points x {space.seeds_per_point} seed(s), "
-            f"sampler {space.sampler.name}, store {root}"
+            f"sweep {sweep}: {space.num_samples} points x {space.seeds_per_point} seed(s)"
+            f"{baseline}, sampler {space.sampler.name}, store {root}"
         )
         results = _fit(_tuner(space, sweep, root))
     return _finish(space, sweep, root, results)
@@ -354,7 +356,10 @@ def saved_space(name: str, root: str | Path) -> SearchSpace:
         raise ConfigError(
             "NAME", f"no sweep {name!r} in {root}; sweeps there: {', '.join(known) or 'none'}"
         )
-    return SearchSpace.from_dict(load_file(path, "sweep space file"))
+    saved = load_file(path, "sweep space file")
+    if isinstance(saved, dict):  # launched before baselines were trained: its Tune run has none
+        saved.setdefault("baseline", False)
+    return SearchSpace.from_dict(saved)
 
 
 def _finish(space: SearchSpace, sweep: str, root: Path, results) -> SweepResult:
@@ -371,7 +376,7 @@ def front(space: SearchSpace, trials: pd.DataFrame) -> pd.DataFrame:
     ``seeds``, the number of distinct seeds completed for the point (a sampler proposing the
     same point twice gives it two trials of the same seed: one config, one row here)."""
     params = [p.name for p in space.params]
-    columns = {store.store_column(m): m for m in space.objectives}
+    columns = {column(m): m for m in space.objectives}
     if trials.empty or "status" not in trials:
         return pd.DataFrame(columns=[*space.objectives, *params, "seeds"])
     done = trials[trials["status"] == "completed"]

@@ -69,6 +69,7 @@ from optuna.trial import FrozenTrial, TrialState
 from scipy.special import ndtr
 
 from ..config import ConfigError
+from ..outcome import Direction
 from ..space import Param, SearchSpace, worst_value
 from .exact import exact, exchangeable, training_key
 from .gaussian_process import GaussianProcess
@@ -327,7 +328,7 @@ class KnownMemorySampler(BaseSampler):
 
     def signed_values(self, told: Sequence[FrozenTrial]) -> np.ndarray:
         """The learned objective's told values, negated if minimised: larger is better."""
-        sign = 1.0 if self.space.objectives[self.learned] == "maximize" else -1.0
+        sign = Direction(self.space.objectives[self.learned]).sign
         return np.array([sign * self.told(t, self.learned) for t in told])
 
     def modelled(self, trials: Sequence[FrozenTrial], count: int) -> list[FrozenTrial]:

@@ -2,7 +2,8 @@
 
 [12:01:07] 1f2e3_00003 started: precision=bf16 microbatch.size=10 checkpoint=none ...
 [12:01:31] 1f2e3_00003 epoch 2: val_accuracy=0.3120 train_loss=1.7311
-[12:01:44] 1f2e3_00003 completed: val_accuracy=0.3460 memory.predicted_total_mb=7.2 (3 epochs, 36 s)
+[12:01:44] 1f2e3_00003 completed: val_accuracy=0.3460 memory.predicted_total_mb=7.2 (3 epochs, 36 s, \
+0.31 s per update)
 [12:01:44] trials: 4 completed, 1 failed, 0 infeasible, 2 running, 0 pending | 5/40 done, 61/h, \
 about 34 min left | best: ...
 
@@ -23,7 +24,10 @@ from ray.tune.experiment import Trial
 
 from .. import pareto, store
 from ..analysis.counted import labelled
+from ..outcome import MEASURED_UPDATE_S, column, is_outcome
 from ..space import SearchSpace
+from .baseline import INFEASIBLE_ID, is_baseline
+from .screening import SCREENED_PREFIXES
 
 BEST_SHOWN = 3  # points of the running Pareto front printed after each finished trial
 
@@ -58,7 +62,8 @@ class ProgressPrinter(Callback):
         self.started, self.done_before = time.monotonic(), None
 
     def on_trial_start(self, iteration: int, trials: list[Trial], trial: Trial, **info) -> None:
-        say(f"{trial.trial_id} started: {describe(trial.config['params'])}")
+        what = "the baseline (every technique off), " if is_baseline(trial.config) else ""
+        say(f"{trial.trial_id} started: {what}{describe(trial.config['params'])}")
 
     def on_trial_result(
         self, iteration: int, trials: list[Trial], trial: Trial, result: dict, **info
@@ -78,7 +83,12 @@ class ProgressPrinter(Callback):
             shown = {k: result.get(k) for k in self.space.objectives}
             seconds = result.get("train_seconds") or 0.0
             epochs = int(result.get("epoch") or 0)
-            say(f"{trial.trial_id} completed: {describe(shown)} ({epochs} epochs, {seconds:.0f} s)")
+            update = result.get(MEASURED_UPDATE_S)
+            per_update = "" if update is None else f", {update:.3g} s per update"
+            say(
+                f"{trial.trial_id} completed: {describe(shown)} ({epochs} epochs, {seconds:.0f} s"
+                f"{per_update})"
+            )
         elif status == "running":  # its last result still running: the scheduler stopped it
             shown = {k: result.get(k) for k in self.space.objectives}
             say(f"{trial.trial_id} stopped early at epoch {result.get('epoch')}: {describe(shown)}")
@@ -111,9 +121,11 @@ class ProgressPrinter(Callback):
                 counts["pending"] += 1
         root = self.root() if callable(self.root) else self.root  # a path: pickled by an old sweep
         stored = store.trial_ids(root, self.sweep)
-        screened = [i for i in stored if i.startswith(("infeasible-", "invalid-"))]
-        counts["infeasible"] += sum(1 for i in screened if i.startswith("infeasible-"))
-        counts["failed"] += sum(1 for i in screened if i.startswith("invalid-"))
+        prefixes = tuple(SCREENED_PREFIXES.values())
+        screened = [i for i in stored if i.startswith(prefixes) or i == INFEASIBLE_ID]
+        invalid = SCREENED_PREFIXES["failed"]
+        counts["infeasible"] += sum(1 for i in screened if not i.startswith(invalid))
+        counts["failed"] += sum(1 for i in screened if i.startswith(invalid))
         text = "trials: " + ", ".join(f"{n} {name}" for name, n in counts.items())
         text += " | " + self.pace(len(screened) * self.space.seeds_per_point, trials, ending)
         best = self.best(finished)
@@ -124,7 +136,7 @@ class ProgressPrinter(Callback):
         screened out counts as all its seeds' trials."""
         finished = (Trial.TERMINATED, Trial.ERROR)
         done = screened + sum(1 for t in trials if t.status in finished or t is ending)
-        total = self.space.num_samples * self.space.seeds_per_point
+        total = self.space.planned_trials
         now = time.monotonic()
         if self.started is None:
             self.started = now
@@ -141,7 +153,7 @@ class ProgressPrinter(Callback):
         """The running front on the objectives, test metrics left out: nothing is chosen on test
         data, not even what a progress line calls best (no line when nothing else is left)."""
         objectives = {k: v for k, v in self.space.objectives.items() if not k.startswith("test_")}
-        if not results or all(store.store_column(k).startswith("memory.") for k in objectives):
+        if not results or all(is_outcome(column(k)) for k in objectives):
             return ""
         values = pd.DataFrame(
             [{k: r.get(k, np.nan) for k in objectives} for r in results], dtype=float

@@ -42,7 +42,7 @@ from ray.tune.schedulers import TrialScheduler
 from ray.tune.search import Searcher
 
 from .. import pareto
-from ..results import MEMORY_OBJECTIVE
+from ..outcome import MAXIMIZE, MEMORY_OBJECTIVE, MINIMIZE
 from ..space import SearchSpace
 from . import place
 from .searcher import ScreenedSearcher
@@ -129,9 +129,7 @@ def hypervolume(points: Sequence[Sequence[float]], reference: Sequence[float]) -
     if not points:
         return 0.0
     logged = [[metric, np.log10(memory)] for metric, memory in points]
-    return pareto.hypervolume(
-        logged, ["maximize", "minimize"], [reference[0], np.log10(reference[1])]
-    )
+    return pareto.hypervolume(logged, [MAXIMIZE, MINIMIZE], [reference[0], np.log10(reference[1])])
 
 
 def replay_space(
@@ -158,9 +156,10 @@ def replay_space(
         "name": "replay",
         "base": dict(base),
         "params": params,
-        "objectives": {METRIC: "maximize", MEMORY_OBJECTIVE: "minimize"},
+        "objectives": {METRIC: str(MAXIMIZE), MEMORY_OBJECTIVE: str(MINIMIZE)},
         "sampler": sampler,
         "sampler_seed": seed,
+        "baseline": False,  # a replay measures its sampler: no reference trained beside it
         **extra,
     }
 

@@ -31,13 +31,13 @@ from typing import TYPE_CHECKING, Any
 import optuna
 
 from ..config import ConfigError
-from ..results import PREDICTED_METRICS, STORED_METRICS
+from ..outcome import SPACE_OBJECTIVES, known_before_training, memory_columns
 from ..validation import SEED_LIMIT, require
 
 if TYPE_CHECKING:
     from ..space import SearchSpace
 
-KNOWN = (*PREDICTED_METRICS, STORED_METRICS[0])  # objectives the profiler gives before training
+KNOWN = tuple(filter(known_before_training, SPACE_OBJECTIVES))  # the profiler's, before training
 MemoryOf = Callable[[Mapping[str, Any]], float | None]
 
 
@@ -68,7 +68,6 @@ def profiler_memory(space: SearchSpace, objective: str | None = None) -> MemoryO
     profiler, through the searcher's own screening (so the budget and invalid configs read as
     None, never as a memory), once per `memory_key`."""
     from .screening import screen
-    from .trainable import memory_metrics
 
     objective = objective or known_objective(space)
     known: dict[str, float | None] = {}
@@ -80,7 +79,7 @@ def profiler_memory(space: SearchSpace, objective: str | None = None) -> MemoryO
         screening = screen(space, params)
         value = None
         if screening.feasible:
-            predicted = memory_metrics(screening.predicted, None).get(objective)
+            predicted = memory_columns(screening.predicted).get(objective)
             value = None if predicted is None else float(predicted)
         if key is not None:
             known[key] = value

@@ -50,8 +50,10 @@ from ray.tune.result import AUTO_RESULT_KEYS
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
 from .. import pareto, store
+from ..outcome import split
 from ..scheduler_settings import SchedulerSettings
 from . import place
+from .baseline import is_baseline
 from .exact import training_key
 
 # `memory_band`: a trial is compared with trials of at most this factor more or less memory
@@ -102,6 +104,8 @@ class MultiObjectiveASHA(FIFOScheduler):
     # ---- decisions ----------------------------------------------------------------------
 
     def on_trial_result(self, tune_controller, trial, result: dict) -> str:
+        if is_baseline(trial.config):  # the sweep's reference: trained to its end, no rung's peer
+            return TrialScheduler.CONTINUE
         return self.decide(trial.trial_id, result, trial.config.get("params"))
 
     def decide(
@@ -321,16 +325,16 @@ class RecordStopped(Callback):
         root = place.root(self.sweep)
         if trial.trial_id in store.trial_ids(root, self.sweep):
             return
-        memory = {k: v for k, v in result.items() if k.startswith("memory.")}
+        reported, outcome = split(result)
         tune_keys = {*AUTO_RESULT_KEYS, "done", "trial_id", "node_id", "trial_status"}
-        metrics = {k: v for k, v in result.items() if k not in memory and k not in tune_keys}
+        metrics = {k: v for k, v in reported.items() if k not in tune_keys}
         now = datetime.now(UTC)
         record = sweep_rows(self.space, self.sweep).row(
             trial.trial_id,
             STOPPED,
             self.space.trial_config(trial.config["params"]).to_flat(),
             metrics,
-            memory,
+            outcome,
             point=trial.config["point"],
             epochs_completed=int(result.get("epoch", 0)),
             started_at=now - timedelta(seconds=float(result.get("time_total_s", 0.0))),

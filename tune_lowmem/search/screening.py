@@ -17,9 +17,12 @@ from ..config import ConfigError, TrialConfig
 from ..memory import MemoryReport
 from ..memory.predict import predict
 from ..memory.stored import accounted
-from ..results import MEMORY_OBJECTIVE, PREDICTED_METRICS
+from ..outcome import MEMORY, MEMORY_OBJECTIVE, known_before_training, memory_columns
 from ..space import SearchSpace
-from .trainable import failure_reason, memory_metrics, out_of_memory, sweep_rows
+from .trainable import failure_reason, out_of_memory, sweep_rows
+
+# A point stored without training: its id's prefix by status (then its point's number).
+SCREENED_PREFIXES = {"infeasible": "infeasible-", "failed": "invalid-"}
 
 
 @dataclass(frozen=True)
@@ -51,7 +54,7 @@ def screen(space: SearchSpace, params: Mapping[str, Any]) -> Screening:
         return Screening("infeasible", config, None, f"too big to build: {failure_reason(error)}")
     budget = space.memory_budget_mb
     if budget is not None and (memory := budgeted_memory_mb(space, predicted)) > budget:
-        name = budgeted_memory(space).removeprefix("memory.")
+        name = budgeted_memory(space).removeprefix(MEMORY)
         reason = f"predicted memory {memory:.1f} MB ({name}) is over memory_budget_mb {budget:g}"
         return Screening("infeasible", config, predicted, reason)
     return Screening("feasible", config, predicted)
@@ -60,11 +63,12 @@ def screen(space: SearchSpace, params: Mapping[str, Any]) -> Screening:
 def budgeted_memory(space: SearchSpace) -> str:
     """The memory a budget holds a point to: the space's objective the profiler predicts (the
     run's peak in the shipped joint spaces), else a training step's predicted total."""
-    return next((name for name in space.objectives if name in PREDICTED_METRICS), MEMORY_OBJECTIVE)
+    predicted = (n for n in space.objectives if n.startswith(MEMORY) and known_before_training(n))
+    return next(predicted, MEMORY_OBJECTIVE)
 
 
 def budgeted_memory_mb(space: SearchSpace, predicted: MemoryReport) -> float:
-    return float(memory_metrics(predicted, None)[budgeted_memory(space)])
+    return float(memory_columns(predicted)[budgeted_memory(space)])
 
 
 def write_screened(
@@ -72,15 +76,16 @@ def write_screened(
     sweep: str,
     trial_id: str,
     space: SearchSpace,
-    point: int,
+    point: int | None,
     params: Mapping[str, Any],
     screening: Screening,
 ) -> store.TrialRecord:
-    """Store a point that was never trained (infeasible, or not a valid config)."""
+    """Store a point that was never trained (infeasible, or not a valid config); `point` None:
+    the sweep's baseline."""
     now = datetime.now(UTC)
     known = screening.predicted is not None
     csr = accounted(screening.config, "csr") if known else None
-    memory = memory_metrics(screening.predicted, None, csr)
+    memory = memory_columns(screening.predicted, None, csr)
     config = (
         screening.config.to_flat() if screening.config is not None else {**space.base, **params}
     )
@@ -91,7 +96,7 @@ def write_screened(
             trial_id,
             screening.status,
             config,
-            memory=memory,
+            outcome=memory,
             point=point,
             failure_reason=reason,
             started_at=now,
@@ -102,7 +107,7 @@ def write_screened(
             trial_id,
             screening.status,
             space.base,
-            memory=memory,
+            outcome=memory,
             point=point,
             failure_reason=f"{reason} (params: {dict(params)})",
             started_at=now,

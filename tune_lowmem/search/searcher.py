@@ -10,6 +10,10 @@ and GP rank a violation below every feasible point). A point over the budget (or
 the id ``infeasible-<n>`` (``invalid-<n>``), told with dominated values, and another point is
 asked for, so it never occupies a worker.
 
+The baseline (`baseline`, a space's ``baseline``): the base with every technique off, handed
+out once per seed before the sampler's first point, outside the sampler (no Optuna trial, never
+told); over the budget, stored as infeasible and not trained.
+
 Exactness (`exactness`, a space's ``exactness``): a point asked trains as the least-memory
 variant of its training, and a point whose training an earlier point trains is not trained: it
 is told what the earlier one is told, when that one is.
@@ -38,24 +42,23 @@ from typing import Any
 
 import numpy as np
 import optuna
+import pandas as pd
 from optuna.storages import JournalStorage
 from optuna.trial import FixedTrial, FrozenTrial, TrialState
 from ray.tune.search import Searcher
 
 from .. import store
-from ..results import MEASURED_METRICS, PREDICTED_METRICS
+from ..outcome import MEMORY, memory_columns, result_from_row
 from ..space import SearchSpace, worst_value
-from . import journal, place
+from . import baseline, journal, place
 from .exactness import Exactness, answered_by, trained_params
 from .progress import say
 from .representation import Representation
 from .samplers import build_sampler
 from .scheduler import STOPPED, STOPPED_POINTS, projected
-from .screening import Screening, budgeted_memory_mb, screen, write_screened
-from .trainable import memory_metrics, result_from_row
+from .screening import SCREENED_PREFIXES, Screening, budgeted_memory_mb, screen, write_screened
 from .tune_state import tune_trials
 
-SCREENED_PREFIXES = {"infeasible": "infeasible-", "failed": "invalid-"}
 STOPPED_STATUSES = (STOPPED, "running")  # running at its end: stopped early
 TOLD_STATUSES = ("completed", *STOPPED_STATUSES)
 CONSTRAINT = "memory_over_budget_mb"  # Optuna constraint: predicted MB - budget, > 0 is infeasible
@@ -64,10 +67,10 @@ log = logging.getLogger(__name__)
 
 
 def objective_names(space: SearchSpace) -> list[str]:
-    """The objectives as Optuna's metric names: the memory ones by their store column's name
-    (``memory.predicted_total_mb``), the others by their own (``val_accuracy``)."""
-    memory = (*PREDICTED_METRICS, *MEASURED_METRICS)
-    return [store.store_column(name) if name in memory else name for name in space.objectives]
+    """The objectives as Optuna's metric names: as the space names them, the outcome ones by
+    their store column (``memory.predicted_total_mb``), the others by their own
+    (``val_accuracy``)."""
+    return list(space.objectives)
 
 
 @dataclass
@@ -101,6 +104,8 @@ class ScreenedSearcher(Searcher):
             "exactness",
             "waiting",
             "representation",
+            "baseline_open",
+            "baseline_checked",
         )
         return {k: v for k, v in self.__dict__.items() if k not in rebuilt}
 
@@ -157,10 +162,14 @@ class ScreenedSearcher(Searcher):
             for number in sorted(set(asked) - set(answered)):
                 self.exactness.trains(number, asked[number])
         self.assigned.update((i, (c["point"], c["params"]["seed"])) for i, c in tune_trials.items())
-        stored = self.stored_outcomes()
+        rows = store.read_trials(place.root(self.sweep), self.sweep)
+        stored = self.stored_outcomes(rows)
         self.points: dict[int, Point] = {}
         for number, seed in [*self.assigned.values(), *stored]:
-            self.points.setdefault(number, Point(asked[number])).given.add(seed)
+            if number is not None:  # None: the baseline's (`baseline_seeds`)
+                self.points.setdefault(number, Point(asked[number])).given.add(seed)
+        self.baseline_open = self.baseline_seeds(rows)
+        self.baseline_checked = False  # against the budget, by this driver
         for (number, seed), (trial_id, result) in stored.items():
             self.record(self.points[number], seed, trial_id, result, False)
         self.unscreened = sorted((running & set(asked)) - set(self.points) - set(answered))
@@ -188,9 +197,11 @@ class ScreenedSearcher(Searcher):
         except ValueError:
             return None
 
-    def stored_outcomes(self) -> dict[tuple[int, int], tuple[str, dict[str, Any]]]:
-        """(point, seed) -> the trial id and result of every trained trial's row in the store."""
-        rows = store.read_trials(place.root(self.sweep), self.sweep)
+    def stored_outcomes(
+        self, rows: pd.DataFrame
+    ) -> dict[tuple[int, int], tuple[str, dict[str, Any]]]:
+        """(point, seed) -> the trial id and result of every trained trial's row in the store
+        (`rows`, the sweep's)."""
         if rows.empty or "point" not in rows:
             return {}
         screened = rows["trial_id"].str.startswith(tuple(SCREENED_PREFIXES.values()))
@@ -198,15 +209,52 @@ class ScreenedSearcher(Searcher):
         return {
             (int(row["point"]), int(row["config.seed"])): (
                 row["trial_id"],
-                result_from_row(self.space, row),
+                result_from_row(row, self.space.objectives),
             )
             for row in trained
         }
+
+    def baseline_seeds(self, rows: pd.DataFrame) -> list[int]:
+        """The baseline's seeds still to train: none given to a Tune trial or stored in `rows`
+        (the sweep's; a baseline row has no point); none at all when the space trains no
+        baseline or it was stored over the budget."""
+        if not self.space.baseline:
+            return []
+        given = {seed for number, seed in self.assigned.values() if number is None}
+        if not rows.empty and "point" in rows:
+            mine = rows[rows["point"].isna()]
+            if (mine["trial_id"] == baseline.INFEASIBLE_ID).any():
+                return []
+            given |= set(mine["config.seed"].dropna().astype(int))
+        return [seed for seed in range(self.space.seeds_per_point) if seed not in given]
+
+    def next_baseline_seed(self) -> int | None:
+        """The baseline's next seed to hand out (None: none left); screened by the budget at
+        the first, and left out, said and stored as infeasible, when over it."""
+        if self.baseline_open and not self.baseline_checked:
+            self.baseline_checked = True
+            params = baseline.baseline_params(self.space)
+            screening = screen(self.space, params)
+            if not screening.feasible:
+                self.baseline_open.clear()
+                write_screened(
+                    place.root(self.sweep),
+                    self.sweep,
+                    baseline.INFEASIBLE_ID,
+                    self.space,
+                    None,
+                    params,
+                    screening,
+                )
+                say(f"the baseline (every technique off) is not trained: {screening.reason}")
+        return self.baseline_open.pop(0) if self.baseline_open else None
 
     def free_seed(self, point: Point) -> int | None:
         return min(set(range(self.space.seeds_per_point)) - point.given, default=None)
 
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
+        if trial_id not in self.assigned and (seed := self.next_baseline_seed()) is not None:
+            self.assigned[trial_id] = (None, seed)
         if trial_id not in self.assigned:
             if not self.open:
                 number = self.next_point()
@@ -221,6 +269,8 @@ class ScreenedSearcher(Searcher):
             if self.free_seed(point) is None:
                 self.open.pop(0)
         number, seed = self.assigned[trial_id]
+        if number is None:
+            return {"point": None, "params": {**baseline.baseline_params(self.space), "seed": seed}}
         return {"point": number, "params": {**self.points[number].params, "seed": seed}}
 
     def next_point(self) -> int | None:
@@ -280,13 +330,13 @@ class ScreenedSearcher(Searcher):
         if screening.status == "failed":
             self.tell(number, None)
             return
-        self.tell(number, self.dominated(memory_metrics(screening.predicted, None)))
+        self.tell(number, self.dominated(memory_columns(screening.predicted)))
 
     def dominated(self, memory: dict[str, Any]) -> list[float]:
         """An infeasible point's values: its memory where known, the worst value of the rest."""
         values = []
         for name, direction in self.space.objectives.items():
-            known = memory.get(name) if name.startswith("memory.") else None
+            known = memory.get(name) if name.startswith(MEMORY) else None
             task = self.space.base["task"]
             values.append(worst_value(name, direction, task) if known is None else float(known))
         return values
@@ -300,6 +350,8 @@ class ScreenedSearcher(Searcher):
         if trial_id not in self.assigned:
             return
         number, seed = self.assigned[trial_id]
+        if number is None:  # the baseline: nothing to tell the sampler
+            return
         point = self.points[number]
         if seed in point.outcomes:
             return

@@ -9,7 +9,9 @@ One Tune trial trains one `TrialConfig` (a point of the search space with one se
    restarts the trial, and every epoch is reported with `tune.report`, with a checkpoint of the
    trainer's state once `resume_checkpoint_s` seconds have passed since the last one (never with
    the final epoch, whose durable record is the store row); the measured memory of one real step
-   is reported beside the prediction;
+   (and the allocator's peak over a side run of a step and an evaluation batch) is reported
+   beside the prediction, and the seconds the trial's updates, evaluations and epochs took on
+   its device (`train.measured_times`) with every epoch;
 3. the trial's row (and its epochs) lands in the store when it ends: completed, failed with
    the reason (an exception, a diverged loss, a config that is not valid), or infeasible when it
    ran out of memory (the point needs more than the device has: retrying it would fail the same
@@ -23,7 +25,8 @@ One Tune trial trains one `TrialConfig` (a point of the search space with one se
    `tune-lowmem export`.
 
 Every result carries ``trial_status`` (running, completed, failed, infeasible) and every
-objective key (None when unknown), so the searcher can tell a failure from a result.
+objective key (None when unknown), so the searcher can tell a failure from a result
+(`outcome.trial_result`).
 """
 
 from __future__ import annotations
@@ -40,7 +43,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import torch
 
 from .. import store
@@ -50,59 +52,37 @@ from ..memory.allocations import measured_run_peak
 from ..memory.measure import measure
 from ..memory.predict import predict
 from ..memory.share import hold_to_share, peak_memory_mb, trial_share
-from ..memory.stored import accounted, stored_totals
-from ..results import (
-    CUDA_PEAK_METRICS,
-    MEASURED_METRICS,
+from ..memory.stored import accounted
+from ..outcome import (
+    CUDA_MAX_RESERVED,
     MEMORY_OBJECTIVE,
-    PAPER_CSR_METRIC,
-    PREDICTED_METRICS,
-    STORED_METRICS,
+    memory_columns,
+    result_from_row,
+    trial_result,
 )
 from ..space import SearchSpace
-from ..train import Trainer, resolve_device
+from ..train import Trainer, measured_times, resolve_device
 
 CHECKPOINT_FILE = "trainer.pt"
 FULL_COLLECTION_EVERY = 64  # trials of a worker process between collections of its frozen objects
 REASON_LIMIT = 500  # characters of an error message kept as the failure reason
 
 
-def memory_metrics(
-    predicted: MemoryReport | None,
-    measured: MemoryReport | None,
-    paper_csr: MemoryReport | None = None,
-) -> dict[str, float | None]:
-    """The memory a trial reports, named as the store's columns (`memory.predicted_*_mb`,
-    `memory.flops_per_step`, `memory.measured_*_mb`, the totals as the step holds them,
-    `memory.*_stored_total_mb`; from `paper_csr`, the prediction as the paper accounts it,
-    `memory.paper_csr_total_mb`)."""
-    names = (*PREDICTED_METRICS, *MEASURED_METRICS)
-    values: dict[str, float | None] = dict.fromkeys((*names, *STORED_METRICS, PAPER_CSR_METRIC))
-    for report in (predicted, measured):
-        if report is not None:
-            reported = {f"memory.{k}": v for k, v in report.to_dict().items()}
-            values.update({k: v for k, v in reported.items() if k in names})
-    if predicted is not None:
-        totals = stored_totals(predicted, measured, paper_csr)
-        values.update({f"memory.{k}": v for k, v in totals.items()})
-    return values
+def final_result(
+    space: SearchSpace,
+    status: str,
+    metrics: Mapping[str, Any],
+    outcome: Mapping[str, Any],
+    reason: str | None = None,
+) -> dict[str, Any]:
+    """What a trial of `space` reports (`outcome.trial_result`); its outcome columns win over an
+    epoch's own values of them in `metrics` (an epoch's seconds, kept in its row of epochs)."""
+    return trial_result(space.objectives, status, metrics, outcome, reason)
 
 
 def sweep_rows(space: SearchSpace, sweep: str) -> store.SweepRows:
     """What builds the store rows of `sweep`, a sweep of `space` (its sampler and objectives)."""
     return store.SweepRows(sweep, space.sampler.name, space.objectives)
-
-
-def final_result(
-    space: SearchSpace,
-    status: str,
-    metrics: Mapping[str, Any],
-    memory: Mapping[str, Any],
-    reason: str | None = None,
-) -> dict[str, Any]:
-    """What a trial reports when it ends: every objective key present (None when unknown)."""
-    result = {**dict.fromkeys(space.objectives), **metrics, **memory, "trial_status": status}
-    return result if reason is None else {**result, "failure_reason": reason}
 
 
 def out_of_memory(error: BaseException) -> bool:
@@ -133,7 +113,7 @@ def train_trial(tune_config: dict[str, Any], space: SearchSpace, root: str, swee
     params = tune_config["params"]
     stored = _stored_row(root, sweep, trial_id)
     if stored is not None:
-        tune.report(result_from_row(space, stored))
+        tune.report(result_from_row(stored, space.objectives))
         return
     _Run(space, root, sweep, trial_id, tune_config["point"], params).train()
 
@@ -200,7 +180,8 @@ class _Run:
             hold_to_share(share, resolve_device(self.config.device))  # its OOM is its own
             self.trainer = Trainer(self.config)
             self._resume(tune.get_checkpoint())
-            if self.measured is None:  # the step as the tracker sees it; the run's peak, torch's
+            if self.measured is None:  # the step as the tracker sees it; a side run's step and
+                # evaluation batch, as torch's allocator sees them (not the whole run)
                 self.measured = dataclasses.replace(
                     measure(self.config), run_peak_bytes=measured_run_peak(self.config)
                 )
@@ -229,17 +210,18 @@ class _Run:
         self.started_at = datetime.fromisoformat(state["started_at"])
         self.measured = MemoryReport(**state["measured"])
 
-    def _memory(self) -> dict[str, float | None]:
-        """The prediction, the measured step and, on a GPU, the peaks the trial has reached."""
+    def _outcome(self) -> dict[str, float | None]:
+        """The prediction, the measured step, on a GPU the peaks the trial has reached, and the
+        seconds its epochs took so far."""
         device = self.trainer.device if self.trainer is not None else torch.device("cpu")
-        peaks = {f"memory.{part}": mb for part, mb in peak_memory_mb(device).items()}
-        memory = memory_metrics(self.predicted, self.measured, self.paper_csr)
-        return {**memory, **peaks}
+        history = self.trainer.history if self.trainer is not None else []
+        memory = memory_columns(self.predicted, self.measured, self.paper_csr)
+        return {**memory, **peak_memory_mb(device), **measured_times(history)}
 
     def _memory_reached(self) -> str:
         """What an out-of-memory trial had predicted and reached, for its failure reason."""
-        memory = self._memory()
-        names = {"predicted": MEMORY_OBJECTIVE, "reached": CUDA_PEAK_METRICS[1]}
+        memory = self._outcome()
+        names = {"predicted": MEMORY_OBJECTIVE, "reached": CUDA_MAX_RESERVED}
         said = [f"{k} {memory[n]:.1f} MB" for k, n in names.items() if memory[n] is not None]
         return "".join(f"{part}; " for part in said)
 
@@ -254,9 +236,8 @@ class _Run:
         if final:
             store.write_model(self.root, self.sweep, self.trial_id, trainer.model.state_dict())
             self._write("completed", {**metrics, **extra})
-        result = final_result(
-            self.space, "completed" if final else "running", {**metrics, **extra}, self._memory()
-        )
+        status = "completed" if final else "running"
+        result = final_result(self.space, status, {**metrics, **extra}, self._outcome())
         due = time.monotonic() - self.last_checkpoint >= self.space.resume_checkpoint_s
         with tempfile.TemporaryDirectory() as folder:
             checkpoint = None
@@ -283,7 +264,7 @@ class _Run:
             status,
             self._flat_config(),
             metrics,
-            self._memory(),
+            self._outcome(),
             failure_reason=reason,
             started_at=self.started_at,
             finished_at=datetime.now(UTC),
@@ -303,7 +284,7 @@ class _Run:
         history = self.trainer.history if self.trainer is not None else []
         last = {k: v for k, v in (history[-1] if history else {}).items() if _finite(v)}
         self._write(status, last, reason)
-        tune.report(final_result(self.space, status, {}, self._memory(), reason))
+        tune.report(final_result(self.space, status, {}, self._outcome(), reason))
 
 
 def worker_exiting() -> bool:
@@ -332,27 +313,3 @@ def _stored_row(root: str, sweep: str, trial_id: str) -> Mapping[str, Any] | Non
     rows = store.read_trials(root, sweep)
     mine = rows[rows["trial_id"] == trial_id] if "trial_id" in rows else rows.iloc[:0]
     return mine.iloc[0].to_dict() if len(mine) else None  # an unreadable file: trained again
-
-
-def result_from_row(space: SearchSpace, row: Mapping[str, Any]) -> dict[str, Any]:
-    """A stored trial's final result, as it reported it."""
-
-    def value(column: str) -> Any:
-        item = row.get(column)
-        return None if pd.isna(item) else item
-
-    metrics = {k.removeprefix("metric."): value(k) for k in row if k.startswith("metric.")}
-    memory = {
-        name: value(store.store_column(name))
-        for name in (
-            *PREDICTED_METRICS,
-            *MEASURED_METRICS,
-            *STORED_METRICS,
-            PAPER_CSR_METRIC,
-            *CUDA_PEAK_METRICS,
-        )
-    }
-    reason = value("failure_reason")
-    return final_result(
-        space, row["status"], {k: v for k, v in metrics.items() if v is not None}, memory, reason
-    )

@@ -2,8 +2,9 @@
 
 Layout under a store root ``DIR``::
 
-    DIR/trials/sweep=<name>/<trial_id>.parquet   one row: the trial's config, final metrics, memory
-    DIR/epochs/sweep=<name>/<trial_id>.parquet   one row per epoch of that trial
+    DIR/trials/sweep=<name>/<trial_id>.parquet   one row: the trial's config, final metrics, memory,
+                                                 time
+    DIR/epochs/sweep=<name>/<trial_id>.parquet   one row per epoch of that trial: its metrics, time
     DIR/models/sweep=<name>/<trial_id>.pt        the final weights of a completed trial: a plain
                                                  torch state_dict (`torch.load(..., weights_only=True)`)
 
@@ -37,6 +38,9 @@ A crash in between leaves a row in two files, and the readers keep one copy per 
 own file before a compacted one, the newest compacted one before older ones), so no row is ever
 lost or read twice; a trial file rewritten while compaction runs is kept, not removed.
 
+Column groups: ``config.*`` (the `TrialConfig`), ``metric.*`` (what the task reported),
+``memory.*`` and ``time.*`` (the outcome columns `tune_lowmem.outcome` declares), ``version.*``.
+
 Modules: `records` (the row's columns and types, `TrialRecord` and the `SweepRows` that build
 it from what a trial reported, errors), `write` (atomic
 writes), `read` (tolerant reads), `compat` (how stores of earlier versions read: every rule for
@@ -44,7 +48,6 @@ older rows), `compaction` (merging as a sweep goes). The names
 below are the store's interface; import them from here.
 """
 
-from ..results import CUDA_PEAK_COLUMNS
 from .compaction import COMPACT_CHUNK, COMPACT_MAX_PARTS, COMPACT_MIN_FILES, compact
 from .compat import REMOVED_FIELDS, later_fields
 from .read import config_values, list_sweeps, read_epochs, read_trials, trial_config, trial_ids
@@ -52,9 +55,11 @@ from .records import (
     EPOCHS,
     MEMORY_COLUMNS,
     MODELS,
+    OUTCOME_TYPES,
     QUARANTINE,
     SCHEMA_VERSION,
     STATUSES,
+    TIME_COLUMNS,
     TRIALS,
     VERSIONED_PACKAGES,
     StoreError,
@@ -64,7 +69,6 @@ from .records import (
     check_name,
     forget_reported_files,
     note_once,
-    store_column,
 )
 from .write import model_file, write_model, write_trial
 
@@ -72,14 +76,15 @@ __all__ = [
     "COMPACT_CHUNK",
     "COMPACT_MAX_PARTS",
     "COMPACT_MIN_FILES",
-    "CUDA_PEAK_COLUMNS",
     "EPOCHS",
     "MEMORY_COLUMNS",
     "MODELS",
+    "OUTCOME_TYPES",
     "QUARANTINE",
     "REMOVED_FIELDS",
     "SCHEMA_VERSION",
     "STATUSES",
+    "TIME_COLUMNS",
     "TRIALS",
     "VERSIONED_PACKAGES",
     "StoreError",
@@ -96,7 +101,6 @@ __all__ = [
     "note_once",
     "read_epochs",
     "read_trials",
-    "store_column",
     "trial_config",
     "trial_ids",
     "write_model",

@@ -9,10 +9,15 @@ one place, and the one place the store knows technique and task field names.
   (`lists_from_json`);
 - a point's seed group, the hash the first version gave it (`first_version_point`), so the rows
   of a sweep resumed across versions still group with the ones written before;
-- columns newer than a row (memory, metric and base columns) read empty there (`read`);
-- the first version's names of reported metrics (`FIRST_METRICS`), read as today's wherever a
-  metric is named (`records.store_column`, a space's objectives), and the memory names spaces
-  of earlier versions gave their objectives (`old_memory_column`, for a store's saved spaces).
+- columns newer than a row (memory, time, metric and base columns) read empty there (`read`);
+- columns renamed since (`outcome.RENAMED`: `memory.measured_run_peak_mb`, a side run's step and
+  evaluation batch, is `memory.measured_step_eval_peak_mb` from schema version 2), read under
+  today's name in rows of an older schema (`renamed_columns`).
+
+The names earlier versions gave reported metrics and objectives ("memory_total_mb",
+"predicted_run_peak_mb", the renamed columns) are the outcome vocabulary's, read as today's by
+its one rule wherever a name is given (`outcome.column`: a result, a space, a flag, a row's
+``objectives``); they sit below the store, which every layer reaches through it.
 
 What else older stores and sweeps left is read where only its reader can: each technique
 declares what older rows trained with (`Setting.older_stores`, gathered by `later_fields`); a
@@ -29,9 +34,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..config import older_store_values
-from ..results import PARTS
+from ..outcome import RENAMED
 
 
 def later_fields() -> dict[str, Any]:
@@ -40,29 +46,25 @@ def later_fields() -> dict[str, Any]:
     return {"model.init_checkpoint": None, "model.fused_norm": "none", **older_store_values()}
 
 
-# The first version's names of reported metrics -> today's.
-FIRST_METRICS = {
-    **{f"memory_{part}_mb": f"memory.predicted_{part}_mb" for part in PARTS},
-    "flops_per_step": "memory.flops_per_step",
-    **{f"measured_{part}_mb": f"memory.measured_{part}_mb" for part in PARTS},
-}
-# The prefixes of memory names in spaces earlier versions saved -> today's, after ``memory.``.
-OLD_MEMORY_PREFIXES = (
-    ("memory_", "predicted_"),
-    ("predicted_", "predicted_"),
-    ("measured_", "measured_"),
-)
-
-
-def old_memory_column(name: str) -> str | None:
-    """The memory column an earlier version's space meant by `name` ("memory_total_mb",
-    "predicted_run_peak_mb", "flops_per_step"); None for any other name."""
-    if name == "flops_per_step":
-        return FIRST_METRICS[name]
-    for old, new in OLD_MEMORY_PREFIXES:
-        if name.startswith(old) and name.endswith("_mb"):
-            return f"memory.{new}{name.removeprefix(old)}"
-    return None
+def renamed_columns(data: pa.Table) -> pa.Table:
+    """Rows of a schema older than a column's renaming (`outcome.RENAMED`) read with its value
+    under today's name; the old name stays only where a newer row holds a value of its own."""
+    for old, (new, since) in RENAMED.items():
+        if old not in data.column_names or "schema_version" not in data.column_names:
+            continue
+        older = pc.less(data["schema_version"], since)
+        values = data[old].cast(pa.float64())
+        if new in data.column_names:
+            moved = pc.if_else(older, values, data[new].cast(pa.float64()))
+            data = data.set_column(data.column_names.index(new), new, moved)
+        else:
+            moved = pc.if_else(older, values, pa.nulls(len(data), pa.float64()))
+            data = data.append_column(new, moved)
+        kept = pc.if_else(older, pa.nulls(len(data), pa.float64()), values)
+        data = data.drop_columns(old)
+        if kept.null_count < len(data):
+            data = data.append_column(old, kept)
+    return data
 
 
 # Config fields removed since, with the value every row that had them held.

@@ -19,7 +19,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..config import TrialConfig, config_kinds
-from .compat import JSON_LISTS, later_fields, lists_from_json
+from ..outcome import MEMORY, RENAMED, TIME
+from .compat import JSON_LISTS, later_fields, lists_from_json, renamed_columns
 from .records import (
     _BASE_COLUMNS,
     _COMPACTED,
@@ -31,7 +32,7 @@ from .records import (
     _OWN_FILE_RANK,
     _SUFFIX,
     EPOCHS,
-    MEMORY_COLUMNS,
+    OUTCOME_TYPES,
     SCHEMA_VERSION,
     STATUSES,
     TRIALS,
@@ -265,7 +266,7 @@ def _schema_and_rows(
         names = schema.names
         if columns is not None:
             keys = {"schema_version", "trial_id"} | ({"epoch"} if table == EPOCHS else {"status"})
-            names = [n for n in names if n in keys or _wanted(n, columns)]
+            names = [n for n in names if n in keys or _wanted(n, columns) or _renamed(n, columns)]
         data = parquet.read(columns=names)
     except FileNotFoundError:
         raise
@@ -273,6 +274,7 @@ def _schema_and_rows(
         return schema, None, f"not a readable Parquet file ({_one_line(error)})"
     problem = _schema_problem(data, schema, table, path.name.removesuffix(_SUFFIX))
     if problem is None:
+        data = renamed_columns(data)
         if columns is not None:  # the checks' own columns go again unless they were asked for
             data = data.select([n for n in data.column_names if n in _KEYS or _wanted(n, columns)])
         try:
@@ -284,6 +286,11 @@ def _schema_and_rows(
 
 def _wanted(name: str, columns: Sequence[str]) -> bool:
     return any(name == c or (c.endswith(".") and name.startswith(c)) for c in columns)
+
+
+def _renamed(name: str, columns: Sequence[str]) -> bool:
+    """An older name of a column asked for: read, to be read under today's (`compat`)."""
+    return name in RENAMED and _wanted(RENAMED[name][0], columns)
 
 
 def _schema_problem(data: pa.Table, schema: pa.Schema, table: str, trial_id: str) -> str | None:
@@ -339,12 +346,12 @@ def _allowed_types(name: str, base: Mapping[str, pa.DataType]):
     numbers = (pa.float64(), pa.int64(), pa.null())
     if name in base:
         return (base[name], pa.null())
-    if name.startswith("metric."):
+    if name.startswith("metric.") or (name.startswith(TIME) and base is _EPOCH_COLUMNS):
         return numbers
     if base is _EPOCH_COLUMNS:
         return None
-    if name.startswith("memory."):
-        return (MEMORY_COLUMNS.get(name.removeprefix("memory."), pa.float64()), *numbers)
+    if name.startswith((MEMORY, TIME)):
+        return (OUTCOME_TYPES.get(name, pa.float64()), *numbers)
     if name.startswith("version."):
         return (pa.string(), pa.null())
     if name.startswith("config."):  # the task's own types: checked against the other files

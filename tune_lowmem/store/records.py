@@ -16,43 +16,25 @@ import numpy as np
 import pyarrow as pa
 
 from ..config import ConfigError
-from ..results import (
-    CUDA_PEAK_METRICS,
-    FLOPS_METRIC,
-    MEASURED_METRICS,
-    PAPER_CSR_METRIC,
-    PREDICTED_METRICS,
-    STORED_METRICS,
-)
-from .compat import FIRST_METRICS
+from ..outcome import COLUMNS, MEMORY, TIME, Direction, column, split
 
-SCHEMA_VERSION = 1
+# 2: time columns (`time.*`), and `memory.measured_run_peak_mb` renamed (`compat.renamed_columns`)
+SCHEMA_VERSION = 2
 
 
 STATUSES = ("completed", "failed", "infeasible", "stopped")  # stopped: by early stopping
 
 
-# The memory columns, without their `memory.` prefix: every memory metric `results` names (the
-# predicted and measured parts and run peaks, the stored totals, the paper's CSR accounting, a
-# CUDA trial's allocator peaks) in MB, and the FLOPs of a step; a column newer than a store's
-# older rows reads empty there.
-MEMORY_COLUMNS: dict[str, pa.DataType] = {
-    column.removeprefix("memory."): pa.int64() if column == FLOPS_METRIC else pa.float64()
-    for column in (
-        *PREDICTED_METRICS,
-        *MEASURED_METRICS,
-        *STORED_METRICS,
-        PAPER_CSR_METRIC,
-        *CUDA_PEAK_METRICS,
-    )
+# Every outcome column (`outcome.COLUMNS`: memory in MB and a step's FLOPs, time in seconds)
+# with its type; a column newer than a store's older rows reads empty there.
+OUTCOME_TYPES: dict[str, pa.DataType] = {
+    name: pa.int64() if found.integer else pa.float64() for name, found in COLUMNS.items()
 }
-
-
-def store_column(metric: str) -> str:
-    """The column of the store's trials table that holds a reported metric (the first
-    version's names read as today's)."""
-    metric = FIRST_METRICS.get(metric, metric)
-    return metric if metric.startswith("memory.") else f"metric.{metric}"
+# A record's memory and time, keyed as `TrialRecord` takes them: without the group's prefix.
+MEMORY_COLUMNS = {
+    k.removeprefix(MEMORY): t for k, t in OUTCOME_TYPES.items() if k.startswith(MEMORY)
+}
+TIME_COLUMNS = {k.removeprefix(TIME): t for k, t in OUTCOME_TYPES.items() if k.startswith(TIME)}
 
 
 VERSIONED_PACKAGES = {
@@ -82,7 +64,13 @@ _COMPACTED = re.compile(r"\+compacted-(\d{20})-[0-9a-f]{8}\.parquet")
 _OWN_FILE_RANK = 2**62  # a trial's own file outranks every compacted copy of its row
 
 
-_GROUPS = ("config.", "metric.", "memory.", "version.")  # column order of what the readers return
+_GROUPS = (
+    "config.",
+    "metric.",
+    MEMORY,
+    TIME,
+    "version.",
+)  # column order of what the readers return
 
 
 _KINDS = {  # column type -> (what to call it, the Python values it takes)
@@ -141,17 +129,20 @@ class TrialRecord:
 
     sweep: str
     trial_id: str
-    status: str  # completed | failed | infeasible | pruned
+    status: str  # one of STATUSES
     config: Mapping[str, Any]  # flat, as `TrialConfig.to_flat()` gives it
     metrics: Mapping[str, float | None] = field(default_factory=dict)  # final values by name
     memory: Mapping[str, float | int | None] = field(default_factory=dict)  # keys of MEMORY_COLUMNS
+    time: Mapping[str, float | None] = field(default_factory=dict)  # keys of TIME_COLUMNS
     failure_reason: str | None = None  # required when failed or infeasible
     started_at: datetime | None = None  # timezone-aware
     finished_at: datetime | None = None
     epochs_completed: int = 0
     node_id: str | None = None  # the Ray node that ran it last (None: never placed on one)
-    sampler: str | None = None  # the sweep's Optuna sampler (nsga2, tpe, gp, random, grid)
-    point: int | None = None  # the number of the Optuna trial that proposed it (None: no sweep)
+    sampler: str | None = None  # the sweep's sampler (a name of `plugins.SAMPLERS`)
+    # the number of the Optuna trial that proposed it (None: the sampler did not, as for the
+    # sweep's baseline or a trial outside a sweep)
+    point: int | None = None
     objectives: Mapping[str, str] = field(default_factory=dict)  # the sweep's: column -> direction
 
     def __post_init__(self) -> None:
@@ -163,11 +154,13 @@ class TrialRecord:
             )
         if self.status in ("failed", "infeasible") and not self.failure_reason:
             raise ConfigError("failure_reason", f"a reason is required for a {self.status} trial")
-        unknown = sorted(set(self.memory) - set(MEMORY_COLUMNS))
-        if unknown:
-            raise ConfigError(
-                f"memory.{unknown[0]}", f"unknown part; allowed: {', '.join(MEMORY_COLUMNS)}"
-            )
+        for group, given, known in (
+            (MEMORY, self.memory, MEMORY_COLUMNS),
+            (TIME, self.time, TIME_COLUMNS),
+        ):
+            unknown = sorted(set(given) - set(known))
+            if unknown:
+                raise ConfigError(group + unknown[0], f"unknown part; allowed: {', '.join(known)}")
         for name in ("started_at", "finished_at"):
             moment = getattr(self, name)
             if moment is not None and (not isinstance(moment, datetime) or moment.tzinfo is None):
@@ -175,14 +168,20 @@ class TrialRecord:
                     name, f"{moment!r} is not allowed; a timezone-aware datetime is required"
                 )
         _check_count("epochs_completed", self.epochs_completed)
-        for column, direction in self.objectives.items():
-            if direction not in ("maximize", "minimize"):
-                raise ConfigError(
-                    f"objectives.{column}",
-                    f"{direction!r} is not allowed; allowed: maximize, minimize",
-                )
+        for name, direction in self.objectives.items():
+            Direction.of(direction, f"objectives.{name}")
         if self.point is not None:
             _check_count("point", self.point)
+
+    def outcome(self) -> dict[str, float | int | None]:
+        """Its memory and time under their columns, every outcome column present."""
+        groups = {MEMORY: self.memory, TIME: self.time}
+        return {
+            name: groups[group].get(name.removeprefix(group))
+            for name in OUTCOME_TYPES
+            for group in groups
+            if name.startswith(group)
+        }
 
 
 @dataclass(frozen=True)
@@ -201,15 +200,19 @@ class SweepRows:
         status: str,
         config: Mapping[str, Any],
         metrics: Mapping[str, Any] | None = None,
-        memory: Mapping[str, Any] | None = None,
+        outcome: Mapping[str, Any] | None = None,
         **fields: Any,
     ) -> TrialRecord:
-        """The record of one trial: its reported metrics that are numbers, its memory metrics
-        under their columns (`store_column`, old names included), and `fields` (the
-        rest of `TrialRecord`'s: failure_reason, started_at, point, ...)."""
+        """The record of one trial from what it reported: the metrics that are numbers, and its
+        outcome (memory and time, whether in `metrics` or `outcome`, which wins) under their
+        columns (`outcome.column`: older names read as today's); `fields` are the rest of
+        `TrialRecord`'s (failure_reason, started_at, point, ...)."""
+        reported, found = split(metrics or {})
+        found.update(outcome or {})
+        columns = {column(k): v for k, v in found.items()}
         numbers = {
             k: v
-            for k, v in (metrics or {}).items()
+            for k, v in reported.items()
             if isinstance(v, (int, float)) and not isinstance(v, bool)
         }
         return TrialRecord(
@@ -218,9 +221,10 @@ class SweepRows:
             status=status,
             config=config,
             metrics=numbers,
-            memory={store_column(k).removeprefix("memory."): v for k, v in (memory or {}).items()},
+            memory={k.removeprefix(MEMORY): v for k, v in columns.items() if k.startswith(MEMORY)},
+            time={k.removeprefix(TIME): v for k, v in columns.items() if k.startswith(TIME)},
             sampler=self.sampler,
-            objectives={store_column(m): d for m, d in self.objectives.items()},  # to choose on
+            objectives={column(m): d for m, d in self.objectives.items()},  # to choose on
             **fields,
         )
 

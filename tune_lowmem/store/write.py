@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..config import ConfigError, TrialConfig, config_kinds
+from ..outcome import is_outcome
 from ..schema import Kind, scalar_fits
 from . import records
 from .compat import first_version_point
@@ -94,8 +95,8 @@ def _trial_table(record: TrialRecord) -> pa.Table:
         columns[f"metric.{check_name(name, 'metrics')}"] = _numbers(
             [record.metrics[name]], f"metrics.{name}"
         )
-    for name, kind in records.MEMORY_COLUMNS.items():
-        columns[f"memory.{name}"] = _column(record.memory.get(name), kind, f"memory.{name}")
+    for name, value in record.outcome().items():
+        columns[name] = _column(value, records.OUTCOME_TYPES[name], name)
     for column, version in _versions().items():
         columns[f"version.{column}"] = pa.array([version], pa.string())
     return pa.table(columns)
@@ -116,6 +117,10 @@ def _epochs_table(trial_id: str, epochs: Sequence[Mapping[str, Any]]) -> pa.Tabl
             f"epoch {repeated[0]} appears more than once; one row per epoch is required",
         )
     names = sorted({name for row in epochs for name in row if name != "epoch"})
+    outcome = [name for name in names if is_outcome(name)]  # an epoch's own time
+    unknown = sorted(set(outcome) - set(records.OUTCOME_TYPES))
+    if unknown:
+        raise ConfigError(f"epochs.{unknown[0]}", "not an outcome column (`outcome.COLUMNS`)")
     given = {
         "schema_version": [records.SCHEMA_VERSION] * len(epochs),
         "trial_id": [trial_id] * len(epochs),
@@ -123,8 +128,12 @@ def _epochs_table(trial_id: str, epochs: Sequence[Mapping[str, Any]]) -> pa.Tabl
     }
     columns = {name: pa.array(given[name], kind) for name, kind in _EPOCH_COLUMNS.items()}
     for name in names:
+        values = [row.get(name) for row in epochs]
+        if name in outcome:
+            columns[name] = _floats(values, f"epochs.{name}")
+            continue
         check_name(name, "epochs")
-        columns[f"metric.{name}"] = _numbers([row.get(name) for row in epochs], f"epochs.{name}")
+        columns[f"metric.{name}"] = _numbers(values, f"epochs.{name}")
     return pa.table(columns)
 
 

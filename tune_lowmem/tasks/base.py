@@ -33,6 +33,7 @@ from ..config import TrialConfig
 from ..data import DataConfig
 from ..data.batch import split_rows
 from ..models.layers import weight_layer
+from ..outcome import MAXIMIZE, Direction
 from ..validation import ConfigError
 
 
@@ -40,14 +41,17 @@ from ..validation import ConfigError
 class Metric:
     """One number a task reports after an epoch."""
 
-    direction: str  # maximize | minimize: which way is better
+    direction: Direction  # which way is better (a user's task may give its value as text)
     low: float | None = None  # bounds, when the metric has them (accuracy: 0..1)
     high: float | None = None
     description: str = ""
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "direction", Direction.of(self.direction, "Metric.direction"))
+
     def worst(self, unknown: float) -> float:
         """A value every real result beats (what a never-trained point is told)."""
-        if self.direction == "maximize":
+        if self.direction == MAXIMIZE:
             return self.low if self.low is not None else -unknown
         return self.high if self.high is not None else unknown
 
@@ -188,6 +192,12 @@ class Task:
         """A batch of evaluation's largest shape with random values, for the profiler: by
         default a training minibatch (a task that evaluates at another batch says which)."""
         return self.synthetic_batch(generator)
+
+    def synthetic_evaluation_batches(self) -> int | None:
+        """How many batches of `synthetic_evaluation_batch`'s shape one evaluation of the
+        validation split stands for, for the time prediction (a partial last batch counts
+        whole); None when the task does not say (then no evaluation time is predicted)."""
+        return None
 
     # ---- what the techniques ask ------------------------------------------------------------
 

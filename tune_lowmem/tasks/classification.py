@@ -20,6 +20,7 @@ from torch import nn
 from ..config import TrialConfig
 from ..data import cifar10, to_device
 from ..models.wideresnet import BasicBlock, WideResNet, WideResNetConfig
+from ..outcome import MAXIMIZE, MINIMIZE
 from ..techniques.base import EVERY
 from ..validation import (
     auto_or_positive_int,
@@ -33,11 +34,11 @@ from ..validation import (
 from .base import Metric, Task
 
 CLASSIFICATION_METRICS = {
-    "val_accuracy": Metric("maximize", 0.0, 1.0, "top-1 accuracy on the validation split"),
-    "val_loss": Metric("minimize", 0.0, None, "cross entropy per image, validation split"),
-    "test_accuracy": Metric("maximize", 0.0, 1.0, "top-1 accuracy on the test split"),
-    "test_loss": Metric("minimize", 0.0, None, "cross entropy per image, test split"),
-    "train_loss": Metric("minimize", 0.0, None, "mean training loss of the epoch"),
+    "val_accuracy": Metric(MAXIMIZE, 0.0, 1.0, "top-1 accuracy on the validation split"),
+    "val_loss": Metric(MINIMIZE, 0.0, None, "cross entropy per image, validation split"),
+    "test_accuracy": Metric(MAXIMIZE, 0.0, 1.0, "top-1 accuracy on the test split"),
+    "test_loss": Metric(MINIMIZE, 0.0, None, "cross entropy per image, test split"),
+    "train_loss": Metric(MINIMIZE, 0.0, None, "mean training loss of the epoch"),
 }
 
 
@@ -191,6 +192,13 @@ class Cifar10Classification(Task):
 
     def synthetic_evaluation_batch(self, generator: torch.Generator):
         return self._synthetic_images(self.eval_batch(), generator)
+
+    def synthetic_evaluation_batches(self) -> int:
+        """The validation split's images (`data.val_size`, held out in a search split; none in
+        the final split) in batches of `eval_batch`."""
+        data = self.config.data
+        images = data.val_size if data.split == "search" else 0
+        return math.ceil(images / self.eval_batch())
 
     def evaluation_pass(self, model: nn.Module, batch) -> tuple[torch.Tensor, torch.Tensor]:
         """The (host) batch's summed cross entropy and count of correct top-1 predictions."""

@@ -156,6 +156,11 @@ class Technique:
     def after_step(self, epoch: int, update: int) -> None:
         pass
 
+    def works_after(self, epoch: int, update: int) -> bool:
+        """Whether `after_step` after this update (0-based, in `epoch`) does its occasional
+        work (a rewiring): that update's time is then no steady-state figure (none by default)."""
+        return False
+
     def metrics(self) -> dict[str, float]:
         return {}
 

@@ -197,8 +197,11 @@ class DynamicSparsity:
     def after_step(self, epoch: int, update: int) -> None:
         """Rewire when the schedule says so."""
         self.period = rewiring_period(self.sparsity, self.run, epoch, update)
-        if rewires_after(self.sparsity, self.run, epoch, update):
+        if self.rewires_after(epoch, update):
             self.rewire()
+
+    def rewires_after(self, epoch: int, update: int) -> bool:
+        return rewires_after(self.sparsity, self.run, epoch, update)
 
     # ---- rewiring -----------------------------------------------------------------------------
 
@@ -446,6 +449,10 @@ class Sparsity(Technique):
 
     def after_step(self, epoch: int, update: int) -> None:
         self.engine.after_step(epoch, update)
+
+    def works_after(self, epoch: int, update: int) -> bool:
+        """A rewiring follows this update."""
+        return self.engine.rewires_after(epoch, update)
 
     def metrics(self) -> dict[str, float]:
         return self.engine.metrics()

@@ -21,6 +21,7 @@ from ...config import TrialConfig
 from ...data import data_root, iwslt14
 from ...models.dynamicconv import DynamicConvConfig, DynamicConvTransformer
 from ...optim import FairseqAdam
+from ...outcome import MAXIMIZE, MINIMIZE
 from ...validation import (
     ConfigError,
     auto_or_positive_int,
@@ -49,34 +50,35 @@ from .decode import bleu, detok_bleu, references, translate
 # them to profile long-sentence batches.
 IWSLT14_VOCAB = {"de": 8_848, "en": 6_632}
 IWSLT14_TRAIN_PAIRS = 160_239
+IWSLT14_VALID_PAIRS = 7_283  # "valid.de 7283 sents": the split a search validates on
 IWSLT14_LENGTHS = (30, 30)
 
 TRANSLATION_METRICS = {
     "val_bleu": Metric(
-        "maximize",
+        MAXIMIZE,
         0.0,
         100.0,
         "tokenised BLEU of beam search (BPE removed, lower-cased), validation split",
     ),
     "test_bleu": Metric(
-        "maximize",
+        MAXIMIZE,
         0.0,
         100.0,
         "tokenised BLEU of beam search (BPE removed, lower-cased), test split",
     ),
     "val_sacrebleu": Metric(
-        "maximize", 0.0, 100.0, "detokenised sacreBLEU (13a) on the validation split (final)"
+        MAXIMIZE, 0.0, 100.0, "detokenised sacreBLEU (13a) on the validation split (final)"
     ),
     "test_sacrebleu": Metric(
-        "maximize", 0.0, 100.0, "detokenised sacreBLEU (13a) on the test split (final)"
+        MAXIMIZE, 0.0, 100.0, "detokenised sacreBLEU (13a) on the test split (final)"
     ),
-    "val_loss": Metric("minimize", 0.0, None, "label-smoothed loss per target token (nats)"),
-    "test_loss": Metric("minimize", 0.0, None, "label-smoothed loss per target token (nats)"),
-    "val_nll_loss": Metric("minimize", 0.0, None, "negative log-likelihood per token (nats)"),
-    "test_nll_loss": Metric("minimize", 0.0, None, "negative log-likelihood per token (nats)"),
-    "val_ppl": Metric("minimize", 1.0, None, "perplexity, exp(val_nll_loss)"),
-    "test_ppl": Metric("minimize", 1.0, None, "perplexity, exp(test_nll_loss)"),
-    "train_loss": Metric("minimize", 0.0, None, "mean training loss of the epoch"),
+    "val_loss": Metric(MINIMIZE, 0.0, None, "label-smoothed loss per target token (nats)"),
+    "test_loss": Metric(MINIMIZE, 0.0, None, "label-smoothed loss per target token (nats)"),
+    "val_nll_loss": Metric(MINIMIZE, 0.0, None, "negative log-likelihood per token (nats)"),
+    "test_nll_loss": Metric(MINIMIZE, 0.0, None, "negative log-likelihood per token (nats)"),
+    "val_ppl": Metric(MINIMIZE, 1.0, None, "perplexity, exp(val_nll_loss)"),
+    "test_ppl": Metric(MINIMIZE, 1.0, None, "perplexity, exp(test_nll_loss)"),
+    "train_loss": Metric(MINIMIZE, 0.0, None, "mean training loss of the epoch"),
 }
 
 
@@ -324,8 +326,17 @@ class DynamicConvIwslt14(Task):
 
     def synthetic_evaluation_batch(self, generator: torch.Generator) -> iwslt14.Batch:
         """The synthetic sentence pairs that fill an evaluation batch's token budget."""
-        pairs = max(1, self.eval_tokens() // max(self.lengths))
-        return self._synthetic_pairs(pairs, generator)
+        return self._synthetic_pairs(self._evaluation_pairs(), generator)
+
+    def _evaluation_pairs(self) -> int:
+        """Synthetic sentence pairs in an evaluation batch's token budget."""
+        return max(1, self.eval_tokens() // max(self.lengths))
+
+    def synthetic_evaluation_batches(self) -> int:
+        """IWSLT'14's validation pairs (a search split's; the final split has none) in batches
+        of `synthetic_evaluation_batch`'s pairs."""
+        pairs = IWSLT14_VALID_PAIRS if self.config.data.split == "search" else 0
+        return math.ceil(pairs / self._evaluation_pairs())
 
     def evaluation_pass(self, model: nn.Module, batch) -> tuple[torch.Tensor, torch.Tensor]:
         """A token batch's summed label-smoothed loss and NLL, teacher forced (the validation
