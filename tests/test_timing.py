@@ -132,7 +132,7 @@ def test_prediction_grows_with_batch_and_model():
     wider = predict_time(tiny(**{"model.hidden": 1024, "schedule.batch_size": 16}), threads=1)
     larger = predict_time(tiny(**{"model.hidden": 1024, "schedule.batch_size": 512}), threads=1)
     assert small.update_seconds < wider.update_seconds < larger.update_seconds
-    assert larger.update_seconds > 5 * wider.update_seconds  # 32x the rows of 1024x1024 products
+    assert larger.update_seconds > 3 * wider.update_seconds  # 32x the rows of 1024x1024 products
 
 
 def test_an_epoch_is_its_updates_and_its_evaluation():
