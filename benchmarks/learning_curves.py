@@ -49,6 +49,8 @@ class Recording:
     shared: dict[str, list]
     base: dict
     table: Path
+    # choices whose values are listed in order beyond numbers (a replay's space declares them)
+    ordered: tuple[str, ...] = ("microbatch.size",)  # null, the whole batch, first
 
     @property
     def grid(self) -> dict[str, list]:

@@ -314,6 +314,12 @@ def epochs(value: float) -> str:
 
 
 def search_replay(result: dict) -> str:
+    """A replay summary: kept per block of seeds on the harness's clock (`replay_blocks`), or
+    one block of epochs on an earlier harness (`replay_epochs`)."""
+    return replay_blocks(result) if "blocks" in result else replay_epochs(result)
+
+
+def replay_epochs(result: dict) -> str:
     """Epochs to each share of the best hypervolume, median [quartiles] over sampler seeds; each
     median over the baseline's (the first row); and the seeds where a method needed fewer / more
     epochs than the baseline on the same seed, with its epochs over all seeds less the
@@ -362,12 +368,174 @@ def search_replay(result: dict) -> str:
     if about is None:
         return "\n".join(table(header, lines)) + "\n"
     intro = (
-        f"The table: {about['points']} points of {about['epochs']} epochs{recorded(about)}; one "
-        "point alone holds "
-        f"at most {about['one_point_share']:.0%} of the best hypervolume.{fewest(about)}"
-        f"{blind_start(about)}"
+        f"{table_line(about)}{fewest(about)}{blind_start(about)} Replayed with every epoch one "
+        "unit of time, every trial in step, and every choice asked of the samplers as a category."
     )
     return "\n".join([intro, "", *table(header, lines)]) + "\n"
+
+
+def table_line(about: dict) -> str:
+    return (
+        f"The table: {about['points']} points of {about['epochs']} epochs{recorded(about)}; one "
+        f"point alone holds at most {about['one_point_share']:.0%} of the best hypervolume."
+    )
+
+
+def seconds(value: float) -> str:
+    return "-" if math.isinf(value) else f"{value:,.0f}"
+
+
+def spread(values: list[float], show=seconds) -> str:
+    """Median [quartiles], as search_replay.py prints them."""
+    q1, middle, q3 = (show(nearest_percentile(values, q)) for q in (0.25, 0.5, 0.75))
+    return f"{middle} [{q1}-{q3}]"
+
+
+def replay_blocks(result: dict) -> str:
+    """Per block of sampler seeds: compute (worker-seconds) and elapsed seconds to each share of
+    the best hypervolume, median [quartiles], with the floor from each method's own first asks;
+    each method against the baseline in both blocks, and whether the blocks agree; the method
+    of least median compute to 95% on the held-out block; then the epochs, a view of the same
+    sweeps."""
+    about, targets = result["table"], [f"{t:.2f}" for t in result["targets"]]
+    shares = [f"{float(t):.0%}" for t in targets]
+    blocks = sorted(result["blocks"].items(), key=lambda item: item[1]["held_out"])
+    unit = "s" if result["clock"] == "seconds" else "epochs"
+    lines = [f"{table_line(about)} {seconds_floors(about, unit)}", ""]
+    if not blocks:  # the floors alone, before any sweep ran
+        return lines[0] + "\n"
+    for label, block in blocks:
+        lines += [f"{block_name(label, block).capitalize()}:", ""]
+        header = ["method", "seeds", *(f"compute to {s}, {unit}" for s in shares)]
+        header += [
+            *(f"elapsed to {s}, {unit}" for s in shares),
+            f"at best from its first asks: compute / elapsed to 95%, {unit}",
+        ]
+        rows = []
+        for row in block["rows"]:
+            sweeps = row["sweeps"]
+            cells = [row["method"], len(sweeps)]
+            cells += [spread([s[cost][t] for s in sweeps]) for cost in COSTS for t in targets]
+            own = row.get("blind_start_seconds", {}).get("0.95")
+            floor = f"{seconds(own['compute'][1])} / {seconds(own['elapsed'][1])}" if own else "-"
+            rows.append([*cells, floor])
+        lines += [*table(header, rows), ""]
+    lines += agreement(result, targets, shares, blocks)
+    for label, block in blocks:
+        lines += [f"Epochs trained, a view of the same sweeps; {block_name(label, block)}:", ""]
+        rows = [
+            [
+                r["method"],
+                *(spread([s["epochs_to"][t] for s in r["sweeps"]], epochs) for t in targets),
+            ]
+            for r in block["rows"]
+        ]
+        lines += [*table(["method", *(f"epochs to {s}" for s in shares)], rows), ""]
+    return "\n".join(lines[:-1]) + "\n"
+
+
+COSTS = ("compute_to", "elapsed_to")  # the costs a block's table shows, in its order
+
+
+def block_name(label: str, block: dict) -> str:
+    kind = (
+        "held out, run once every setting was fixed"
+        if block["held_out"]
+        else "settings chosen on these"
+    )
+    return f"seeds {label} ({kind})"
+
+
+CLOCKS = {  # what a summary's clock (`search_replay.py --clock`) counts time in
+    "s": "Seconds are the recorded trainings' own; compute is worker-seconds spent until the "
+    "target is reached.",
+    "epochs": "Time is in epochs: every epoch one unit, every trial in step; compute is "
+    "worker-epochs spent until the target is reached.",
+}
+
+
+def seconds_floors(about: dict, unit: str) -> str:
+    """The table's clock and its floors on it (`replay_floors`), in words."""
+    oracle, blind = about["fewest_seconds"], about["blind_start_seconds"]
+    shares = " / ".join(f"{float(t):.0%}" for t in oracle)
+    workers = blind["workers"]
+    at_once = "one trial at a time" if workers == 1 else f"{workers} trials at once"
+    return (
+        f"{CLOCKS[unit]} Floors, for these samplers under this harness (sweeps that train every "
+        f"trial to the end, {at_once}): the least compute any sweep needs to {shares} is "
+        + " / ".join(seconds(f["compute"]) for f in oracle.values())
+        + f" {unit}, the least elapsed "
+        + " / ".join(seconds(f["elapsed"]) for f in oracle.values())
+        + f" {unit}; when its {first_asks(workers, 'training')} {'is' if workers == 1 else 'are'} "
+        f"asked blind (median [quartiles] over {blind['draws']} such start-ups drawn at random), "
+        "compute "
+        + " / ".join(spread(f["compute"], seconds) for f in blind["floors"].values())
+        + f" {unit}, elapsed "
+        + " / ".join(spread(f["elapsed"], seconds) for f in blind["floors"].values())
+        + f" {unit}."
+    )
+
+
+def verdict(ratios: list[float]) -> str:
+    """Each block's median over the baseline's, and whether the blocks agree on which is less."""
+    shown = " / ".join("-" if math.isnan(r) else f"{r:.2f}x" for r in ratios)
+    if len(ratios) < 2:
+        return f"{shown} (one block)"
+    sides = {"less" if r < 1 else "more" if r > 1 else "even" for r in ratios}
+    if len(sides) == 1 and not any(math.isnan(r) for r in ratios):
+        return f"{shown}: both blocks agree, {sides.pop()}"
+    return f"{shown}: blocks disagree"
+
+
+def median_ratio(sweeps: list[dict], base: list[dict], cost: str, target: str) -> float:
+    ours = nearest_percentile([s[cost][target] for s in sweeps], 0.5)
+    theirs = nearest_percentile([s[cost][target] for s in base], 0.5)
+    return ours / theirs if math.isfinite(ours) and math.isfinite(theirs) else math.nan
+
+
+def agreement(result: dict, targets: list[str], shares: list[str], blocks: list) -> list[str]:
+    """Each method's median over the baseline's in each block (the first row of each), at every
+    target, and whether both blocks agree; then the held-out block's least compute to 95%."""
+    baseline = blocks[0][1]["rows"][0]["method"]
+    by_block = [{r["method"]: r["sweeps"] for r in block["rows"]} for _, block in blocks]
+    header = ["method", *(f"compute to {s}" for s in shares), *(f"elapsed to {s}" for s in shares)]
+    rows = [
+        [
+            method,
+            *(
+                verdict([median_ratio(b[method], b[baseline], cost, t) for b in by_block])
+                for cost in COSTS
+                for t in targets
+            ),
+        ]
+        for method in by_block[0]
+        if method != baseline and all(method in b for b in by_block)
+    ]
+    lines = [
+        f"Each method's median over {baseline}'s, seeds {' / '.join(label for label, _ in blocks)}:",
+        "",
+        *table(header, rows),
+        "",
+    ]
+    winners = held_out_winners(result)
+    if winners:
+        names = " and ".join(row["method"] for row in winners)
+        lines += [f"On the held-out block the least median compute to 95%: {names}.", ""]
+    return lines
+
+
+def held_out_winners(result: dict, target: str = "0.95") -> list[dict]:
+    """The rows of the held-out block of least median compute to `target` (ties all), or none
+    where no block is held out."""
+    held = [block for block in result["blocks"].values() if block["held_out"]]
+    if not held:
+        return []
+    medians = [
+        (nearest_percentile([s["compute_to"][target] for s in row["sweeps"]], 0.5), row)
+        for row in held[0]["rows"]
+    ]
+    least = min(median for median, _ in medians)
+    return [row for median, row in medians if median == least]
 
 
 def fewest(about: dict) -> str:

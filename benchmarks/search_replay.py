@@ -1,18 +1,29 @@
-"""Epochs to a front: every sampler, with and without early stopping or exactness, replayed on
+"""Costs to a front: every sampler, with and without early stopping or exactness, replayed on
 real curves.
 
 Each sweep runs through the project's own `ScreenedSearcher` and early-stopping rules
 (`tune_lowmem.search.replay`: suggest, the scheduler's decision on every epoch's recorded
-result, on_trial_complete), against the table `learning_curves.py` recorded. For every method
-and sampler seed it counts the epochs trained until the hypervolume of the points trained to the
-end reaches 90%, 95% and 99% (`--targets`) of the whole table's; it prints the median and
-quartiles over the seeds (-: not reached within the sweep's points), all methods side by side,
-under the table's floors: the fewest epochs in which any sweep can reach each target, and those
-of a sweep of `--workers` trials at once that trains its trials to the end, whose first
-trainings are asked blind (drawn at random, and, per method, as its sweeps asked them).
+result, on_trial_complete) on `--workers` workers, against the table `learning_curves.py`
+recorded, on the harness's clock (`--clock seconds`: each training takes its recorded seconds
+and frees its worker when it ends, as Tune runs a sweep; `--clock epochs`: every epoch one unit
+of time, every trial in step). For every method and sampler seed it records, when the
+hypervolume of the points trained to the end first reaches 50% to 99% of the whole table's:
+the compute spent (worker-seconds), the elapsed seconds and the epochs trained (a view of the
+same sweeps); it prints medians and quartiles over the seeds (-: not reached within the sweep's
+points), all methods side by side, under the table's floors (`replay_floors`: the least any
+sweep can spend, and the least a sweep of `--workers` trials at once that trains its trials to
+the end can spend from a blind start, drawn at random and, per method, its own first asks).
 With `--exactness on` (or `off,on`) a sweep's searcher trains each asked point as its training's
 least-memory variant and answers a training asked before from its result
 (`tune_lowmem.search.exactness`), whatever the sampler; without, each point trains as asked.
+Every sampler is asked each choice as the sweep's representation says
+(`tune_lowmem.search.representation`: ordered choices as ranks, exact ones not asked under
+exactness); the recordings declare which of their choices are ordered beyond numbers.
+
+Seeds come in blocks: `--first-seed` starts the block settings are chosen on, and `--held-out`
+a second block, run once they are fixed. A summary (`--summary`) keeps each block's rows apart,
+and the docs' tables show both; `render_docs.py` says where the blocks agree on a method
+against the baseline.
 
 Each sweep's figures are appended to `--results` (JSON lines) as it ends, and a sweep already
 there with the same settings is not run again: a slow sampler (GP) can run in a second process,
@@ -25,17 +36,17 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import itertools
 import json
+import math
 import time
 from pathlib import Path
 
 import numpy as np
 import optuna
 import pandas as pd
+import replay_floors
 from learning_curves import DEFAULT, RECORDINGS
 
-from tune_lowmem import pareto
 from tune_lowmem.search import replay
 from tune_lowmem.search.scheduler import MEMORY_BAND
 from tune_lowmem.space import SearchSpace
@@ -45,22 +56,23 @@ SAMPLERS = ("random", "tpe", "nsga2", "gp", "gp-matched", "grid", "known-memory"
 # known-memory has, its 4 start-up points, and told the table's values are noise-free
 VARIANTS = {"gp-matched": ("gp", {"n_startup_trials": 4, "deterministic_objective": True})}
 TARGETS = (0.90, 0.95, 0.99)  # printed by default
-RECORDED = (0.50, 0.75, 0.90, 0.95, 0.99)  # epochs to each are kept per sweep
+RECORDED = (0.50, 0.75, 0.90, 0.95, 0.99)  # the costs to each are kept per sweep
+COSTS = {"compute_to": "compute", "elapsed_to": "elapsed", "epochs_to": "epochs"}  # `Ended`'s
 RESULTS = Path(__file__).parent / "results"  # search_replay_<grid>.jsonl: every sweep, reused
 
 
 def quartiles(values: list[float]) -> str:
     q1, median, q3 = (
         ("-" if np.isinf(v) else f"{v:.0f}").rjust(w)
-        for v, w in zip(np.percentile(values, [25, 50, 75], method="nearest"), (3, 5, 3))
+        for v, w in zip(np.percentile(values, [25, 50, 75], method="nearest"), (5, 6, 5))
     )
     return f"{median} [{q1}-{q3}]"
 
 
-def against(rows: list[dict], baseline: dict[int, dict], target: str) -> str:
-    """Seeds where the method needed fewer / more epochs than the baseline without early
-    stopping (the same seed), at one target."""
-    pairs = [(r["epochs_to"][target], baseline[r["seed"]][target]) for r in rows]
+def against(rows: list[dict], baseline: dict[int, dict], cost: str, target: str) -> str:
+    """Seeds where the method spent less / more `cost` than the baseline (the same seed), at
+    one target."""
+    pairs = [(r[cost][target], baseline[r["seed"]][cost][target]) for r in rows]
     return f"{sum(a < b for a, b in pairs):2d}/{sum(a > b for a, b in pairs):2d}"
 
 
@@ -69,106 +81,9 @@ def against(rows: list[dict], baseline: dict[int, dict], target: str) -> str:
 TRADE_OFF = 0.75
 
 
-def least_memory(table: replay.Table) -> dict[tuple, float]:
-    """Each training's curve -> its least memory: points of one curve (a training's exact
-    variants, or trainings that end alike) count once, at their least memory."""
-    trainings: dict[tuple, float] = {}
-    for curve, memory in table.curves.values():
-        trainings[tuple(curve)] = min(memory, trainings.get(tuple(curve), memory))
-    return trainings
-
-
-def trained_finals(table: replay.Table) -> list[list[float]]:
-    """Each training's final (metric, memory) once (`least_memory`)."""
-    return [[curve[-1], memory] for curve, memory in least_memory(table).items()]
-
-
-def fewest_added(
-    chosen: list[list[float]], front: list[list[float]], needed: float, reference: list[float]
-) -> int:
-    """The fewest `front` points that, beside `chosen`, hold the hypervolume `needed` (only
-    front points need be tried: a dominated point adds no more than the point that dominates
-    it)."""
-    return next(
-        k
-        for k in range(len(front) + 1)
-        if any(
-            replay.hypervolume([*chosen, *added], reference) >= needed
-            for added in itertools.combinations(front, k)
-        )
-    )
-
-
-def needed_hypervolume(table: replay.Table, target: float) -> float:
-    """The hypervolume that holds `target` of the table's best (a rounding's slack below)."""
-    return (target - 1e-12) * table.best_hypervolume()
-
-
-def table_front(finals: list[list[float]]) -> list[list[float]]:
-    on_front = pareto.non_dominated_mask(finals, ["maximize", "minimize"])
-    return [point for point, kept in zip(finals, on_front, strict=True) if kept]
-
-
-def fewest_epochs(table: replay.Table, targets: tuple[float, ...]) -> dict[str, int]:
-    """The fewest epochs in which any sweep can reach each target: the fewest trainings whose
-    final points hold that share of the best hypervolume, each trained to the end."""
-    front, reference = table_front(trained_finals(table)), table.reference()
-    return {
-        f"{t:.2f}": table.epochs()
-        * fewest_added([], front, needed_hypervolume(table, t), reference)
-        for t in targets
-    }
-
-
-BLIND_DRAWS = 500  # start-ups drawn per table (seeded): the quartiles move by an epoch at most
-
-
-def blind_start_epochs(
-    table: replay.Table,
-    targets: tuple[float, ...],
-    workers: int,
-    starts: list[list[list[float]]] | None = None,
-) -> dict[str, list[int]]:
-    """Quartiles (25%, median, 75%) over start-ups of the fewest epochs to each target of a
-    sweep of `workers` trials at once that trains every trial to the end: its first `workers`
-    trainings (`starts`: their final points, per start-up; None: `BLIND_DRAWS` drawn at random
-    among the table's trainings) are asked before any result, so blind to accuracy, and from
-    then on it knows every accuracy and asks only the trainings it needs. The first informed
-    training starts when a blind one ends, and all blind ones end together, so a sweep that
-    needs k more trains (workers + k) trainings; with none needed, the last blind one ends when
-    the others have trained all but an epoch each. No sweep from these start-ups that trains
-    its trials to the end needs fewer: early stopping alone can go below it."""
-    finals = trained_finals(table)
-    front, epochs, reference = table_front(finals), table.epochs(), table.reference()
-    if starts is None:
-        rng = np.random.default_rng(0)
-        drawn = [rng.choice(len(finals), size=workers, replace=False) for _ in range(BLIND_DRAWS)]
-        starts = [[finals[i] for i in start] for start in drawn]
-    quartiles = {}
-    for t in targets:
-        needed, spent = needed_hypervolume(table, t), []
-        for start in starts:
-            added = fewest_added(start, front, needed, reference)
-            spent.append(epochs * (workers + added) - (workers - 1 if added == 0 else 0))
-        quartiles[f"{t:.2f}"] = [
-            int(v) for v in np.percentile(spent, [25, 50, 75], method="nearest")
-        ]
-    return quartiles
-
-
-def sampler_starts(
-    table: replay.Table, base: dict, setting: dict, seeds: list[int]
-) -> list[list[list[float]]]:
-    """The final points of the trainings a method's sweep asks first, blind (its first
-    `workers` asks), per sampler seed."""
-    least = least_memory(table)
-    starts = []
-    for seed in seeds:
-        space = sweep_space(table, base, setting, seed)
-        asked = replay.first_asks(space, table, setting["workers"])
-        curves = [tuple(table.curves[replay.key(point)][0]) for point in asked]
-        starts.append([[curve[-1], least[curve]] for curve in curves])
-    return starts
+def clocked(table: replay.Table, clock: str) -> replay.Table:
+    """The table on the clock named: its recorded seconds, or every epoch one unit."""
+    return table if clock == "seconds" else replay.Table(table.curves, table.params)
 
 
 def describe(
@@ -176,8 +91,9 @@ def describe(
 ) -> dict:
     """The table, what recording it cost (each training once: exact variants share a curve and
     its seconds), how many of its points reach each target on their own (a target that many
-    single points reach measures how fast a method finds one of them, not a front), and the
-    fewest epochs to each: of any sweep, and of one whose first `workers` trainings are blind."""
+    single points reach measures how fast a method finds one of them, not a front), and its
+    floors (`replay_floors`) on the clock of `table`: the least compute and elapsed time, and
+    epochs, of any sweep, and of one whose first `workers` trainings are blind."""
     trainings = frame.assign(trained=frame["curve"].map(tuple))
     trainings = trainings.drop_duplicates(["trained", "train_seconds"])
     hours = float(trainings["train_seconds"].sum() / 3600)
@@ -194,18 +110,32 @@ def describe(
     )
     reach = ", ".join(f"{t:.0%}: {sum(a >= t for a in alone)}" for t in targets)
     verdict = "a real trade-off" if max(alone) <= TRADE_OFF else "NO real trade-off"
-    fewest = fewest_epochs(table, targets)
     print(
         f"one point alone holds up to {max(alone):.1%} of it ({verdict}: at most "
-        f"{TRADE_OFF:.0%}); points reaching alone {reach}; the fewest epochs any sweep needs: "
-        + ", ".join(f"{float(t):.0%}: {n}" for t, n in fewest.items())
+        f"{TRADE_OFF:.0%}); points reaching alone {reach}"
     )
-    blind = blind_start_epochs(table, targets, workers)
+    seconds = replay_floors.fewest_seconds(table, targets, workers)
+    blind = replay_floors.blind_start_seconds(table, targets, workers)
     print(
-        f"the fewest epochs of a sweep of {workers} trials at once that trains them to the end, "
-        f"its first {workers} trainings blind ({BLIND_DRAWS} random start-ups: median "
-        "[quartiles]): "
-        + ", ".join(f"{float(t):.0%}: {m} [{q1}-{q3}]" for t, (q1, m, q3) in blind.items())
+        f"floors, {workers} trials at once: the least compute / elapsed any sweep needs: "
+        + ", ".join(
+            f"{float(t):.0%}: {f['compute']:.0f} / {f['elapsed']:.0f}" for t, f in seconds.items()
+        )
+    )
+    print(
+        f"  from {replay_floors.BLIND_DRAWS} blind start-ups drawn at random (median [quartiles]): "
+        + ", ".join(
+            f"{float(t):.0%}: {quartiles(f['compute'])} / {quartiles(f['elapsed'])}"
+            for t, f in blind.items()
+        )
+    )
+    fewest = replay_floors.fewest_epochs(table, targets)
+    blind_epochs = replay_floors.blind_start_epochs(table, targets, workers)
+    print(
+        "  epochs, every epoch one unit and every trial in step: any sweep "
+        + ", ".join(f"{float(t):.0%}: {n}" for t, n in fewest.items())
+        + "; from a blind start "
+        + ", ".join(f"{float(t):.0%}: {m} [{q1}-{q3}]" for t, (q1, m, q3) in blind_epochs.items())
     )
     return {
         "points": len(table.curves),
@@ -214,8 +144,18 @@ def describe(
         "one_point_share": max(alone),
         "trainings": len(trainings),
         "training_hours": hours,
+        "fewest_seconds": seconds,
+        "blind_start_seconds": {
+            "workers": workers,
+            "draws": replay_floors.BLIND_DRAWS,
+            "floors": blind,
+        },
         "fewest_epochs": fewest,
-        "blind_start": {"workers": workers, "draws": BLIND_DRAWS, "epochs": blind},
+        "blind_start": {
+            "workers": workers,
+            "draws": replay_floors.BLIND_DRAWS,
+            "epochs": blind_epochs,
+        },
     }
 
 
@@ -227,7 +167,9 @@ def settings(
     exactness: bool,
 ) -> dict:
     """What a sweep's figures depend on, besides its seed (the cache's key; sweeps cached
-    without an ``exactness`` ran without it). `name`: a sampler, or one of `VARIANTS`."""
+    without an ``exactness`` ran without it; with ``clock`` "wall" and no ``representation``,
+    an earlier harness: every epoch one unit, every choice asked as a category). `name`: a
+    sampler, or one of `VARIANTS`."""
     sampler, options = VARIANTS.get(name, (name, args.options.get(name, {})))
     return {
         "table": hashlib.sha256(Path(args.table).read_bytes()).hexdigest()[:16],
@@ -238,7 +180,9 @@ def settings(
         **({"variant": name} if name in VARIANTS else {}),
         "scheduler": scheduler,
         "memory_band": band if scheduler else None,
-        "clock": "wall",  # workers in step (`replay`); sweeps without it let new trials catch up
+        "clock": args.clock,
+        # each sampler asked as `search.representation` says, with the recording's declared orders
+        "representation": {"declared": args.orders},
         # a stopped trial is told its projection; cached sweeps without it told what it reached
         **({"told": "projection"} if scheduler else {}),
         **({"exactness": True} if exactness else {}),
@@ -270,6 +214,7 @@ def sweep_space(table: replay.Table, base: dict, setting: dict, seed: int) -> Se
         base,
         setting["sampler"],
         seed,
+        orders=setting["representation"]["declared"],
         num_samples=setting["points"],
         scheduler=setting["scheduler"],
         exactness=setting.get("exactness", False),
@@ -278,9 +223,13 @@ def sweep_space(table: replay.Table, base: dict, setting: dict, seed: int) -> Se
     return SearchSpace.from_dict(raw)
 
 
-def sweep(table: replay.Table, base: dict, setting: dict, seed: int, targets) -> dict[str, float]:
-    """One replayed sweep: epochs to each target (inf: not reached)."""
+def sweep(
+    table: replay.Table, base: dict, setting: dict, seed: int, targets
+) -> dict[str, dict[str, float]]:
+    """One replayed sweep: its compute, elapsed seconds and epochs to each target (inf: not
+    reached)."""
     best, recorded = table.best_hypervolume(), sorted({*RECORDED, *targets})
+    table = clocked(table, setting["clock"])
     history = replay.replay(
         sweep_space(table, base, setting, seed),
         table,
@@ -288,7 +237,33 @@ def sweep(table: replay.Table, base: dict, setting: dict, seed: int, targets) ->
         setting["memory_band"],
         until=max(recorded) * best,  # the rest of the sweep changes no figure kept
     )
-    return {f"{t:.2f}": replay.epochs_to(history, t * best) for t in recorded}
+    reached = {f"{t:.2f}": replay.reached(history, t * best) for t in recorded}
+    return {
+        cost: {t: math.inf if at is None else float(getattr(at, kind)) for t, at in reached.items()}
+        for cost, kind in COSTS.items()
+    }
+
+
+def own_floors(
+    table: replay.Table, base: dict, setting: dict, seeds: list[int], targets
+) -> dict[str, dict]:
+    """The floors from a method's own blind start-ups: its first `workers` asks, per sampler
+    seed (`replay.first_asks`), in epochs and in seconds (`replay_floors`)."""
+    least = replay_floors.least_memory(table)
+    finals, trainings = [], []
+    for seed in seeds:
+        space = sweep_space(table, base, setting, seed)
+        asked = replay.first_asks(space, table, setting["workers"])
+        curves = [tuple(table.curves[replay.key(point)][0]) for point in asked]
+        finals.append([[curve[-1], least[curve]] for curve in curves])
+        trainings.append(replay_floors.first_trainings(table, asked))
+    workers = setting["workers"]
+    return {
+        "blind_start": replay_floors.blind_start_epochs(table, targets, workers, finals),
+        "blind_start_seconds": replay_floors.blind_start_seconds(
+            table, targets, workers, trainings
+        ),
+    }
 
 
 def exactness_flags(text: str) -> list[bool]:
@@ -299,16 +274,124 @@ def exactness_flags(text: str) -> list[bool]:
     return [flags[flag] for flag in text.split(",")]
 
 
+def run_block(
+    args: argparse.Namespace,
+    table: replay.Table,
+    every_method: dict[str, list[dict]],
+    done: dict,
+    first: int,
+) -> list[dict]:
+    """Every method on the sampler seeds first .. first + seeds - 1 (cached sweeps reused),
+    printed; its rows, the baseline's first."""
+    recording = RECORDINGS[args.grid]
+    shares = [f"{t:.0%}" for t in args.targets]
+    print(
+        f"\nseeds {first}-{first + args.seeds - 1}: compute (worker-seconds) and elapsed seconds "
+        "to each share of the best hypervolume, median [quartiles]; then epochs trained"
+    )
+    print(
+        f"{'method':46s}"
+        + "".join(f"{'compute ' + s:>20s}" for s in shares)
+        + "".join(f"{'elapsed ' + s:>20s}" for s in shares)
+        + f"  seeds  s/sweep  vs {args.baseline}, compute at the last two: seeds less/more"
+    )
+
+    def not_baseline(setting: dict) -> bool:
+        return method_name(setting) != args.baseline
+
+    # the baseline's method first, which the others are paired with (and the summary's first row)
+    order = sorted(every_method, key=lambda s: all(map(not_baseline, every_method[s])))
+    baseline: dict[int, dict] = {}
+    rows = []
+    for sampler in order:
+        methods = sorted(every_method[sampler], key=not_baseline)
+        sweeps: list[list[dict]] = [[] for _ in methods]
+        spent: list[list[float]] = [[] for _ in methods]
+        # every method per seed: a cut-short run stays paired
+        for seed in range(first, first + args.seeds):
+            for i, setting in enumerate(methods):
+                cached = done.get((json.dumps(setting, sort_keys=True), seed))
+                if cached is None or any(
+                    f"{t:.2f}" not in cached["compute_to"] for t in args.targets
+                ):
+                    if args.cached_only:
+                        continue
+                    started = time.perf_counter()
+                    costs = sweep(table, recording.base, setting, seed, args.targets)
+                    spent[i].append(time.perf_counter() - started)
+                    cached = {"settings": setting, "seed": seed, **costs}
+                    with args.results.open("a") as out:
+                        out.write(json.dumps(cached) + "\n")
+                sweeps[i].append(cached)
+        for i, setting in enumerate(methods):
+            if not sweeps[i]:  # --cached-only: a method none of whose seeds ran yet
+                continue
+            name = method_name(setting)
+            cells = "".join(
+                f"{quartiles([r[cost][f'{t:.2f}'] for r in sweeps[i]]):>20s}"
+                for cost in ("compute_to", "elapsed_to")
+                for t in args.targets
+            )
+            seconds = f"{np.mean(spent[i]):7.1f}" if spent[i] else "      -"
+            if name == args.baseline:
+                baseline = {r["seed"]: r for r in sweeps[i]}
+            paired = ""
+            if baseline and all(r["seed"] in baseline for r in sweeps[i]):
+                paired = "".join(
+                    f"  {against(sweeps[i], baseline, 'compute_to', f'{t:.2f}')}"
+                    for t in args.targets[-2:]
+                )
+            print(f"{name:46s}{cells}  {len(sweeps[i]):5d}  {seconds}{paired}", flush=True)
+            epochs = "".join(
+                f"{quartiles([r['epochs_to'][f'{t:.2f}'] for r in sweeps[i]]):>20s}"
+                for t in args.targets
+            )
+            print(f"{'  epochs':46s}{epochs}", flush=True)
+            row = {"method": name, "settings": setting, "sweeps": sweeps[i]}
+            if setting["scheduler"] is None:  # trained to the end: its own start-ups' floors
+                seeds = [r["seed"] for r in sweeps[i]]
+                timed = clocked(table, setting["clock"])
+                row |= own_floors(timed, recording.base, setting, seeds, args.targets)
+                floors = row["blind_start_seconds"]
+                print(
+                    f"{'  at best, from its first asks':46s}"
+                    + "".join(
+                        f"{quartiles(floors[f'{t:.2f}'][kind]):>20s}"
+                        for kind in ("compute", "elapsed")
+                        for t in args.targets
+                    ),
+                    flush=True,
+                )
+            rows.append(row)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--grid", choices=RECORDINGS, default=DEFAULT, help="which table")
     parser.add_argument("--table", help="the table's file (default: the grid's own)")
-    parser.add_argument("--seeds", type=int, default=20, help="sampler seeds per method")
+    parser.add_argument("--seeds", type=int, default=20, help="sampler seeds per method and block")
     parser.add_argument(
-        "--first-seed", type=int, default=0, help="seeds run: first-seed .. first-seed + seeds - 1"
+        "--first-seed",
+        type=int,
+        default=0,
+        help="the block of seeds settings are chosen on: first-seed .. first-seed + seeds - 1",
+    )
+    parser.add_argument(
+        "--held-out",
+        type=int,
+        metavar="FIRST_SEED",
+        help="also run the held-out block FIRST_SEED .. FIRST_SEED + seeds - 1 (disjoint from the "
+        "first), once every setting is fixed",
     )
     parser.add_argument("--points", type=int, default=48, help="points per sweep (num_samples)")
     parser.add_argument("--workers", type=int, default=4, help="trials at once")
+    parser.add_argument(
+        "--clock",
+        choices=("seconds", "epochs"),
+        default="seconds",
+        help="seconds: each training its recorded seconds; epochs: every epoch one unit of time",
+    )
     parser.add_argument("--grace", type=int, default=1, help="scheduler.grace_epochs")
     parser.add_argument("--factor", type=float, default=3, help="scheduler.reduction_factor")
     parser.add_argument(
@@ -349,21 +432,39 @@ def main() -> None:
     parser.add_argument(
         "--summary",
         metavar="KEY",
-        help="write every row printed as entry KEY of results/search_replay.json (docs read it)",
+        help="write every row printed as entry KEY of results/search_replay.json (docs read it), "
+        "each block of seeds apart",
     )
     parser.add_argument(
         "--cached-only",
         action="store_true",
         help="run no sweep: print (and summarise) the seeds already in --results",
     )
+    parser.add_argument(
+        "--decides-default",
+        action="store_true",
+        help="mark the summary as one whose held-out block decides the default sampler of the "
+        "quickstart and the joint spaces (tests/test_docs.py holds them to its winner)",
+    )
+    parser.add_argument(
+        "--floors-only",
+        action="store_true",
+        help="run no sweep and print no method: the table and its floors (and summarise them)",
+    )
     args = parser.parse_args()
     recording = RECORDINGS[args.grid]
     args.table = args.table or str(recording.table)
+    args.orders = {name: recording.grid[name] for name in recording.ordered}
     args.results = args.results or RESULTS / f"search_replay_{args.grid}.jsonl"
+    blocks = [(args.first_seed, False)]
+    if args.held_out is not None:
+        if abs(args.held_out - args.first_seed) < args.seeds:
+            parser.error("--held-out: its block must not share a seed with --first-seed's")
+        blocks.append((args.held_out, True))
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     frame = pd.read_parquet(args.table)
     table = replay.Table.from_frame(frame)
-    described = describe(table, args.targets, frame, args.workers)
+    described = describe(clocked(table, args.clock), args.targets, frame, args.workers)
     done = {}
     if args.results.exists():
         for line in args.results.read_text().splitlines():
@@ -371,14 +472,8 @@ def main() -> None:
             done[json.dumps(row["settings"], sort_keys=True), row["seed"]] = row
     args.results.parent.mkdir(parents=True, exist_ok=True)
     print(
-        f"sweeps of {args.points} points, {args.workers} trials at once, {args.seeds} sampler "
-        f"seeds, sampler_options {json.dumps(args.options)}; epochs trained to reach x% of the best "
-        f"hypervolume: median [quartiles]; s/sweep: of the sweeps run now"
-    )
-    print(
-        f"{'method':58s}"
-        + "".join(f"{f'{t:.0%}':>17s}" for t in args.targets)
-        + f"  seeds  s/sweep  vs {args.baseline} at the last two: seeds fewer/more epochs"
+        f"sweeps of {args.points} points, {args.workers} trials at once, clock: {args.clock}, "
+        f"{args.seeds} sampler seeds a block, sampler_options {json.dumps(args.options)}"
     )
     rungs = {"grace_epochs": args.grace, "reduction_factor": args.factor}
     every = {
@@ -391,72 +486,31 @@ def main() -> None:
     }
     variants = [(*every[name], on) for on in args.exactness for name in args.stopping.split(",")]
     every_method = {s: [settings(args, s, *v) for v in variants] for s in args.samplers.split(",")}
-
-    def not_baseline(setting: dict) -> bool:
-        return method_name(setting) != args.baseline
-
-    # the baseline's method first, which the others are paired with (and the summary's first row)
-    order = sorted(every_method, key=lambda s: all(map(not_baseline, every_method[s])))
-    baseline: dict[int, dict] = {}
-    summary = []
-    for sampler in order:
-        methods = sorted(every_method[sampler], key=not_baseline)
-        rows: list[list[dict]] = [[] for _ in methods]
-        spent: list[list[float]] = [[] for _ in methods]
-        # every method per seed: a cut-short run stays paired
-        for seed in range(args.first_seed, args.first_seed + args.seeds):
-            for i, setting in enumerate(methods):
-                cached = done.get((json.dumps(setting, sort_keys=True), seed))
-                if cached is None or any(
-                    f"{t:.2f}" not in cached["epochs_to"] for t in args.targets
-                ):
-                    if args.cached_only:
-                        continue
-                    started = time.perf_counter()
-                    needed = sweep(table, recording.base, setting, seed, args.targets)
-                    spent[i].append(time.perf_counter() - started)
-                    cached = {"settings": setting, "seed": seed, "epochs_to": needed}
-                    with args.results.open("a") as out:
-                        out.write(json.dumps(cached) + "\n")
-                rows[i].append(cached)
-        for i, setting in enumerate(methods):
-            if not rows[i]:  # --cached-only: a method none of whose seeds ran yet
-                continue
-            name = method_name(setting)
-            cells = "".join(
-                f"{quartiles([r['epochs_to'][f'{t:.2f}'] for r in rows[i]]):>17s}"
-                for t in args.targets
-            )
-            seconds = f"{np.mean(spent[i]):7.1f}" if spent[i] else "      -"
-            if name == args.baseline:
-                baseline = {r["seed"]: r["epochs_to"] for r in rows[i]}
-            paired = ""
-            if baseline and all(r["seed"] in baseline for r in rows[i]):
-                paired = "".join(
-                    f"  {against(rows[i], baseline, f'{t:.2f}')}" for t in args.targets[-2:]
-                )
-            print(f"{name:58s}{cells}  {len(rows[i]):5d}  {seconds}{paired}", flush=True)
-            row = {"method": name, "settings": setting, "sweeps": rows[i]}
-            if setting["scheduler"] is None:  # trained to the end: its own start-ups' floor
-                starts = sampler_starts(
-                    table, recording.base, setting, [r["seed"] for r in rows[i]]
-                )
-                row["blind_start"] = blind_start_epochs(
-                    table, args.targets, setting["workers"], starts
-                )
-                floors = "".join(
-                    f"{f'{m} [{q1}-{q3}]':>17s}" for q1, m, q3 in row["blind_start"].values()
-                )
-                print(f"{'  at best, from its first asks':58s}{floors}", flush=True)
-            summary.append(row)
+    ran = {
+        f"{first}-{first + args.seeds - 1}": {
+            "held_out": held_out,
+            "rows": run_block(args, table, every_method, done, first),
+        }
+        for first, held_out in blocks
+        if not args.floors_only
+    }
     if args.summary:
         path = RESULTS / "search_replay.json"  # the benchmark's one result file
         entries = json.loads(path.read_text()) if path.exists() else {}
+        entry = entries.get(args.summary, {})
+        kept = entry.get("blocks", {}) if entry.get("table") == described else {}
         entries[args.summary] = {
             "grid": args.grid,
+            "clock": args.clock,
             "table": described,
             "targets": args.targets,
-            "rows": summary,
+            "baseline": args.baseline,
+            "blocks": {**kept, **ran},
+            **(
+                {"decides_default": True}
+                if args.decides_default or entry.get("decides_default")
+                else {}
+            ),
         }
         path.write_text(json.dumps(entries, indent=1) + "\n")
 

@@ -64,6 +64,70 @@ def test_a_changed_result_is_a_stale_table(tmp_path, monkeypatch):
     assert docs.render(fresh) != fresh
 
 
+def replay_block(medians: dict[str, float], held_out: bool) -> dict:
+    """A block of a replay summary whose methods spent `medians` compute-seconds (three seeds,
+    the median in the middle) to every target; the first method the baseline."""
+    sweep = {cost: {} for cost in ("compute_to", "elapsed_to", "epochs_to")}
+    rows = []
+    for method, median in medians.items():
+        sweeps = []
+        for seed, value in enumerate([median - 1, median, median + 1]):
+            costs = {cost: {t: value for t in ("0.90", "0.95", "0.99")} for cost in sweep}
+            sweeps.append({"seed": seed, **costs})
+        settings = {"sampler": method, "sampler_options": {}, "workers": 4}
+        rows.append({"method": method, "settings": settings, "sweeps": sweeps})
+    return {"held_out": held_out, "rows": rows}
+
+
+def replay_summary(first: dict[str, float], held: dict[str, float]) -> dict:
+    floors = {t: {"compute": 10.0, "elapsed": 5.0} for t in ("0.90", "0.95", "0.99")}
+    blind = {t: {"compute": [20.0, 30.0, 40.0], "elapsed": [9.0, 9.0, 9.0]} for t in floors}
+    about = {"points": 8, "epochs": 3, "one_point_share": 0.5, "fewest_seconds": floors}
+    about["blind_start_seconds"] = {"workers": 4, "draws": 500, "floors": blind}
+    blocks = {"0-2": replay_block(first, False), "1000-1002": replay_block(held, True)}
+    return {"clock": "seconds", "table": about, "targets": [0.9, 0.95, 0.99], "blocks": blocks}
+
+
+def test_the_replay_tables_say_where_seed_blocks_agree():
+    """A method ahead of the baseline on both blocks is stated so; one ahead on one block only
+    is not; the held-out block's least compute is named."""
+    summary = replay_summary(
+        {"base": 100.0, "steady": 80.0, "fickle": 90.0},
+        {"base": 100.0, "steady": 70.0, "fickle": 120.0},
+    )
+    text = render_docs().search_replay(summary)
+    steady = next(line for line in text.splitlines() if line.startswith("| steady | 0.80x"))
+    assert "0.80x / 0.70x: both blocks agree, less" in steady
+    fickle = next(line for line in text.splitlines() if line.startswith("| fickle | 0.90x"))
+    assert "0.90x / 1.20x: blocks disagree" in fickle
+    assert "On the held-out block the least median compute to 95%: steady." in text
+
+
+def default_deciders() -> list[str]:
+    """The replay summaries marked as deciding the shipped default sampler (`--decides-default`)."""
+    result = json.loads((ROOT / "benchmarks/results/search_replay.json").read_text())
+    return sorted(key for key, entry in result.items() if entry.get("decides_default"))
+
+
+DEFAULT_SPACES = ("quickstart.yaml", "paper-wrn-joint.yaml", "paper-dct-joint.yaml")
+
+
+@pytest.mark.parametrize("key", default_deciders())
+def test_the_default_sampler_wins_the_held_out_block(key):
+    """The quickstart and the joint spaces name the sampler (and options) whose sweeps spent the
+    least median compute to 95% on the held-out block of each deciding summary."""
+    from tune_lowmem.space import SearchSpace
+
+    entry = json.loads((ROOT / "benchmarks/results/search_replay.json").read_text())[key]
+    winners = [
+        (row["settings"]["sampler"], row["settings"]["sampler_options"])
+        for row in render_docs().held_out_winners(entry)
+    ]
+    for name in DEFAULT_SPACES:
+        space = SearchSpace.load(ROOT / "search_spaces" / name)
+        assert (space.sampler, space.sampler_options) in winners, (name, winners)
+
+
 def doubled(value):
     """`value` with every figure doubled: a float held under a key, or a figure written in a
     string (a recorded output's line); ints, as indices and counts, and lists' floats, as a

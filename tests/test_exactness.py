@@ -229,9 +229,10 @@ def test_a_replay_trains_each_training_at_the_tables_least_memory(monkeypatch):
     exact, trained = replayed(table, "random", True, monkeypatch, num_samples=12)
     assert len({training_key(p) for p in trained}) == len(trained) == 4
     assert {p["checkpoint"] for p in trained} == {"none"}
-    assert exact[-1] == (12, pytest.approx(table.best_hypervolume()))
+    assert exact[-1].epochs == 12
+    assert exact[-1].hypervolume == pytest.approx(table.best_hypervolume())
     plain, trained = replayed(table, "random", False, monkeypatch, num_samples=12)
-    assert len(trained) == 12 and plain[-1][0] == 36
+    assert len(trained) == 12 and plain[-1].epochs == 36
 
 
 def test_the_known_memory_sampler_sweeps_as_without_exactness(monkeypatch):

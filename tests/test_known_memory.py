@@ -10,6 +10,7 @@ import optuna
 import pytest
 
 from tune_lowmem.config import ConfigError
+from tune_lowmem.params import Param
 from tune_lowmem.search import known_memory, replay
 from tune_lowmem.search.gaussian_process import GaussianProcess
 from tune_lowmem.search.known_memory import (
@@ -431,3 +432,18 @@ def test_near_front_takes_layers_front_first_and_spreads_the_last_one():
     assert near_front(values, log_memory, 3) == [0, 1, 2]  # the front, by memory
     assert near_front(values, log_memory, 5) == [0, 1, 2, 5, 4]  # then the next layer's ends
     assert near_front(values, log_memory, 9) == [0, 1, 2, 5, 3, 4]
+
+
+def test_the_accuracy_model_reads_each_choices_order():
+    """Numbers by value (log-spaced when positive), a declared order by rank, an unordered
+    choice (or numbers declared unordered) one-hot."""
+    density = Param("sparsity.density", "choice", values=(1.0, 0.1, 0.01))
+    assert known_memory.encode_param(density, 0.1) == [pytest.approx(0.5)]
+    microbatch = Param("microbatch.size", "choice", values=(None, 10, 4), ordered=True)
+    assert [known_memory.encode_param(microbatch, v) for v in (None, 10, 4)] == [
+        [0.0],
+        [0.5],
+        [1.0],
+    ]
+    unordered = Param("sparsity.density", "choice", values=(1.0, 0.1), ordered=False)
+    assert known_memory.encode_param(unordered, 0.1) == [0.0, 1.0]

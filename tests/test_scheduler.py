@@ -226,8 +226,8 @@ def test_replay_drives_the_searcher_and_the_scheduler(seed, monkeypatch):
     table = tiny_table()
     plain = SearchSpace.from_dict(replay.replay_space(table, BASE, "grid", seed))
     history = replay.replay(plain, table)
-    assert history[-1][0] == 18
-    assert history[-1][1] == pytest.approx(table.best_hypervolume())
+    assert history[-1].epochs == 18
+    assert history[-1].hypervolume == pytest.approx(table.best_hypervolume())
     assert replay.epochs_to(history, 2 * table.best_hypervolume()) == float("inf")
 
     section = {"type": "mo-asha", "grace_epochs": 1, "reduction_factor": 3}
@@ -245,8 +245,8 @@ def test_replay_drives_the_searcher_and_the_scheduler(seed, monkeypatch):
     history = replay.replay(stopping, table)
     stopped = [r for r in runs if r["trial_status"] == "running"]
     assert stopped and all(r["epoch"] == 1 for r in stopped)
-    assert history[-1][0] == 3 * (len(runs) - len(stopped)) + len(stopped)
-    assert history[-1][0] < 18
+    assert history[-1].epochs == 3 * (len(runs) - len(stopped)) + len(stopped)
+    assert history[-1].epochs < 18
     assert len(history) == len(runs) == 6
 
 
@@ -256,7 +256,7 @@ def test_replay_runs_its_workers_in_step():
     table = tiny_table()
     space = SearchSpace.from_dict(replay.replay_space(table, BASE, "grid", 0))
     history = replay.replay(space, table, workers=2)
-    assert [epochs for epochs, _ in history] == [5, 6, 11, 12, 17, 18]
+    assert [ended.epochs for ended in history] == [5, 6, 11, 12, 17, 18]
 
 
 def test_replay_tells_a_stopped_point_its_projection(tmp_path):
@@ -421,9 +421,9 @@ def test_replay_stops_trials_without_losing_the_front(seed, kind):
     section = {"type": kind, "grace_epochs": 1, "reduction_factor": 3}
     space = SearchSpace.from_dict(replay.replay_space(table, BASE, "grid", seed, scheduler=section))
     history = replay.replay(space, table)
-    assert history[-1][1] == pytest.approx(table.best_hypervolume())
+    assert history[-1].hypervolume == pytest.approx(table.best_hypervolume())
     assert len(history) == 6
-    assert history[-1][0] < 18
+    assert history[-1].epochs < 18
 
 
 # ---- MarginStopping: stopped when a trial at the rung of no more memory leads by a margin ----

@@ -17,6 +17,7 @@ from .validation import (
     is_int,
     is_number,
     mapping,
+    optional_flag,
     read_section,
     require,
 )
@@ -35,6 +36,18 @@ class Param:
     high: float | int | None = None
     step: float | int | None = None
     values: tuple = ()
+    # a choice's order: None (absent) orders numbers by value and leaves other values
+    # unordered; true orders the values as listed; false leaves them unordered
+    ordered: bool | None = None
+
+    def order(self) -> tuple | None:
+        """A choice's values from first to last (`ordered`), or None: unordered categories (or
+        a range, which is ordered as it is)."""
+        if self.kind != "choice" or self.ordered is False:
+            return None
+        if self.ordered:
+            return self.values
+        return tuple(sorted(self.values)) if numeric(self.values) else None
 
     def probes(self) -> list[Any]:
         """Values that must each give a valid config: every choice, every integer (few), the ends."""
@@ -56,7 +69,8 @@ class Param:
 
     def to_dict(self) -> dict[str, Any]:
         if self.kind == "choice":
-            return {"type": "choice", "values": list(self.values)}
+            spec = {"type": "choice", "values": list(self.values)}
+            return spec if self.ordered is None else {**spec, "ordered": self.ordered}
         spec = {"type": self.kind, "low": self.low, "high": self.high}
         return spec if self.step is None else {**spec, "step": self.step}
 
@@ -77,7 +91,7 @@ def _param(name: str, spec: dict[str, Any], prefix: str) -> Param:
     others = {k: v for k, v in spec.items() if k != "type"}
     values = read_section(others, FIELDS[kind], f"{prefix}.")
     if kind == "choice":
-        return Param(name, kind, values=values["values"])
+        return Param(name, kind, values=values["values"], ordered=values["ordered"])
     low, high, step = values["low"], values["high"], values.get("step")
     require(
         low < high,
@@ -133,6 +147,11 @@ def _choice_values(values: Any, field_name: str) -> tuple:
     return tuple(values)
 
 
+def numeric(values: tuple | list) -> bool:
+    """Whether a choice's values are all numbers (not true/false): ordered by value."""
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+
+
 def _range_fields(
     kind: str, number: Callable[[Any], bool], what: str, *, stepped: bool = True
 ) -> dict[str, Field]:
@@ -153,5 +172,5 @@ FIELDS = {  # a param's keys besides its type
     "uniform": _range_fields("uniform", is_number, "a finite number"),
     "loguniform": _range_fields("loguniform", is_number, "a finite number", stepped=False),
     "int": _range_fields("int", is_int, "an integer"),
-    "choice": {"values": Field(_choice_values)},
+    "choice": {"values": Field(_choice_values), "ordered": Field(optional_flag)},
 }

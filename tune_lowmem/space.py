@@ -23,6 +23,7 @@ The schema (see search_spaces/quickstart.yaml for a full example)::
     base: {task: NAME, model: {depth: 10}, schedule.epochs: 3}   # fixed values, nested or dotted
     params:                            # dotted TrialConfig field -> distribution, sampled in this order
       precision: {type: choice, values: [fp32, bf16]}
+      microbatch.size: {type: choice, values: [null, 25, 10], ordered: true}   # as listed (numbers: by value)
       schedule.lr_multiplier: {type: loguniform, low: 0.25, high: 4}
       sparsity.density: {type: uniform, low: 0.1, high: 1.0, step: 0.1}
       model.width: {type: int, low: 1, high: 4}
@@ -75,6 +76,7 @@ from .validation import (
     nonnegative_float,
     nonnegative_int,
     numpy_seed,
+    optional_flag,
     optional_positive_float,
     optional_positive_int,
     positive_int,
@@ -340,10 +342,6 @@ def _optional_seed(value: Any, field_name: str) -> int | None:
     return numpy_seed(value, field_name, optional=True)
 
 
-def _optional_flag(value: Any, field_name: str) -> bool | None:
-    return checked(value, value is None or isinstance(value, bool), field_name, "true or false")
-
-
 def _flag(value: Any, field_name: str) -> bool:
     return checked(value, isinstance(value, bool), field_name, "true or false")
 
@@ -365,7 +363,7 @@ _SPACE_FIELDS = {  # the file's top level; what needs other keys is checked in `
     "sampler": Field(default=DEFAULT_SAMPLER),  # resolved with its options (`from_dict`)
     "sampler_options": Field(mapping, {}, blank_is_default=True),
     "sampler_seed": Field(_optional_seed, 0),
-    "exactness": Field(_optional_flag),  # absent: `SearchSpace.uses_exactness` decides
+    "exactness": Field(optional_flag),  # absent: `SearchSpace.uses_exactness` decides
     "baseline": Field(_flag, True),
     "num_samples": Field(optional_positive_int),  # required unless the grid gives it
     "seeds_per_point": Field(positive_int, 1),

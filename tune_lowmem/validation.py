@@ -59,6 +59,11 @@ def optional_positive_int(value: Any, field_name: str) -> int | None:
     return None if value is None else positive_int(value, field_name)
 
 
+def optional_flag(value: Any, field_name: str) -> bool | None:
+    """True, false, or null (absent: a default that depends on other fields)."""
+    return checked(value, value is None or isinstance(value, bool), field_name, "true or false")
+
+
 AUTO = "auto"  # a size left to the task (an evaluation batch): None once the config is read
 
 

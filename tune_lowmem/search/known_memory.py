@@ -442,11 +442,15 @@ def trained_value(name: str, value: Any) -> Any:
 
 def encode_param(param: Param, value: Any) -> list[float]:
     """[0, 1] features of one param: its position in its range (log where the range or a
-    numeric choice is logarithmic), or a one-hot of a non-numeric choice."""
-    if param.kind == "choice" and not numeric(param.values):
+    numeric choice is logarithmic), a choice declared ordered at its rank (`Param.order`), or a
+    one-hot of an unordered choice."""
+    order = param.order() if len(param.values) > 1 else None
+    if param.kind == "choice" and order is None:
         return [float(value is not MISSING and value == v) for v in param.values]
     if value is MISSING:
         return [0.5]
+    if param.ordered:  # the order the space declares
+        return [order.index(value) / (len(order) - 1)]
     low, high = (
         (min(param.values), max(param.values))
         if param.kind == "choice"
@@ -459,12 +463,6 @@ def encode_param(param: Param, value: Any) -> list[float]:
     if logarithmic:
         value, low, high = np.log(value), np.log(low), np.log(high)
     return [0.5 if high == low else float((value - low) / (high - low))]
-
-
-def numeric(values: Sequence[Any]) -> bool:
-    return len(values) > 1 and all(
-        isinstance(v, (int, float)) and not isinstance(v, bool) for v in values
-    )
 
 
 def point_key(params: Mapping[str, Any]) -> str:

@@ -1,22 +1,31 @@
 """Replay sweeps against a table of recorded learning curves, through the sweep's own code.
 
-Why: whether a sampler or early stopping spends fewer epochs per front can only be told from
-many sweeps, and real ones cost hours. A table holds, for every point of a grid, the validation
-metric after every epoch and the predicted memory (`benchmarks/learning_curves.py` records one).
-A replayed sweep runs the real `ScreenedSearcher` (its journal, its sampler, its screening) and
-the real early-stopping scheduler the space names (`stopping`), with the space's exactness
-(`exactness`, which, like a known-memory sampler, reads the table's memory): the
-searcher's ``suggest`` hands out points, each epoch of a point's recorded curve is fed to the
-scheduler's ``decide`` (what its ``on_trial_result`` runs) as the result a trial would report,
-and a trial's end reaches the searcher's ``on_trial_complete`` as Tune would send it. Only
-Ray's trials are absent: `workers` trials run at once, each epoch one unit of time, and the
-epoch that ends first reports next (an event simulation in epochs): a trial started when
-another ended or was stopped trains beside the others, and does not catch up on their epochs
-before they report.
+Why: whether a sampler or early stopping spends less per front can only be told from many
+sweeps, and real ones cost hours. A table holds, for every point of a grid, the validation
+metric after every epoch, the predicted memory and the seconds its training took
+(`benchmarks/learning_curves.py` records one). A replayed sweep runs the real
+`ScreenedSearcher` (its journal, its sampler, its screening) and the real early-stopping
+scheduler the space names (`stopping`), with the space's exactness (`exactness`, which, like a
+known-memory sampler, reads the table's memory): the searcher's ``suggest`` hands out points,
+each epoch of a point's recorded curve is fed to the scheduler's ``decide`` (what its
+``on_trial_result`` runs) as the result a trial would report, and a trial's end reaches the
+searcher's ``on_trial_complete`` as Tune would send it.
 
-The cost is epochs trained; the gain is the hypervolume of the points trained to the end (their
-final values; a stopped trial's values are partial and count for nothing), on the metric and the
-logarithm of memory, from the table's nadir.
+Only Ray's trials are absent, and the sweep runs as Tune runs one (`run_sweep`): `workers`
+trials at once on a clock of seconds, each epoch of a training taking its share of the
+training's recorded seconds (a table without them: one second an epoch, every trial in step),
+the epoch that ends first reporting next. A trial that ends, completed or stopped, frees its
+worker then, and every free worker asks the searcher for a trial: a suggestion starts at once;
+``None`` means "ask again later" (Tune's Searcher contract; e.g. Ray's ConcurrencyLimiter at its
+limit), so the worker asks again when the next trial reports; ``Searcher.FINISHED`` means no
+more, and the sweep ends when its last trial does.
+
+A sweep's costs after every trial that ended (`Ended`): the epochs trained; the compute, the
+worker-seconds spent (every epoch trained, and the part of those in progress that has run: what
+a cluster bills when the sweep stops there); and the elapsed seconds since it started. Its gain
+is the hypervolume of the points trained to the end (their final values; a stopped trial's
+values are partial and count for nothing), on the metric and the logarithm of memory, from the
+table's nadir.
 """
 
 from __future__ import annotations
@@ -25,7 +34,7 @@ import json
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -41,14 +50,17 @@ from .stopping import build_scheduler
 
 METRIC = "val_accuracy"
 CONFIG = "config."
+SECONDS = "train_seconds"  # a table's column: the seconds a point's training took
 
 
 @dataclass
 class Table:
-    """Recorded curves: params key -> (curve of the metric per epoch, predicted memory)."""
+    """Recorded curves: params key -> (curve of the metric per epoch, predicted memory), and the
+    seconds each point's training took (None: every epoch one second)."""
 
     curves: dict[str, tuple[list[float], float]]
     params: dict[str, list[Any]]  # each param's values, in the table's order
+    seconds: dict[str, float] | None = None
 
     @classmethod
     def from_frame(cls, frame: pd.DataFrame) -> Table:
@@ -58,18 +70,29 @@ class Table:
             if None in values and all(v is None or float(v).is_integer() for v in values):
                 values[:] = [None if v is None else int(v) for v in values]
         params = {n: list(dict.fromkeys(values)) for n, values in columns.items()}
-        curves = {}
+        curves, seconds = {}, {}
         for i, row in enumerate(frame.to_dict("records")):
-            point = {n: columns[n][i] for n in names}
-            curves[key(point)] = ([float(v) for v in row["curve"]], float(row[MEMORY_OBJECTIVE]))
+            point = key({n: columns[n][i] for n in names})
+            curves[point] = ([float(v) for v in row["curve"]], float(row[MEMORY_OBJECTIVE]))
+            if SECONDS in row:
+                seconds[point] = float(row[SECONDS])
         if len(curves) != np.prod([len(v) for v in params.values()]):
             raise ValueError(f"the table's {len(curves)} points are not a full grid of {params}")
-        return cls(curves, params)
+        return cls(curves, params, seconds if SECONDS in frame else None)
 
     def memory(self, params: Mapping[str, Any]) -> float | None:
         """A point's predicted memory as the table recorded it (None: not in the table)."""
         recorded = self.curves.get(key(params))
         return None if recorded is None else recorded[1]
+
+    def cost(self, params: Mapping[str, Any]) -> float:
+        """The seconds a point's training took, as the table recorded them (its exact variants
+        share them: the table trains each training once, without the exact techniques)."""
+        return self.seconds_of(key(params))
+
+    def seconds_of(self, point: str) -> float:
+        """`cost` of a point by its `key` (a table without seconds: one an epoch)."""
+        return float(self.epochs()) if self.seconds is None else self.seconds[point]
 
     def epochs(self) -> int:
         """The schedule's length: every recorded curve has one value per epoch."""
@@ -109,12 +132,30 @@ def hypervolume(points: Sequence[Sequence[float]], reference: Sequence[float]) -
     return pareto.hypervolume(logged, [MAXIMIZE, MINIMIZE], [reference[0], np.log10(reference[1])])
 
 
-def replay_space(table: Table, base: Mapping[str, Any], sampler: str, seed: int, **extra) -> dict:
-    """The search space (as `SearchSpace.from_dict` reads it) over the table's grid."""
+def replay_space(
+    table: Table,
+    base: Mapping[str, Any],
+    sampler: str,
+    seed: int,
+    orders: Mapping[str, Sequence[Any]] | None = None,
+    **extra,
+) -> dict:
+    """The search space (as `SearchSpace.from_dict` reads it) over the table's grid; `orders`:
+    params whose values are declared ordered, in their order (numbers are ordered already)."""
+    orders = orders or {}
+    for name, order in orders.items():
+        if sorted(map(str, order)) != sorted(map(str, table.params[name])):
+            raise ValueError(f"{name}: the order {order} is not the table's {table.params[name]}")
+    params = {
+        n: {"type": "choice", "values": list(orders[n]), "ordered": True}
+        if n in orders
+        else {"type": "choice", "values": v}
+        for n, v in table.params.items()
+    }
     return {
         "name": "replay",
         "base": dict(base),
-        "params": {n: {"type": "choice", "values": v} for n, v in table.params.items()},
+        "params": params,
         "objectives": {METRIC: str(MAXIMIZE), MEMORY_OBJECTIVE: str(MINIMIZE)},
         "sampler": sampler,
         "sampler_seed": seed,
@@ -128,9 +169,14 @@ class Running:
     trial_id: str
     curve: list[float]
     memory: float
-    start: int  # the time it started, in epochs of one worker
+    start: float  # the time it started, in seconds
+    epoch_seconds: float  # each of its epochs
     params: dict[str, Any]  # as the searcher gave them (with the seed)
     done: int = 0  # epochs reported
+
+    def next_report(self) -> float:
+        """When its next epoch ends."""
+        return self.start + (self.done + 1) * self.epoch_seconds
 
     def result(self) -> dict[str, Any]:
         final = self.done == len(self.curve)
@@ -142,16 +188,24 @@ class Running:
         }
 
 
+class Ended(NamedTuple):
+    """A sweep when one of its trials ended: what it had spent, and what it had found."""
+
+    epochs: int  # epochs trained, every trial's
+    compute: float  # worker-seconds: the epochs trained and the part run of those in progress
+    elapsed: float  # seconds since the sweep started
+    hypervolume: float  # of the points trained to the end
+
+
 def replay(
     space: SearchSpace,
     table: Table,
     workers: int = 1,
     memory_band: float | None = None,
     until: float = float("inf"),
-) -> list[tuple[int, float]]:
-    """One sweep: (epochs trained so far, hypervolume of the points trained to the end) after
-    every trial that ended (completed or stopped), cut short once the hypervolume reaches
-    `until`. The rule the space's scheduler section names (`stopping.build_scheduler`) stops
+) -> list[Ended]:
+    """One sweep: its costs and the hypervolume of the points trained to the end after every
+    trial that ended (completed or stopped), cut short once the hypervolume reaches `until`. The rule the space's scheduler section names (`stopping.build_scheduler`) stops
     trials; `memory_band` is mo-asha's band (None: every trial at a rung is compared with every
     other)."""
     with tempfile.TemporaryDirectory() as folder:
@@ -192,29 +246,40 @@ def trained_params(suggested: Mapping[str, Any]) -> dict[str, Any]:
 
 def run_sweep(
     searcher: Searcher, scheduler, table: Table, workers: int, until: float = float("inf")
-) -> list[tuple[int, float]]:
+) -> list[Ended]:
+    """The sweep on its clock (see the module): the state after every trial that ended."""
     running: list[Running] = []
     finished: list[list[float]] = []
-    history: list[tuple[int, float]] = []
-    epochs, started, exhausted, clock = 0, 0, False, 0
+    history: list[Ended] = []
+    epochs, asks, now, spent, finishing = 0, 0, 0.0, 0.0, False
     reference = table.reference()
     while True:
-        while not exhausted and len(running) < workers:
-            trial_id = f"replay_{started:05d}"
+        while not finishing and len(running) < workers:  # every free worker asks
+            trial_id = f"replay_{asks:05d}"
             suggested = searcher.suggest(trial_id)
-            if suggested is None or suggested == Searcher.FINISHED:
-                exhausted = True
+            asks += 1
+            if suggested is None:  # ask again later: when a trial reports
+                break
+            if suggested == Searcher.FINISHED:
+                finishing = True
                 break
             params = trained_params(suggested)
             curve, memory = table.curves[key(params)]
-            running.append(Running(trial_id, curve, memory, clock, suggested["params"]))
-            started += 1
-        if not running or (history and history[-1][1] >= until):
+            seconds = table.cost(params) / len(curve)
+            running.append(Running(trial_id, curve, memory, now, seconds, suggested["params"]))
+        if history and history[-1].hypervolume >= until:
             return history
-        trial = min(running, key=lambda t: t.start + t.done)  # the next epoch to end
+        if not running:
+            if finishing:
+                return history
+            raise RuntimeError(
+                "the searcher asks to be asked later with no trial running: nothing would ever "
+                "ask it again"
+            )
+        trial = min(running, key=Running.next_report)  # of equal times, the first started
+        now = trial.next_report()
         trial.done += 1
         epochs += 1
-        clock = trial.start + trial.done
         result = trial.result()
         decision = TrialScheduler.CONTINUE
         if scheduler is not None:
@@ -222,12 +287,20 @@ def run_sweep(
         if result["trial_status"] == "running" and decision == TrialScheduler.CONTINUE:
             continue
         running.remove(trial)
+        spent += trial.done * trial.epoch_seconds
         searcher.on_trial_complete(trial.trial_id, result=result)
         if result["trial_status"] == "completed":
             finished.append([result[METRIC], trial.memory])
-        history.append((epochs, hypervolume(finished, reference)))
+        compute = spent + sum(now - other.start for other in running)
+        history.append(Ended(epochs, compute, now, hypervolume(finished, reference)))
 
 
-def epochs_to(history: list[tuple[int, float]], target: float) -> float:
+def reached(history: list[Ended], target: float) -> Ended | None:
+    """The sweep when its hypervolume first reached `target` (None: never)."""
+    return next((ended for ended in history if ended.hypervolume >= target), None)
+
+
+def epochs_to(history: list[Ended], target: float) -> float:
     """Epochs trained when the hypervolume first reached `target` (inf: never)."""
-    return next((float(e) for e, hv in history if hv >= target), float("inf"))
+    ended = reached(history, target)
+    return float("inf") if ended is None else float(ended.epochs)

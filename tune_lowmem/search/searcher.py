@@ -18,6 +18,10 @@ Exactness (`exactness`, a space's ``exactness``): a point asked trains as the le
 variant of its training, and a point whose training an earlier point trains is not trained: it
 is told what the earlier one is told, when that one is.
 
+Representation (`representation`, decided when the study is created and kept in it): an
+ordered choice is asked of Optuna's samplers as its rank, and the choices exactness decides are
+not asked; the journal's points are read back through it.
+
 Surviving the driver: the journal is written as points are asked and told; the store is written
 by the trials themselves as they end; Tune snapshots its trials, then this searcher (only which
 Tune trial holds which point and seed), at its own period (`tune_state`). After a restart the searcher rebuilds everything else
@@ -49,6 +53,7 @@ from ..space import SearchSpace, worst_value
 from . import baseline, journal, place
 from .exactness import Exactness, answered_by, trained_params
 from .progress import say
+from .representation import Representation
 from .samplers import build_sampler
 from .scheduler import STOPPED, STOPPED_POINTS, projected
 from .screening import SCREENED_PREFIXES, Screening, budgeted_memory_mb, screen, write_screened
@@ -98,6 +103,7 @@ class ScreenedSearcher(Searcher):
             "asked",
             "exactness",
             "waiting",
+            "representation",
             "baseline_open",
             "baseline_checked",
         )
@@ -142,6 +148,7 @@ class ScreenedSearcher(Searcher):
         answered by an earlier one (`exactness`) is told once that one is; the sampler is
         reseeded past the points asked."""
         trials = self.study.get_trials(deepcopy=False)
+        self.representation = Representation.of_study(self.study, self.space)
         self.study.sampler = build_sampler(self.space, seed_offset=len(trials))
         self.exactness = Exactness(self.space) if self.space.uses_exactness() else None
         self.waiting: dict[int, list[int]] = {}  # point -> the points its result answers, untold
@@ -180,10 +187,13 @@ class ScreenedSearcher(Searcher):
         return None if asked is None else trained_params(trial, asked)
 
     def sampled(self, params: Mapping[str, Any]) -> dict[str, Any] | None:
-        """A point as the space samples it, replayed from the values the journal recorded; None
-        when the sampling was cut short (a value the space asks for is missing)."""
+        """A point as the space samples it, replayed from the values the journal recorded (read
+        through the study's `representation`); None when the sampling was cut short (a value the
+        space asks for is missing)."""
         try:
-            return self.space.sample(FixedTrial(dict(params)))
+            return self.space.sample(
+                self.representation.asking(FixedTrial(dict(params)), self.space)
+            )
         except ValueError:
             return None
 
@@ -289,7 +299,8 @@ class ScreenedSearcher(Searcher):
         it and its constraint."""
         with self.journal.one_write():
             trial = self.study.ask()
-            params, earlier = self.space.sample(trial), None
+            params = self.space.sample(self.representation.asking(trial, self.space))
+            earlier = None
             if self.exactness is not None:
                 stopped = self.study.user_attrs.get(STOPPED_POINTS, [])
                 params, earlier = self.exactness.ask(trial, params, stopped)
