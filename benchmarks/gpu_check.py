@@ -77,6 +77,7 @@ GPU_TEST_MODULES = (
     "tests/test_gpu_cuda.py",
     "tests/test_memory.py",
     "tests/test_data_feed.py",
+    "tests/test_timing.py",
     "tests/test_trial_time.py",
 )
 ABSENT_ON_DEVICE = ("ray", "optuna", "duckdb", "jsonschema")  # none is on the device machine
