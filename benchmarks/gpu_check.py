@@ -1,7 +1,7 @@
 """The device check: what only a GPU can show, in one call that fits a short lease.
 
   python3 benchmarks/gpu_check.py [--out DIR] [--budget 420] [--size full|dry|quick]
-                                   [--parts workspaces,memory,packing,tests,step,wrn]
+        [--parts workspaces,context,run_peak,tests,packing,memory,step,wrn]
 
 It runs with the device machine's own python3 and packages (torch 2.11 or newer; no Ray, Optuna,
 duckdb or jsonschema) on a copy of the tree with CIFAR-10 carried in `gpu_data/` (see
@@ -11,19 +11,28 @@ outcome and the next part runs. No part starts once `--budget` seconds have pass
 still running `--grace` seconds after that is stopped. Everything printed goes to
 `gpu_check.log`, and the versions, the machine's state (`machine.Watch`, never refused: the
 lease is too short to lose), every row and every outcome to `gpu_check.json`, under $OUT
-(or `--out`). Parts:
+(or `--out`); where the context and run-peak parts ran on a card, the figures they measured go
+to `cuda_calibration.json` there, in the form of `tune_lowmem/memory/cuda_calibration.json`.
+Parts, the most telling first:
 
-- workspaces: the BLAS workspaces the allocator's view counts, against what torch allocates;
-- memory: predicted against measured peak memory for 17 configurations of both paper tasks and
-  every technique: the paper's count (`predict`) against the run's peak step
-  (`memory.stepping.at_peak`), its model and optimizer parts as the allocator holds them
-  (`tests/allocator_parts.py`: the trainer's storages in the allocator's reports, no accounting
-  shared with the prediction) and its activation part as `measure` samples the allocator; the
-  model and optimizer parts alone against the allocator's; and the allocator's view
-  (`memory.cuda.predict_cuda`) against `torch.cuda.max_memory_allocated`; each against 5%;
-- packing: trials of a plug-in task as plain processes, each held to its share of the card as
-  the Ray trainable holds it, and one mispredicted trial that must end out of memory alone;
+- workspaces: the BLAS workspaces torch's rule for this release and card gives
+  (`memory.cuda_libraries`), kind by kind, against what torch allocates;
+- context: what a trial's process holds on the card beyond its allocator (the CUDA context),
+  measured from outside it;
+- run_peak: the searched run peak against the whole run's `torch.cuda.max_memory_allocated`
+  (`memory.whole_run`), on the memory ladder's rungs (a few updates of real CIFAR-10 each, their
+  first rewiring brought forward, an evaluation and a checkpoint) and the quickstart front's
+  points (`results/quickstart_front.json`, their whole schedule), predicted as the trial
+  predicts (workspaces probed on the card) and as the driver does (torch's rules); each against
+  5%; the reserved peak per allocated byte beside it;
 - tests: the GPU-marked tests of `GPU_TEST_MODULES` (modules that import without Ray);
+- packing: trials of a plug-in task as plain processes, each asking `gpu: auto` and held to its
+  share of one card as the Ray trainable holds it, and one mispredicted trial that must end out
+  of memory alone;
+- memory: a step's memory as the paper counts it, predicted (`predict`) against the run's peak
+  step (`memory.stepping.at_peak`), its model and optimizer parts as the allocator holds them
+  (`tests/allocator_parts.py`) and its activation part as `measure` samples the allocator; the
+  model and optimizer parts alone against the allocator's; each against 5%;
 - step: the trial's step time against a plain PyTorch loop (interleaved rounds, medians);
 - wrn: WideResNet-28-2 on CIFAR-10 for three epochs of the paper's schedule.
 
@@ -68,6 +77,7 @@ GPU_TEST_MODULES = (
     "tests/test_gpu_cuda.py",
     "tests/test_memory.py",
     "tests/test_data_feed.py",
+    "tests/test_timing.py",
     "tests/test_trial_time.py",
 )
 ABSENT_ON_DEVICE = ("ray", "optuna", "duckdb", "jsonschema")  # none is on the device machine
@@ -105,6 +115,11 @@ MEMORY_CONFIGS = [  # (label, task, technique fields): both tasks, every techniq
     ("dct checkpoint residual-1", "dct", {"checkpoint": "residual-1"}),
     ("dct int8 Adam state", "dct", {"adam_state": "int8"}),
     ("dct fused Adam step", "dct", {"fused_step": "exact"}),
+    (
+        "wrn cuBLAS :16:8, cuDNN 0 MiB",
+        "wrn",
+        {"cuda_workspace.cublas": ":16:8", "cuda_workspace.cudnn_limit_mb": 0},
+    ),
 ]
 STEP_CONFIGS = [  # WRN's SGD: every technique but Adam's state, each alone
     ("off", {}),
@@ -134,6 +149,9 @@ class Size:
     packing: dict  # the packed trials' sizes (`packing_plan`)
     packing_widths: tuple[int, ...]  # the first is the mispredicted one
     wrn_run: dict = field(default_factory=dict)  # the WideResNet run
+    run_peak: dict = field(default_factory=dict)  # the run-peak part's WRN and its data
+    run_peak_rungs: tuple[int, ...] = ()  # rungs of memory_ladder.wrn_rungs()
+    quickstart_points: int = 0  # how many of the quickstart front's points (a full run each)
 
 
 FULL_DCT = {"task": "dct-iwslt14", "data.root": "/nonexistent/iwslt14"}  # synthetic batches
@@ -149,6 +167,9 @@ SIZES = {
         packing={"batch": 4096, "train": 16384, "val": 1024, "features": 256, "hog_mb": 5000},
         packing_widths=(1000, 1024, 2048, 4096, 8192),
         wrn_run={"model.depth": 28, "model.width": 2, "schedule.epochs": 3},
+        run_peak={"model.depth": 28, "model.width": 2, "schedule.batch_size": 100},
+        run_peak_rungs=(0, 5, 7, 12, 23, 27),
+        quickstart_points=3,
     ),
     "dry": Size(
         device="cpu",
@@ -169,6 +190,9 @@ SIZES = {
             "data.val_size": 100,
             "data.test_subset": 100,
         },
+        run_peak={"model.depth": 10, "model.width": 1, "schedule.batch_size": 20},
+        run_peak_rungs=(0, 7, 27),
+        quickstart_points=0,
     ),
 }
 SIZES["quick"] = Size(
@@ -179,6 +203,7 @@ SIZES["quick"] = Size(
         "step_rounds": (1, 1, 1),
         "packing_widths": (1000, 16),
         "wrn_run": {**SIZES["dry"].wrn_run, "schedule.epochs": 1},
+        "run_peak_rungs": (7,),
     }
 )
 
@@ -267,15 +292,12 @@ def versions() -> dict[str, object]:
 def memory_part(size: Size, emit) -> str:
     from tests.allocator_parts import allocator_parts
     from tune_lowmem.memory import MB
-    from tune_lowmem.memory.cuda import predict_cuda
     from tune_lowmem.memory.measure import measure
     from tune_lowmem.memory.predict import predict
     from tune_lowmem.memory.stepping import at_peak
 
-    on_cuda = size.device == "cuda"
-    capability = torch.cuda.get_device_capability() if on_cuda else (9, 0)
     bases = {"wrn": size.wrn, "dct": size.dct}
-    within = {"paper": 0, "held": 0, "cuda": 0}
+    within = {"paper": 0, "held": 0}
     configs = [*MEMORY_CONFIGS[: size.memory_configs]]
     if size.memory_configs < len(MEMORY_CONFIGS):  # a few: one of each task
         configs = [next(c for c in MEMORY_CONFIGS if c[1] == task) for task in bases]
@@ -283,49 +305,183 @@ def memory_part(size: Size, emit) -> str:
         config = config_of(bases[task], fields, size.device)
         predicted, measured = predict(config), at_peak(measure, config)
         held = sum(allocator_parts(config))
-        view = predict_cuda(config, capability)
         paper_error = relative_error(predicted.total_bytes, held + measured.activation_bytes)
         held_error = relative_error(predicted.model_bytes + predicted.optimizer_bytes, held)
         within["paper"] += paper_error <= TARGET_MEMORY
         within["held"] += held_error <= TARGET_MEMORY
-        row = [
-            label,
-            predicted.total_bytes / MB,
-            (held + measured.activation_bytes) / MB,
-            100 * paper_error,
-            verdict(paper_error, TARGET_MEMORY),
-            view.allocated_bytes / MB,
-        ]
-        if on_cuda:
-            cuda_error = relative_error(view.allocated_bytes, measured.peak_bytes)
-            within["cuda"] += cuda_error <= TARGET_MEMORY
-            row += [measured.peak_bytes / MB, 100 * cuda_error, verdict(cuda_error, TARGET_MEMORY)]
-        else:
-            row += [NO_CUDA, "-", "-"]
-        emit([*row, held / MB, 100 * held_error, verdict(held_error, TARGET_MEMORY)])
-    cuda_checks = f"{within['cuda']}/{len(configs)}" if on_cuda else NO_CUDA
+        emit(
+            [
+                label,
+                predicted.total_bytes / MB,
+                (held + measured.activation_bytes) / MB,
+                100 * paper_error,
+                verdict(paper_error, TARGET_MEMORY),
+                held / MB,
+                100 * held_error,
+                verdict(held_error, TARGET_MEMORY),
+            ]
+        )
     return (
         f"paper count within 5%: {within['paper']}/{len(configs)}; model and optimizer against "
-        f"the allocator within 5%: {within['held']}/{len(configs)}; cuda view: {cuda_checks}"
+        f"the allocator within 5%: {within['held']}/{len(configs)}"
     )
 
 
 def workspaces_part(size: Size, emit) -> str:
-    from tune_lowmem.memory.cuda import (
-        BLAS_THREADS,
-        blas_workspace_bytes,
-        cublas_workspace_bytes,
-        cublaslt_workspace_bytes,
-        probe_blas_workspaces,
-    )
+    """torch's rule for this release and card (read in its source: `cuda_libraries`) against
+    what it allocates on a fresh stream, by kind."""
+    from tune_lowmem.memory.cuda_libraries import BlasRule, probe_blas, release
 
     if size.device != "cuda":
         raise Skipped(NO_CUDA)
     capability = torch.cuda.get_device_capability()
-    counted, probed = blas_workspace_bytes(capability), probe_blas_workspaces(torch.device("cuda"))
-    each = f"{cublas_workspace_bytes(capability) / MiB:g} + {cublaslt_workspace_bytes() / MiB:g}"
-    emit([BLAS_THREADS, each, counted / MiB, probed / MiB, "ok" if counted == probed else "OFF"])
-    return f"counted {counted / MiB:g} MiB, torch allocated {probed / MiB:g} MiB"
+    rule = BlasRule.of(capability, release())
+    probe = probe_blas(torch.device("cuda"))
+    rows = [
+        (
+            "cuBLAS, kept per handle and stream",
+            rule.cublas_bytes * rule.cublas_kept,
+            probe.cublas_kept,
+        ),
+        (
+            "cuBLAS, one per call",
+            rule.cublas_bytes * (not rule.cublas_kept),
+            probe.cublas_per_call,
+        ),
+        ("cuBLASLt, its own", rule.lt_bytes, probe.lt_kept),
+    ]
+    for label, counted, allocated in rows:
+        emit([label, counted / MiB, allocated / MiB, "ok" if counted == allocated else "OFF"])
+    agree = sum(counted == allocated for _, counted, allocated in rows)
+    return f"{agree}/{len(rows)} workspace kinds as torch's source reads (capability {capability})"
+
+
+# ---- the CUDA context, beside the allocator ------------------------------------------------------
+
+CONTEXT_CHILD = """
+import sys, torch
+from tune_lowmem.memory.synthetic import synthetic_task
+from tune_lowmem.train import Trainer
+from tune_lowmem.config import TrialConfig
+config = TrialConfig.from_dict({flat!r})
+trainer = Trainer(config, task=synthetic_task(config, torch.device("cuda")))
+trainer.train_step(next(iter(trainer.task.train_batches(0))))
+trainer.model.eval()
+with torch.no_grad():
+    trainer.task.evaluation_pass(trainer.model, trainer.task.synthetic_evaluation_batch(torch.Generator()))
+torch.cuda.synchronize()
+print(torch.cuda.memory_reserved(), flush=True)
+sys.stdin.readline()
+"""
+
+
+def context_part(size: Size, emit) -> str:
+    """What a trial's process holds on the card outside its caching allocator (the CUDA context,
+    the kernels it loaded, the libraries' handles), measured from outside it: the card's free
+    memory before a trial-like process starts and while it holds what a step and an evaluation
+    left, less what its allocator reserved. The card must be otherwise idle (the parts run one
+    at a time)."""
+    if size.device != "cuda":
+        raise Skipped(NO_CUDA)
+    figures = []
+    for label, flat in (
+        ("wrn", {**size.run_peak, "device": "cuda"}),
+        ("dct", {**size.dct, "device": "cuda"}),
+    ):
+        free_before, _ = torch.cuda.mem_get_info()
+        child = subprocess.Popen(
+            [sys.executable, "-c", CONTEXT_CHILD.format(flat=flat)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        reserved = int(child.stdout.readline())
+        free_during, _ = torch.cuda.mem_get_info()
+        child.stdin.write("\n")
+        child.stdin.flush()
+        child.wait()
+        context = free_before - free_during - reserved
+        figures.append(context)
+        emit([label, (free_before - free_during) / 1e6, reserved / 1e6, context / 1e6])
+    return f"context_mb {max(figures) / 1e6:.1f}"
+
+
+# ---- the run's peak on the card --------------------------------------------------------------------
+
+
+def run_peak_configs(size: Size) -> list[tuple[str, dict]]:
+    """The ladder's rungs (their first rewiring brought to update 2, each run a few updates of
+    real CIFAR-10 with an evaluation and a checkpoint) and the quickstart front's points (their
+    whole schedule), as flat configs on this size's device."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from memory_ladder import wrn_rungs
+
+    rungs = wrn_rungs()
+    batch = size.run_peak["schedule.batch_size"]
+    short = {"schedule.epochs": 1, "data.train_subset": 4 * batch}
+    short |= {"data.val_size": 100, "data.test_subset": 100}
+    configs = []
+    for index in size.run_peak_rungs:
+        label, flat = rungs[index]
+        rewires = flat.get("sparsity.density", 1.0) < 1
+        period = {"sparsity.period_multiplier": 0.02} if rewires else {}
+        configs.append((f"rung {index}: {label}", {**size.run_peak, **short, **flat, **period}))
+    front = REPO / "benchmarks" / "results" / "quickstart_front.json"
+    if size.quickstart_points and front.exists():
+        points = json.loads(front.read_text())["points"][: size.quickstart_points]
+        configs += [(f"quickstart {p['trial_id']}", p["config"]) for p in points]
+    return [(label, {**flat, "device": size.device}) for label, flat in configs]
+
+
+def run_peak_part(size: Size, emit) -> str:
+    """The searched run peak against the whole run's own peak (`memory.whole_run`): on CUDA,
+    `torch.cuda.max_memory_allocated` over the run, against the prediction made as the trial
+    makes it (workspaces probed on this card) and as the driver makes it (torch's rules for
+    this release and card); the reserved peak per allocated byte beside it (the share's rule).
+    On the CPU (a dry run), the allocator's replay against the prediction's tensors and
+    workspace (`run_peak_storage`: the allocator serves no heap object)."""
+    import dataclasses as dc
+
+    from tune_lowmem.config import TrialConfig
+    from tune_lowmem.memory import MB
+    from tune_lowmem.memory.cuda import trial_target
+    from tune_lowmem.memory.predict import predict, run_peak_storage
+    from tune_lowmem.memory.whole_run import measure_run
+
+    within = {"card": 0, "driver": 0}
+    ratios, configs = [], run_peak_configs(size)
+    for label, flat in configs:
+        config = TrialConfig.from_dict(flat)
+        target = trial_target(config)
+        if target is None:  # on the CPU: tensors and workspace, as the allocator sees them
+            card = driver = run_peak_storage(config)
+        else:
+            card = predict(config, target=target).run_peak_bytes
+            driver = predict(config, target=dc.replace(target, on_card=False)).run_peak_bytes
+        run = measure_run(config)
+        errors = [relative_error(figure, run.peak_bytes) for figure in (card, driver)]
+        within["card"] += errors[0] <= TARGET_MEMORY
+        within["driver"] += errors[1] <= TARGET_MEMORY
+        if run.reserved_bytes is not None:
+            ratios.append(run.reserved_bytes / run.peak_bytes)
+        emit(
+            [
+                label[:40],
+                card / MB,
+                driver / MB,
+                run.peak_bytes / MB,
+                100 * errors[0],
+                100 * errors[1],
+                verdict(errors[0], TARGET_MEMORY),
+                "-" if run.reserved_bytes is None else run.reserved_bytes / MB,
+                f"{run.updates} updates, {run.checkpoints} checkpoints; peak in {run.peak_during}",
+            ]
+        )
+    ratio = f"; reserved_per_allocated {max(ratios):.3f}" if ratios else ""
+    return (
+        f"within 5%: {within['card']}/{len(configs)} as the trial predicts, "
+        f"{within['driver']}/{len(configs)} as the driver does{ratio}"
+    )
 
 
 # ---- step time ---------------------------------------------------------------------------------
@@ -527,20 +683,46 @@ def tests_part(size: Size, emit) -> str:
 
 PARTS = {  # the most telling first: the budget may leave the last unstarted
     "workspaces": Part(
-        "BLAS workspaces: counted vs allocated by torch",
-        ["threads", "MiB each (cuBLAS + Lt)", "counted MiB", "allocated MiB", ""],
+        "BLAS workspaces: torch's rule for this release and card vs allocated by torch",
+        ["workspace", "counted MiB", "allocated MiB", ""],
         workspaces_part,
     ),
+    "context": Part(
+        "the CUDA context: a trial's process on the card beyond its allocator",
+        ["trial", "used MB", "reserved MB", "context MB"],
+        context_part,
+    ),
+    "run_peak": Part(
+        "the run's peak: predicted (by the trial, by the driver) vs the whole run measured",
+        [
+            "config",
+            "trial MB",
+            "driver MB",
+            "measured MB",
+            "err %",
+            "driver err %",
+            "",
+            "reserved MB",
+            "run",
+        ],
+        run_peak_part,
+    ),
+    "tests": Part(
+        f"GPU-marked tests of {', '.join(GPU_TEST_MODULES)}",
+        ["test", "outcome", "seconds", "message"],
+        tests_part,
+    ),
+    "packing": Part(
+        "trials packed on one card as processes (width 1000 is mispredicted)",
+        ["width", "status", "share", "limit MB", "predicted MB", "reserved MB", "within", "reason"],
+        packing_part,
+    ),
     "memory": Part(
-        "peak memory, predicted vs measured (target 5%)",
+        "a step's memory as the paper counts it, predicted vs measured (target 5%)",
         [
             "config",
             "paper MB",
             "measured MB",
-            "err %",
-            "",
-            "cuda view MB",
-            "cuda peak MB",
             "err %",
             "",
             "model+opt MB (allocator)",
@@ -548,16 +730,6 @@ PARTS = {  # the most telling first: the budget may leave the last unstarted
             "",
         ],
         memory_part,
-    ),
-    "packing": Part(
-        "trials packed on one card as processes (width 1000 is mispredicted)",
-        ["width", "status", "share", "limit MB", "predicted MB", "reserved MB", "within", "reason"],
-        packing_part,
-    ),
-    "tests": Part(
-        f"GPU-marked tests of {', '.join(GPU_TEST_MODULES)}",
-        ["test", "outcome", "seconds", "message"],
-        tests_part,
     ),
     "step": Part(
         "step time: the trial's step vs a plain PyTorch loop (target 3%)",
@@ -670,6 +842,10 @@ def check(args: argparse.Namespace) -> int:
             report["parts"].append(entry)
     report["seconds"] = round(time.monotonic() - started, 1)
     report["machine"] = watch.stop()
+    calibration = measured_calibration(report)
+    if calibration is not None:  # the package's figures, measured on this card
+        (out / "cuda_calibration.json").write_text(json.dumps(calibration, indent=2) + "\n")
+        log.say(f"measured cuda_calibration.json: {calibration}")
     log.say(describe(report["machine"]))
     (out / "gpu_check.json").write_text(json.dumps(report, indent=1, default=str))
     log.say(f"\nsummary ({report['seconds']:.0f} s; {out / 'gpu_check.json'}):")
@@ -679,6 +855,30 @@ def check(args: argparse.Namespace) -> int:
     log.say(table(["part", "outcome", "seconds", "checks"], summary))
     bad = [p for p in report["parts"] if p["outcome"].startswith(("failed", "crashed", "stopped"))]
     return 1 if bad else 0
+
+
+def measured_calibration(report: dict) -> dict | None:
+    """`tune_lowmem/memory/cuda_calibration.json` as this run measured it (the context part's
+    largest context, the run-peak part's largest reserved per allocated byte), or None where
+    either part did not run on a card."""
+    parts = {p["part"]: p for p in report["parts"]}
+    context, peaks = parts.get("context"), parts.get("run_peak")
+    if not (context and peaks and context["outcome"] == "ok" and peaks["outcome"] == "ok"):
+        return None
+    ratios = [row[7] / row[3] for row in peaks["rows"] if isinstance(row[7], float)]
+    if not context["rows"] or not ratios:
+        return None
+    versions = report["versions"]
+    return {
+        "context_mb": round(max(row[3] for row in context["rows"]), 1),
+        "reserved_per_allocated": round(max(ratios), 4),
+        "measured": True,
+        "source": (
+            f"measured by benchmarks/gpu_check.py (parts context and run_peak) on "
+            f"{versions['gpu']} (capability {versions.get('capability')}), torch "
+            f"{versions['torch']}, CUDA {versions['cuda']}, {time.strftime('%Y-%m-%d')}"
+        ),
+    }
 
 
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:

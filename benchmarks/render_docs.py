@@ -658,6 +658,39 @@ def fidelity(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def seed_spread(result: dict) -> str:
+    """The baseline's final accuracy by seed, then its spread against the fidelity margin."""
+    recipe, seeds = result["recipe"], result["seeds"]
+    lines = [
+        (
+            f"Command: `{result['command']}` (torch {result['torch']}, {result['threads']} thread "
+            f"a training). The fp32 baseline, {recipe['epochs']} epochs on {recipe['train']} "
+            f"images, batch {recipe['batch']}, {recipe['val']} validation images; endpoint: "
+            f"{result['endpoint']}."
+        ),
+        "",
+        *table(
+            ["seed", *(str(s["seed"]) for s in seeds)],
+            [["final val accuracy (points)", *(f"{s['val_accuracy_points']:.1f}" for s in seeds)]],
+        ),
+        "",
+        *table(
+            ["seeds", "mean", "SD", "margin", "margin / SD", "SD of a difference (sqrt 2 SD)"],
+            [
+                [
+                    len(seeds),
+                    f"{result['mean']:.2f}",
+                    f"{result['sd']:.2f}",
+                    f"{result['margin_points']:g}",
+                    f"{result['margin_in_sd']:.2f}",
+                    f"{result['difference_sd']:.2f}",
+                ]
+            ],
+        ),
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def tracking_overhead(result: dict) -> str:
     """The quickstart's wall time with event files and without, by round and in median."""
     seconds, medians = result["seconds"], result["median_seconds"]
@@ -677,6 +710,36 @@ def tracking_overhead(result: dict) -> str:
         ),
     ]
     return "\n".join(lines) + "\n"
+
+
+def quickstart_front(result: dict) -> str:
+    """Each front point's promised run peak against its whole run measured."""
+    lines = [
+        (
+            f"Command: `{result['command']}` (torch {result['torch']}, {result['threads']} "
+            f"thread, as the sweep's trials), on the front of `{result['sweep']}`."
+        ),
+        "",
+    ]
+    header = ["trial", "val accuracy", "searched run peak MB", "of it tensors and workspace MB"]
+    header += ["measured whole run MB", "measured against predicted", "peak during", "run"]
+    rows = [
+        [
+            p["trial_id"],
+            f"{p['val_accuracy']:.3f}",
+            f"{p['searched_run_peak_mb']:.3f}",
+            f"{p['predicted_run_storage_mb']:.3f}",
+            f"{p['measured_run_peak_mb']:.3f}",
+            f"{100 * p['error']:+.2f}%",
+            p["peak_during"],
+            (
+                f"{p['epochs']} epochs, {p['updates']} updates, {p['checkpoints']} checkpoints, "
+                f"{p['allocator_reports']} allocator reports"
+            ),
+        ]
+        for p in result["points"]
+    ]
+    return "\n".join(lines + table(header, rows)) + "\n"
 
 
 def gpu_check(result: dict) -> str:
@@ -743,6 +806,8 @@ RENDERERS: dict[str, Callable[[dict], str]] = {
     "cluster_sweep": cluster_sweep,
     "search_replay": search_replay,
     "fidelity": fidelity,
+    "quickstart_front": quickstart_front,
+    "seed_spread": seed_spread,
     "tracking_overhead": tracking_overhead,
     "time_accuracy": time_accuracy,
 }

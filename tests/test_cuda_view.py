@@ -1,6 +1,10 @@
-"""The CUDA allocator's view of a step, from known sizes (no GPU needed)."""
+"""A CUDA trial's run peak as its caching allocator will count it, predicted without a GPU: the
+allocator's blocks, torch's workspace rules by release and architecture, the calls that take a
+workspace as the dry run notes them, the settings that change them."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 import torch
@@ -8,26 +12,31 @@ from torch import nn
 
 from tests.conftest import tiny_wrn_config
 from tests.test_packed_exact import tiny_dct
-from tune_lowmem.memory import MB, accounting, stepping
-from tune_lowmem.memory.allocations import measure_allocations
+from tune_lowmem.memory import accounting, stepping
+from tune_lowmem.memory.calls import TensorSpec
 from tune_lowmem.memory.cuda import (
-    BLAS_THREADS,
-    CUDA_CONTEXT_MB,
+    DEFAULT_CAPABILITY,
+    CudaTarget,
     allocated_size,
-    blas_workspace_bytes,
-    blas_workspaces,
-    cublas_workspace_bytes,
-    cublaslt_workspace_bytes,
-    cuda_prediction,
-    foreach_temporary_copies,
-    lt_workspace_unified,
-    predict_cuda,
     reserved_lower_bound,
     segment_size,
+    trial_target,
 )
-from tune_lowmem.memory.predict import predict
+from tune_lowmem.memory.cuda_libraries import (
+    BACKWARD,
+    CUBLAS,
+    CUBLASLT,
+    CUDNN,
+    FORWARD,
+    BlasRule,
+    cublas_workspace_bytes,
+    cuda_call,
+)
+from tune_lowmem.memory.predict import dry_run, predict, shape_key
+from tune_lowmem.memory.tracker import StorageTracker
 
 MiB = 1 << 20
+DEFAULT = 8 * MiB + 128 * 1024  # :4096:2:16:8
 
 
 @pytest.mark.parametrize(
@@ -58,85 +67,112 @@ def test_held_blocks_pack_into_the_fewest_segments():
     assert reserved_lower_bound([11 * MiB, 100]) == 12 * MiB + 2 * MiB
 
 
-@pytest.fixture
-def blas_defaults(monkeypatch):
-    """The BLAS workspace settings torch reads, unset, as on a user's machine."""
-    for name in ("CUBLAS_WORKSPACE_CONFIG", "CUBLASLT_WORKSPACE_SIZE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.delenv("TORCH_CUBLASLT_UNIFIED_WORKSPACE", raising=False)
-    return monkeypatch
+def test_cublas_workspace_is_torch_s_default_per_architecture_and_release():
+    assert cublas_workspace_bytes((9, 0), (2, 11)) == 32 * MiB  # Hopper, every release
+    assert cublas_workspace_bytes((8, 0), (2, 14)) == DEFAULT
+    assert cublas_workspace_bytes((10, 0), (2, 11)) == DEFAULT  # Blackwell before 2.12
+    assert cublas_workspace_bytes((10, 0), (2, 12)) == 32 * MiB
+    assert cublas_workspace_bytes((11, 0), (2, 14)) == DEFAULT
+    assert cublas_workspace_bytes((11, 0), (2, 15)) == 32 * MiB
 
 
-def test_cublas_workspace_is_torch_s_default_per_architecture(blas_defaults):
-    assert cublas_workspace_bytes((9, 0)) == 32 * MiB
-    assert cublas_workspace_bytes((8, 0)) == 8 * MiB + 128 * 1024
+def test_cublas_workspace_follows_the_setting_torch_reads():
+    assert cublas_workspace_bytes((8, 0), (2, 14), ":4096:8") == 32 * MiB
+    assert cublas_workspace_bytes((9, 0), (2, 14), ":16:8") == 128 * 1024
+    assert cublas_workspace_bytes((9, 0), (2, 14), ":4096:2:16:8") == DEFAULT
+    assert cublas_workspace_bytes((9, 0), (2, 14), ":0:0") == 0
 
 
-def test_cublas_workspace_follows_the_setting_torch_reads(blas_defaults):
-    blas_defaults.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # the deterministic setting
-    assert cublas_workspace_bytes((8, 0)) == 32 * MiB
-    blas_defaults.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
-    assert cublas_workspace_bytes((9, 0)) == 128 * 1024
+@pytest.mark.parametrize(
+    ("version", "environ", "kept", "lt"),
+    [
+        ((2, 11), {}, True, MiB),  # cuBLASLt's own 1 MiB per handle and stream
+        ((2, 14), {}, True, 0),  # unified by default: Lt shares cuBLAS's
+        ((2, 14), {"TORCH_CUBLASLT_UNIFIED_WORKSPACE": "0"}, True, MiB),
+        ((2, 11), {"TORCH_CUBLASLT_UNIFIED_WORKSPACE": "1"}, True, 0),
+        ((2, 11), {"CUBLASLT_WORKSPACE_SIZE": "4096"}, True, 4 * MiB),
+        ((2, 15), {}, False, MiB),  # one cuBLAS workspace per call; Lt's own, kept
+        ((2, 15), {"TORCH_CUBLAS_WORKSPACE_CACHE": "1"}, True, 0),
+    ],
+)
+def test_each_release_keeps_the_blas_workspaces_as_its_source_reads(version, environ, kept, lt):
+    rule = BlasRule.of((9, 0), version, None, environ)
+    assert (rule.cublas_bytes, rule.cublas_kept, rule.lt_bytes) == (32 * MiB, kept, lt)
 
 
-def test_cublaslt_shares_the_workspaces_from_torch_2_12_or_when_told(blas_defaults):
-    assert not lt_workspace_unified("2.11.0+cu130")
-    assert lt_workspace_unified("2.12.0") and lt_workspace_unified("2.14.1+cu130")
-    blas_defaults.setenv("TORCH_CUBLASLT_UNIFIED_WORKSPACE", "0")
-    assert not lt_workspace_unified("2.14.1")
-    assert cublaslt_workspace_bytes() == MiB  # its own, of its default size
-    blas_defaults.setenv("CUBLASLT_WORKSPACE_SIZE", "4096")
-    assert cublaslt_workspace_bytes() == 4 * MiB
-    blas_defaults.setenv("TORCH_CUBLASLT_UNIFIED_WORKSPACE", "1")
-    assert lt_workspace_unified("2.10.0") and cublaslt_workspace_bytes() == 0
+def test_the_workspaces_held_follow_the_roles_whose_products_ran():
+    roles = {(CUBLASLT, FORWARD), (CUBLAS, BACKWARD)}  # a linear layer: Lt forward, mm backward
+    torch_2_11 = BlasRule.of((9, 0), (2, 11), None, {})
+    assert sorted(torch_2_11.held(roles)) == [MiB, 32 * MiB, 32 * MiB]  # Lt sets cuBLAS up too
+    assert BlasRule.of((9, 0), (2, 14), None, {}).held(roles) == [32 * MiB, 32 * MiB]
+    assert BlasRule.of((9, 0), (2, 14), None, {}).held({(CUBLAS, BACKWARD)}) == [32 * MiB]
+    per_call = BlasRule.of((9, 0), (2, 15), None, {})
+    assert per_call.held(roles) == [MiB]
+    assert per_call.per_call((CUBLAS, BACKWARD)) == 32 * MiB
+    assert per_call.per_call((CUBLASLT, FORWARD)) == 0
+    assert BlasRule.of((9, 0), (2, 14), ":0:0", {}).held(roles) == [0, 0]
 
 
-def test_a_step_holds_one_blas_workspace_per_thread_that_multiplies(blas_defaults):
-    blas_defaults.setenv("TORCH_CUBLASLT_UNIFIED_WORKSPACE", "1")
-    assert BLAS_THREADS == 2  # the forward's thread and autograd's device thread
-    assert blas_workspaces((9, 0)) == [32 * MiB, 32 * MiB]
-    blas_defaults.setenv("TORCH_CUBLASLT_UNIFIED_WORKSPACE", "0")
-    assert sorted(blas_workspaces((9, 0))) == [MiB, 32 * MiB, 32 * MiB]  # Lt: the forward's
-    assert blas_workspace_bytes((9, 0)) == 65 * MiB
+def test_the_dry_run_notes_each_call_that_takes_a_workspace_with_its_thread():
+    layer, conv = nn.Linear(8, 8), nn.Conv2d(3, 4, 3)
+    x, image = torch.randn(4, 8, requires_grad=True), torch.randn(2, 3, 8, 8)
+    with StorageTracker([*layer.parameters(), *conv.parameters()], notes=cuda_call) as tracker:
+        layer(x).sum().backward()
+        conv(image).sum().backward()
+    notes = [call for _, call in tracker.calls]
+    assert notes[0] == (CUBLASLT, FORWARD)  # a product with a vector bias
+    assert (CUBLAS, BACKWARD) in notes  # its gradients' products, on autograd's thread
+    convolutions = [n for n in notes if n[0] == CUDNN]
+    assert [n[1] for n in convolutions] == [FORWARD, BACKWARD]
+    assert convolutions[0][3][0] == TensorSpec((2, 3, 8, 8), (192, 64, 8, 1), torch.float32, "cpu")
 
 
-def test_optimizer_temporaries_follow_torch_optim_s_foreach_step():
-    params = [nn.Parameter(torch.zeros(3))]
-    assert foreach_temporary_copies(torch.optim.SGD(params, lr=0.1, momentum=0.9)) == 0
-    assert foreach_temporary_copies(torch.optim.SGD(params, lr=0.1, weight_decay=5e-4)) == 1
-    assert foreach_temporary_copies(torch.optim.AdamW(params)) == 1
-    assert foreach_temporary_copies(torch.optim.Adam(params, weight_decay=1e-4)) == 2
+def test_a_cuda_trial_is_predicted_here_for_its_device_with_its_settings(monkeypatch):
+    for name in ("CUBLAS_WORKSPACE_CONFIG", "CUDNN_CONV_WSCAP_DBG"):
+        monkeypatch.setenv(name, "")  # so that what the test sets is undone after it
+        monkeypatch.delenv(name)
+    assert trial_target(tiny_wrn_config(device="cpu")) is None
+    assert trial_target(tiny_wrn_config(device="auto")) is None  # no GPU here
+    assert trial_target(tiny_wrn_config(device="auto"), gpu=True).capability == DEFAULT_CAPABILITY
+    config = tiny_wrn_config(
+        device="cuda", **{"cuda_workspace.cublas": ":16:8", "cuda_workspace.cudnn_limit_mb": 4}
+    )
+    target = trial_target(config, capability=(8, 0))
+    assert (target.capability, target.cublas, target.cudnn_limit_mb) == ((8, 0), ":16:8", 4)
+    assert not target.on_card
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # the trial inherits it
+    assert trial_target(tiny_wrn_config(device="cuda")).cublas == ":4096:8"
 
 
-def test_a_known_model_s_parts(blas_defaults):
-    model = nn.Sequential(nn.Linear(1000, 1000), nn.BatchNorm1d(1000))  # 1,001,000 + 2,000 params
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
-    model(torch.randn(4, 1000)).sum().backward()
-    optimizer.step()  # the held tensors a step leaves: gradients and momentum exist
-    view = cuda_prediction(model, optimizer, 5 * MiB, (9, 0))
-    weight, bias, norm = allocated_size(4_000_000), 4096, 4096  # 4,000 B -> 4,096 B
-    parameters = weight + bias + 2 * norm
-    buffers = 2 * 4096 + 512  # running mean and variance, num_batches_tracked
-    assert view.held_bytes == parameters * 3 + buffers  # weights, gradients, momentum
-    assert view.temporary_bytes == parameters  # weight decay's gradient copy
-    assert view.workspace_bytes == blas_workspace_bytes((9, 0))
-    assert view.allocated_bytes == view.held_bytes + 5 * MiB + view.workspace_bytes
-    assert view.context_bytes == CUDA_CONTEXT_MB * MB
-    assert view.reserved_bytes >= view.allocated_bytes  # segments hold at least their blocks
+def test_a_cuda_run_peak_adds_blocks_and_workspaces_to_the_same_tensors():
+    config = tiny_wrn_config(device="cuda")
+    target = CudaTarget(capability=(9, 0), version=(2, 14))
+    cuda = predict(config, target=target).cuda
+    cpu_run = dry_run(shape_key(config, cuda=False), workspace=False)
+    cuda_run = dry_run(shape_key(config, cuda=True))
+    # the same tensors: held weights and state exactly; blocks only round them up
+    assert cuda_run.cuda.held[1] == cpu_run.held_bytes
+    assert cuda_run.cuda.held[0] >= cuda_run.cuda.held[1]
+    assert cuda.blas_bytes == 2 * 32 * MiB  # the forward's handle and autograd's
+    assert cuda.cudnn_bytes is None  # no GPU here, no limit: unknown, left out
+    tensors = cuda.run_peak_bytes - cuda.blas_bytes - cuda.rounding_bytes
+    step, _ = cpu_run.step_peak
+    assert tensors >= cpu_run.held_bytes + step  # the CPU's step, foreach's copy and all
+    assert cuda.reserved_bytes >= cuda.run_peak_bytes
+    ampere = predict(config, target=dataclasses.replace(target, capability=(8, 0))).cuda
+    assert cuda.run_peak_bytes - ampere.run_peak_bytes == 2 * (32 * MiB - DEFAULT)
 
 
-def test_a_config_s_view_holds_packed_sparse_layers_and_adds_the_workspace():
-    config = tiny_wrn_config(**{"sparsity.density": 0.3})
-    paper, view = predict(config), predict_cuda(config)
-    dense = predict_cuda(tiny_wrn_config())
-    # the allocator holds tensor storage only, not the CPU heap's objects the CPU figure counts:
-    # torch's CPU allocator, measured in a real step, agrees
-    real = measure_allocations(config).activation_bytes
-    assert view.activation_bytes == pytest.approx(real, rel=0.01)
-    # packed layers: values, gradients and momentum of the nonzeros and their index buffers,
-    # each storage rounded up to the allocator's blocks; far less than the dense model's
-    assert paper.model_bytes + paper.optimizer_bytes <= view.held_bytes < dense.held_bytes / 2
-    assert view.allocated_bytes > paper.total_bytes
+def test_the_settings_change_the_workspaces_counted():
+    base = tiny_wrn_config(device="cuda")
+    target = CudaTarget(capability=(9, 0), version=(2, 14))
+    default = predict(base, target=target).cuda
+    none = predict(base, target=dataclasses.replace(target, cublas=":0:0")).cuda
+    assert default.run_peak_bytes - none.run_peak_bytes == 2 * 32 * MiB
+    limited = predict(base, target=dataclasses.replace(target, cudnn_limit_mb=64)).cuda
+    assert limited.cudnn_bytes == 64 * MiB  # a convolution at the peak, at its cap
+    assert limited.run_peak_bytes <= default.run_peak_bytes + 64 * MiB
+    assert limited.run_peak_bytes > default.run_peak_bytes
 
 
 @pytest.mark.parametrize(
@@ -144,10 +180,10 @@ def test_a_config_s_view_holds_packed_sparse_layers_and_adds_the_workspace():
     [{"precision": "fp16"}, {"adam_state": "int8"}, {"fused_step": "exact"}],
     ids=["fp16 weights, fp32 moments", "8-bit moments", "fused Adam step"],
 )
-def test_the_view_holds_what_a_real_adam_step_leaves(flat):
+def test_the_cuda_view_holds_what_a_real_adam_step_leaves(flat):
     """The held part against a real trainer after a real step (on the CPU): fp16 weights keep
     fp32 moments, 8-bit moments are bytes with their scales, a fused step keeps no gradients.
-    Every storage it holds, rounded to the allocator's blocks."""
+    Weights, buffers and state, each storage rounded to the allocator's blocks."""
     config = tiny_dct(
         **{"model.embed_dim": 64, "model.ffn_dim": 128, "sparsity.density": 1.0, **flat}
     )
@@ -156,6 +192,7 @@ def test_the_view_holds_what_a_real_adam_step_leaves(flat):
     trainer.train_step(next(batches))
     model = trainer.model
     held = [*model.parameters(), *model.buffers(), *accounting.state_tensors(trainer.optimizer)]
-    held += [p.grad for p in model.parameters() if p.grad is not None]
     storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in held}
-    assert predict_cuda(config).held_bytes == sum(map(allocated_size, storages.values()))
+    cuda = config.replace(device="cuda")
+    run = dry_run(shape_key(cuda, cuda=True))
+    assert run.cuda.held[0] == sum(map(allocated_size, storages.values()))

@@ -26,6 +26,11 @@ GENERATED = re.compile(r"<!-- results:[\w:-]+ -->\n.*?<!-- /results -->", re.DOT
 FIGURE = re.compile(
     r"\b(?:(?P<low>\d+\.\d+)-)?(?P<value>\d+\.\d+) ?(?:MB|GB|MiB|GiB|%|s|ms|x)(?![\w/])"
 )
+# an integer claim: a count of what a benchmark ran or found (epochs, seeds, trials, ...)
+INTEGER = re.compile(
+    r"(?<![\d.,])(?P<value>\d{1,3}(?:,\d{3})+|\d+) (?:epochs?|seeds?|trials?|updates?|images?|points?"
+    r"|configurations?|steps?|runs?|rungs?|samples?)\b"
+)
 # what follows a figure that is not a measurement (the paper's, a constant, a setting)
 NOT_MEASURED = re.compile(r"<!-- not measured: [^>]+ -->")
 # how a page names a benchmark whose results it quotes: a region, its result file or its script
@@ -233,6 +238,46 @@ def unheld_figures(text: str) -> list[str]:
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_figure_a_page_states_is_held_by_its_result_files(page):
     assert unheld_figures(page.read_text()) == []
+
+
+@functools.cache
+def integers(path: Path) -> frozenset[int]:
+    """The whole numbers a result file holds (a JSON file's values, a recorded table's cells)."""
+    if path.suffix == ".parquet":
+        held = numbers(pd.read_parquet(path).to_numpy().ravel().tolist())
+    else:
+        held = numbers(json.loads(path.read_text()))
+    return frozenset(int(v) for v in held if float(v).is_integer())
+
+
+def unheld_integers(text: str) -> list[str]:
+    """The integer claims (`INTEGER`) a page makes in its prose, outside its generated tables
+    and code, that no result file it draws on holds, and that are not marked as no
+    measurement."""
+    files = sources(text)
+    prose = CODE.sub("", GENERATED.sub("", text))
+    return [
+        match[0]
+        for match in INTEGER.finditer(prose)
+        if not NOT_MEASURED.match(prose, match.end())
+        and not any(int(match["value"].replace(",", "")) in integers(f) for f in files)
+    ]
+
+
+GENERATED_PAGES = [page for page in PAGES if GENERATED.search(page.read_text())]
+
+
+@pytest.mark.parametrize("page", GENERATED_PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_count_a_generated_page_states_is_held_by_its_result_files(page):
+    assert unheld_integers(page.read_text()) == []
+
+
+def test_a_count_its_result_file_does_not_hold_is_found():
+    """The fidelity protocol's 20 seeds and 4 epochs are held; 21 seeds, a count in code, and a
+    marked setting are not claims it makes."""
+    page = "From `benchmarks/results/fidelity.json`: {} seeds, 4 epochs, `7 runs`, 9 runs{}."
+    assert unheld_integers(page.format("20", "")) == ["9 runs"]
+    assert unheld_integers(page.format("21", "<!-- not measured: a setting -->")) == ["21 seeds"]
 
 
 def test_a_figure_its_result_file_does_not_hold_is_found():

@@ -1,9 +1,10 @@
 """What only a CUDA device can show (pytest -m gpu; deselected by default, run by
 benchmarks/gpu_check.py): the share's limit, the step's syncs, every precision path, the
-allocator's view against the real peak."""
+CUDA prediction against the whole run's max_memory_allocated, the workspaces against torch's rules."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import warnings
@@ -15,9 +16,11 @@ from tests.conftest import tiny_wrn_config
 from tests.packed_reference import differences
 from tests.test_packed_exact import REWIRING, compared
 from tests.test_sparsity import CHURN
-from tune_lowmem.memory.cuda import blas_workspace_bytes, predict_cuda, probe_blas_workspaces
-from tune_lowmem.memory.measure import measure
+from tune_lowmem.memory.cuda import trial_target
+from tune_lowmem.memory.cuda_libraries import BlasRule, probe_blas, release
+from tune_lowmem.memory.predict import predict
 from tune_lowmem.memory.synthetic import synthetic_task
+from tune_lowmem.memory.whole_run import measure_run
 from tune_lowmem.techniques.precision import PRECISIONS
 from tune_lowmem.torch_private import multiply_
 from tune_lowmem.train import Trainer
@@ -103,13 +106,52 @@ def test_the_multi_tensor_unscale_equals_one_multiply_per_gradient_on_cuda():
 
 
 def test_the_blas_workspaces_counted_are_what_torch_allocates():
-    device = torch.device("cuda")
-    assert probe_blas_workspaces(device) == blas_workspace_bytes(torch.cuda.get_device_capability())
+    """torch's rule for this release and card (read in its source) against what it allocates."""
+    rule = BlasRule.of(torch.cuda.get_device_capability(), release())
+    probe = probe_blas(torch.device("cuda"))
+    kept = rule.cublas_bytes if rule.cublas_kept else 0
+    per_call = 0 if rule.cublas_kept else rule.cublas_bytes
+    assert (probe.cublas_kept, probe.cublas_per_call, probe.lt_kept) == (
+        kept,
+        per_call,
+        rule.lt_bytes,
+    )
+
+
+LIMITED_CONVOLUTION = """
+import torch
+from tune_lowmem.memory.cuda_libraries import cuda_call, probe_cudnn
+from tune_lowmem.memory.tracker import StorageTracker
+conv = torch.nn.Conv2d(64, 64, 3, padding=1).cuda()
+image = torch.zeros(128, 64, 32, 32, device="cuda", requires_grad=True)
+with StorageTracker([], notes=cuda_call) as tracker:
+    conv(image).sum().backward()
+calls = {call for _, call in tracker.calls if call[0] == "cudnn"}
+print(max(probe_cudnn(calls, torch.device("cuda")).values()))
+"""
+
+
+@pytest.mark.parametrize("limit_mb", [0, 1])
+def test_a_convolution_s_cudnn_workspace_keeps_to_the_trial_s_limit(limit_mb):
+    """CUDNN_CONV_WSCAP_DBG, set before CUDA starts as a trial sets it, caps each convolution's
+    workspace (forward and backward) that the probe measures."""
+    env = {**os.environ, "CUDNN_CONV_WSCAP_DBG": str(limit_mb)}
+    done = subprocess.run(
+        [sys.executable, "-c", LIMITED_CONVOLUTION],
+        capture_output=True,
+        check=False,
+        text=True,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout.strip()) <= limit_mb * 2**20
 
 
 @pytest.mark.parametrize("flat", [{}, {"precision": "fp16"}, {"sparsity.density": 0.3}], ids=str)
-def test_the_allocator_view_predicts_the_real_peak(flat):
+def test_the_cuda_prediction_is_the_whole_run_s_max_memory_allocated(flat):
+    """The searched run peak, predicted in the trial's process on its card (workspaces probed),
+    against max_memory_allocated over the whole run: every step, evaluation, checkpoint."""
     config = tiny_wrn_config(device="cuda", **{"model.depth": 16, "model.width": 2, **flat})
-    view = predict_cuda(config, torch.cuda.get_device_capability())
-    measured = measure(config)
-    assert view.allocated_bytes == pytest.approx(measured.peak_bytes, rel=0.05)
+    predicted = predict(config, target=trial_target(config)).run_peak_bytes
+    measured = measure_run(config)
+    assert predicted == pytest.approx(measured.peak_bytes, rel=0.05)

@@ -11,9 +11,8 @@ import pytest
 import torch
 
 from tune_lowmem import store
+from tune_lowmem.memory.cuda import calibration
 from tune_lowmem.memory.share import (
-    ALLOCATOR_MARGIN,
-    CUDA_CONTEXT_MB,
     cuda_index,
     gpu_share,
     hold_to_share,
@@ -23,28 +22,28 @@ from tune_lowmem.memory.share import (
 )
 from tune_lowmem.outcome import CUDA_PEAKS, result_from_row
 
+CONTEXT_MB = calibration()["context_mb"]
 
-@pytest.mark.parametrize("predicted", [1.0, 250.0, 3_000.0, 20_000.0])
+
+@pytest.mark.parametrize("reserved", [1.0, 250.0, 3_000.0, 20_000.0])
 @pytest.mark.parametrize("card", [16_000.0, 24_000.0, 80_000.0])
-def test_the_fraction_of_a_share_leaves_the_allocator_the_predicted_memory_with_its_margin(
-    predicted, card
-):
-    share = gpu_share(predicted, card)
+def test_the_fraction_of_a_share_leaves_the_allocator_what_it_reserves(reserved, card):
+    share = gpu_share(reserved, CONTEXT_MB, card)
     fraction = memory_fraction(share, card)
     if share == 1.0:  # a whole card: nothing to hold the trial to
         assert fraction is None
-        assert predicted * (1 + ALLOCATOR_MARGIN) + CUDA_CONTEXT_MB > 0.99 * card
+        assert reserved + CONTEXT_MB > 0.99 * card
     else:
-        assert fraction * card >= predicted * (1 + ALLOCATOR_MARGIN) - 1e-6
-        assert fraction * card + CUDA_CONTEXT_MB <= share * card + 1e-6  # within its share
+        assert fraction * card >= reserved - 1e-6
+        assert fraction * card + CONTEXT_MB <= share * card + 1e-6  # within its share
         assert share * 100 == pytest.approx(round(share * 100))  # whole percents of a card
 
 
 def test_shares_of_one_card_that_fit_together_keep_their_allocators_apart():
     card = 24_000.0
-    shares = [gpu_share(p, card) for p in (500.0, 2_000.0, 4_000.0, 8_000.0)]
+    shares = [gpu_share(r, CONTEXT_MB, card) for r in (500.0, 2_000.0, 4_000.0, 8_000.0)]
     assert sum(shares) <= 1.0
-    held = sum(memory_fraction(s, card) * card + CUDA_CONTEXT_MB for s in shares)
+    held = sum(memory_fraction(s, card) * card + CONTEXT_MB for s in shares)
     assert held <= card
 
 
@@ -87,7 +86,7 @@ def test_the_share_is_set_on_a_definite_card(cuda_calls, device, index):
     device = torch.device(device)
     assert cuda_index(device) == index
     fraction = hold_to_share(0.25, device)
-    assert fraction == pytest.approx(0.25 - CUDA_CONTEXT_MB / 80_000)
+    assert fraction == pytest.approx(0.25 - CONTEXT_MB / 80_000)
     assert ("set_per_process_memory_fraction", (fraction, index)) in cuda_calls
     assert peak_memory_mb(device) == dict(zip(CUDA_PEAKS, (2.0, 4.0), strict=True))
     devices = [args[-1] for _, args in cuda_calls]
@@ -149,11 +148,24 @@ def test_a_restarted_trial_reports_its_stored_gpu_peaks(tmp_path):
     assert reported["memory.cuda_max_reserved_mb"] == 24.0
 
 
-def test_the_allocator_view_raises_a_share_when_it_is_the_larger():
-    card = 80_000.0
-    assert gpu_share(1_000.0, card, cuda_allocated_mb=500.0) == gpu_share(1_000.0, card)
-    larger = gpu_share(1_000.0, card, cuda_allocated_mb=4_000.0)
-    assert larger == gpu_share(4_000.0, card) > gpu_share(1_000.0, card)
+def test_an_auto_share_holds_the_cuda_prediction_s_reserved_bytes_and_context():
+    """The share is sized from the driver's CUDA prediction (the resources' architecture, torch's
+    rules): a card with a larger cuBLAS workspace asks for more, and the trial, making the same
+    prediction, is held to the same share."""
+    from tests.conftest import tiny_wrn_config
+    from tune_lowmem.memory.share import driver_prediction, trial_share
+    from tune_lowmem.space import Resources
+
+    config = tiny_wrn_config(device="auto")
+    hopper = Resources(cpu=1, gpu="auto", gpu_memory_mb=1_000.0, gpu_capability="9.0")
+    ampere = Resources(cpu=1, gpu="auto", gpu_memory_mb=1_000.0, gpu_capability="8.0")
+    predicted = driver_prediction(hopper, config)
+    assert predicted.reserved_bytes >= predicted.run_peak_bytes > predicted.blas_bytes > 0
+    share = trial_share(hopper, config)
+    expected = (predicted.reserved_bytes + predicted.context_bytes) / 1e6 / 1_000.0
+    assert share == pytest.approx(math.ceil(100 * expected) / 100)
+    assert trial_share(ampere, config) < share  # 8 MiB cuBLAS workspaces, not 32 MiB
+    assert trial_share(hopper, config) == share
 
 
 def test_a_fixed_share_is_asked_for_and_held_as_given():

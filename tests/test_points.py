@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from tune_lowmem.analysis.points import completed, configurations, load_trials, value_codes
 from tune_lowmem.config import TrialConfig
@@ -59,3 +60,36 @@ def test_a_list_field_that_differs_is_named_and_one_that_does_not_is_not(tmp_pat
         "schedule.lr_multiplier=1",
         "schedule.lr_multiplier=2",
     ]
+
+
+def test_a_seed_trained_twice_is_one_sample_in_the_means_intervals_and_count(tmp_path):
+    """Two sweeps of one store train the same configuration with seed 0 (accuracies 0.4 and 0.6)
+    and one with seed 1 (0.9): two seeds, seed 0's value their mean, 0.5."""
+    from tune_lowmem.analysis.training_setup import seeds_per_configuration
+    from tune_lowmem.pareto import Z_95
+
+    config = TrialConfig.from_dict({"task": "wrn-cifar10", "device": "cpu"})
+    for sweep, trial_id, seed, accuracy in (
+        ("first", "t1", 0, 0.4),
+        ("second", "t2", 0, 0.6),
+        ("second", "t3", 1, 0.9),
+    ):
+        record = TrialRecord(
+            sweep=sweep,
+            trial_id=trial_id,
+            status="completed",
+            config={**config.to_flat(), "seed": seed},
+            metrics={"val_accuracy": accuracy},
+            memory={"predicted_total_mb": 10.0},
+        )
+        write_trial(tmp_path, record)
+    done = completed(load_trials(str(tmp_path)))
+    (group,) = configurations(done).to_dict("records")
+    assert group["n"] == 2 and len(group["trial_ids"]) == 3
+    assert group["metric.val_accuracy.count"] == 2
+    assert group["metric.val_accuracy.mean"] == pytest.approx((0.5 + 0.9) / 2)
+    assert group["metric.val_accuracy.ci95"] == pytest.approx(
+        Z_95 * np.std([0.5, 0.9], ddof=1) / np.sqrt(2)
+    )
+    seeds = done["config.seed"].astype(int)
+    assert seeds_per_configuration(configurations(done)["n"], seeds) == "2 (seeds 0, 1)"

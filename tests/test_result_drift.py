@@ -1,6 +1,6 @@
 """The result files' predicted figures against the current code: the fake-tensor predictions that
-benchmarks/results/memory_ladder.json and profiler_accuracy.json hold are made again, as their
-benchmark made them, and must be the same bytes. A change to the profiler that moves a predicted
+benchmarks/results/memory_ladder.json, profiler_accuracy.json and quickstart_front.json hold
+are made again, as their benchmark made them, and must be the same bytes. A change to the profiler that moves a predicted
 figure fails here until its benchmark is rerun, so the docs' tables never show a prediction the
 code no longer makes.
 
@@ -125,3 +125,14 @@ def test_a_byte_of_drift_is_found():
     assert drifted({"stored_mb": 404.42002}, {"stored_mb": 404.420021}) != []
     assert drifted({"x_stored": 2.0}, {"x_stored": 2.0 * (1 + 1e-8)}) != []
     assert drifted({}, {"stored_mb": 1.0}) != []
+
+
+def test_the_quickstart_front_s_predicted_run_peaks_are_the_codes():
+    """The headline run peaks: each quickstart front point's, of tensors alone, predicted again
+    from its stored config (benchmarks/results/quickstart_front.json)."""
+    result = json.loads(benchmark("quickstart_front").RESULTS.read_text())
+    assert result["points"]
+    for point in result["points"]:
+        config = TrialConfig.from_dict(point["config"])
+        peak = predict_module.run_peak_storage(config, workspace=False)
+        assert drifted(point, {"predicted_run_tensor_peak_mb": peak / MB}) == []

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from tune_lowmem import cli
-from tune_lowmem.memory.cuda import predict_cuda
-from tune_lowmem.memory.predict import predict
+from tune_lowmem.config import ConfigError
+from tune_lowmem.memory.share import driver_prediction
 from tune_lowmem.search import trial_resources
 from tune_lowmem.search.samplers import build_sampler
 from tune_lowmem.space import SearchSpace
@@ -238,10 +238,11 @@ def test_gpu_share_follows_predicted_memory():
     space = SearchSpace.from_dict(
         with_changes(base={"device": "auto"}, resources={"gpu": "auto", "gpu_memory_mb": 16000})
     )
-    small, large = space.resources.gpu_share(100.0), space.resources.gpu_share(10_000.0)
+    small = space.resources.gpu_share(100.0, 600.0)
+    large = space.resources.gpu_share(10_000.0, 600.0)
     assert 0 < small < large <= 1.0
-    assert small == pytest.approx((100 * 1.25 + 600) / 16000, abs=0.01)
-    assert space.resources.gpu_share(1e6) == 1.0
+    assert small == pytest.approx((100 + 600) / 16000, abs=0.01)
+    assert space.resources.gpu_share(1e6, 600.0) == 1.0
     params = {
         "precision": "fp32",
         "sparsity.density": 1.0,
@@ -249,9 +250,23 @@ def test_gpu_share_follows_predicted_memory():
         "seed": 0,
     }
     config = space.trial_config(params)
-    predicted, allocated = predict(config).total_mb, predict_cuda(config).allocated_bytes / 1e6
+    predicted = driver_prediction(space.resources, config)
     assert trial_resources(space, {"point": 0, "params": params}) == {
         "cpu": 1,
-        "gpu": space.resources.gpu_share(predicted, allocated),
+        "gpu": space.resources.gpu_share(
+            predicted.reserved_bytes / 1e6, predicted.context_bytes / 1e6
+        ),
     }
-    assert space.resources.gpu_share(predicted, allocated) >= space.resources.gpu_share(predicted)
+
+
+def test_a_compute_capability_names_the_gpus_and_a_bad_one_is_one_line():
+    space = SearchSpace.from_dict(
+        with_changes(
+            base={"device": "auto"},
+            resources={"gpu": "auto", "gpu_memory_mb": 16000, "gpu_capability": 8.0},
+        )
+    )
+    assert space.resources.capability == (8, 0)
+    assert SearchSpace.from_dict(space.to_dict()).resources == space.resources
+    with pytest.raises(ConfigError, match=r"resources.gpu_capability: 'hopper' is not allowed"):
+        SearchSpace.from_dict(with_changes(resources={"gpu_capability": "hopper"}))

@@ -102,6 +102,14 @@ PREDICTED_STORED_TOTAL = _declare("memory.predicted_stored_total_mb", PREDICTED)
 MEASURED_STORED_TOTAL = _declare("memory.measured_stored_total_mb", MEASURED)
 # The prediction as the paper accounts it, sparse weights as CSR whatever their layout.
 PAPER_CSR_TOTAL = _declare("memory.paper_csr_total_mb", PREDICTED)
+# A CUDA trial's predicted run peak by part (`memory.cuda.CudaPrediction`): of the run peak, the
+# allocator's 512-byte blocks beyond the tensors' bytes (rounding), the BLAS workspaces and
+# cuDNN's at the peak (empty: not known where it was predicted); beside it, the CUDA context
+# and what the allocator reserves for it. Empty in a CPU trial's rows and in older stores.
+PREDICTED_CUDA_PARTS = {
+    part: _declare(f"memory.predicted_cuda_{part}_mb", PREDICTED)
+    for part in ("rounding", "blas", "cudnn", "context", "reserved")
+}
 # A CUDA trial's peaks as its caching allocator saw them: live tensors, and what it reserved.
 CUDA_MAX_ALLOCATED = _declare("memory.cuda_max_allocated_mb", MEASURED)
 CUDA_MAX_RESERVED = _declare("memory.cuda_max_reserved_mb", MEASURED)
@@ -180,6 +188,12 @@ def split(reported: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
 # ---- the two conversions -------------------------------------------------------------------------
 
 
+class CudaParts(Protocol):
+    """What `memory_columns` reads of a CUDA trial's prediction (`memory.cuda.CudaPrediction`)."""
+
+    def parts(self) -> dict[str, int | None]: ...
+
+
 class MemoryParts(Protocol):
     """What `memory_columns` reads of a memory report (`tune_lowmem.memory.MemoryReport`)."""
 
@@ -188,6 +202,7 @@ class MemoryParts(Protocol):
     activation_bytes: int
     flops_per_step: int
     run_peak_bytes: int | None
+    cuda: CudaParts | None
 
     @property
     def total_bytes(self) -> int: ...
@@ -202,8 +217,9 @@ def memory_columns(
     parts; the FLOPs (the measured step's when measured); the predicted run's peak and the
     measured step-and-evaluation peak; the totals as the step holds them (`memory.stored`: the
     prediction counts tensors as held; a measured step holds the predicted weights, gradients
-    and state, which shapes and dtypes fix, and its own measured activations); and the paper's
-    CSR accounting of the prediction, from `paper_csr`. A CUDA device's peaks (`CUDA_PEAKS`) are
+    and state, which shapes and dtypes fix, and its own measured activations); a CUDA trial's
+    predicted run peak by part (`PREDICTED_CUDA_PARTS`); and the paper's CSR accounting of the
+    prediction, from `paper_csr`. A CUDA device's peaks (`CUDA_PEAKS`) are
     its allocator's, read where the trial runs (`memory.share.peak_memory_mb`)."""
     values: dict[str, float | int | None] = {
         name: None for name in COLUMNS if name.startswith(MEMORY) and name not in CUDA_PEAKS
@@ -223,6 +239,9 @@ def memory_columns(
             values[peak] = report.run_peak_bytes / MB
     if predicted is not None:
         values[PREDICTED_STORED_TOTAL] = predicted.total_bytes / MB
+        if predicted.cuda is not None:  # a CUDA trial's run peak by part
+            for part, nbytes in predicted.cuda.parts().items():
+                values[PREDICTED_CUDA_PARTS[part]] = None if nbytes is None else nbytes / MB
         if measured is not None:
             fixed = predicted.model_bytes + predicted.optimizer_bytes
             values[MEASURED_STORED_TOTAL] = (fixed + measured.activation_bytes) / MB

@@ -164,18 +164,30 @@ def hypervolume_history(
     return history
 
 
-def aggregate_seeds(df: pd.DataFrame, group_col: str, metric_cols: Sequence[str]) -> pd.DataFrame:
+def aggregate_seeds(
+    df: pd.DataFrame,
+    group_col: str,
+    metric_cols: Sequence[str],
+    sample_col: str | None = None,
+) -> pd.DataFrame:
     """Per group (the same point run with several seeds): mean, std, count and 95% CI half-width.
 
     Columns ``<metric>.mean``, ``.std`` (sample, ddof 1), ``.count`` (non-missing values) and
     ``.ci95`` = 1.96 * std / sqrt(count); a group with one value has a NaN half-width, not 0.
+    With `sample_col` (the seed), a group's rows that share its value are one sample, their mean:
+    a configuration trained twice with the same seed (two sweeps of one store) is one seed.
     """
-    _require_columns(df, [group_col], "group_col")
+    _require_columns(df, [group_col, *([sample_col] if sample_col else [])], "group_col")
     _require_columns(df, metric_cols, "metric_cols")
     numbers = pd.DataFrame(
         {col: df[col].to_numpy(dtype=float, na_value=np.nan) for col in metric_cols}, index=df.index
     )
-    grouped = numbers.groupby(df[group_col], sort=True)
+    groups = df[group_col]
+    if sample_col is not None:  # each (group, seed) once: the mean of its runs
+        keys = [df[group_col].rename("__group"), df[sample_col].rename("__sample")]
+        numbers = numbers.groupby(keys, sort=True, dropna=False).mean()
+        groups = numbers.index.get_level_values("__group").to_series(index=numbers.index)
+    grouped = numbers.groupby(groups.rename(group_col), sort=True)
     mean, std, count = grouped.mean(), grouped.std(ddof=1), grouped.count()
     columns = {}
     for col in metric_cols:

@@ -184,6 +184,10 @@ BUILTIN_TECHNIQUES = {
         "tune_lowmem.techniques.fused_step:FusedStep",
         "tune_lowmem.techniques.settings:FUSED_STEP",
     ),
+    "cuda_workspace": (
+        "tune_lowmem.techniques.cuda_workspace:CudaWorkspace",
+        "tune_lowmem.techniques.settings:CUDA_WORKSPACE",
+    ),
 }
 TECHNIQUES = Registry(
     field="techniques",

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,23 +110,31 @@ class Resources:
     cpu: int = 1
     gpu: float | str = 0  # a share of one GPU, a whole number of GPUs, or "auto"
     gpu_memory_mb: float | None = None  # one GPU's memory, to size the "auto" share
+    # the GPUs' compute capability ("9.0": Hopper), whose workspaces a CUDA trial's prediction
+    # counts on the driver (`memory.cuda.trial_target`); None: the driver's GPU's, else Hopper's
+    gpu_capability: str | None = None
 
-    def gpu_share(self, predicted_total_mb: float, cuda_allocated_mb: float = 0.0) -> float:
-        """The GPU request: fixed, or the predicted memory as a share of one card, with the
-        headroom of `tune_lowmem.memory.share` (the rule the trial is then held to)."""
+    @property
+    def capability(self) -> tuple[int, int] | None:
+        """`gpu_capability` as (major, minor)."""
+        if self.gpu_capability is None:
+            return None
+        major, minor = self.gpu_capability.split(".")
+        return int(major), int(minor)
+
+    def gpu_share(self, reserved_mb: float, context_mb: float) -> float:
+        """The GPU request: fixed, or what a trial's allocator reserves and its CUDA context as a
+        share of one card (`tune_lowmem.memory.share`, the rule the trial is then held to)."""
         if self.gpu != "auto":
             return float(self.gpu)
-        from .memory.share import gpu_share  # the headroom rule, shared with the trial's limit
+        from .memory.share import gpu_share  # the rule, shared with the trial's limit
 
-        return gpu_share(predicted_total_mb, self.gpu_memory_mb, cuda_allocated_mb)
+        return gpu_share(reserved_mb, context_mb, self.gpu_memory_mb)
 
     def to_dict(self) -> dict[str, Any]:
         values = {"cpu": self.cpu, "gpu": self.gpu}
-        return (
-            values
-            if self.gpu_memory_mb is None
-            else {**values, "gpu_memory_mb": self.gpu_memory_mb}
-        )
+        optional = {"gpu_memory_mb": self.gpu_memory_mb, "gpu_capability": self.gpu_capability}
+        return {**values, **{k: v for k, v in optional.items() if v is not None}}
 
 
 @dataclass(frozen=True)
@@ -312,6 +321,15 @@ def _gpu(value: Any, field_name: str) -> float | str:
     )
 
 
+def _capability(value: Any, field_name: str) -> str | None:
+    """A compute capability as "MAJOR.MINOR" (YAML may read 9.0 as a number)."""
+    if value is None:
+        return None
+    text = str(value) if is_number(value) else value
+    ok = isinstance(text, str) and re.fullmatch(r"\d{1,2}\.\d", text) is not None
+    return checked(text, ok, field_name, 'a compute capability as "MAJOR.MINOR" (e.g. "9.0")')
+
+
 def _megabytes(value: Any, field_name: str) -> float | None:
     if value is None:
         return None
@@ -332,6 +350,7 @@ _RESOURCE_FIELDS = {
     "cpu": Field(positive_int, 1),
     "gpu": Field(_gpu, 0),
     "gpu_memory_mb": Field(_megabytes),  # required with gpu: auto (`_resources`)
+    "gpu_capability": Field(_capability),  # the GPUs' architecture, e.g. "9.0"
 }
 _SPACE_FIELDS = {  # the file's top level; what needs other keys is checked in `from_dict`
     "name": Field(check_name, required="required"),

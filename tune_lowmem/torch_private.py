@@ -8,12 +8,17 @@
   clamped to 1, which is not an exact division by the loss scale.
 - `default_foreach`: whether torch's optimizers, left to choose, step with multi-tensor kernels
   (`torch.optim.optimizer._default_to_fused_or_foreach`). The memory prediction steps fake
-  weights, which torch never chooses them for, so it asks on the real ones and says so.
+  weights, which torch never chooses them for, so it asks on the real ones and says so (or, for
+  a CUDA trial predicted without a GPU, applies the same rule to the device it will run on).
+- `clear_blas_workspaces`: frees the BLAS workspaces torch keeps per handle and stream
+  (`torch._C._cuda_clearCublasWorkspaces`), so probing them on a trial's card leaves none there.
 - `engine_called`: whether an operator was called by autograd's engine itself (a backward pass
   runs: `torch._C._current_graph_task_id`; its Python entry, `torch.autograd.graph.
   _engine_run_backward`); the storage tracker models how the engine sums gradients.
 - `in_backward`: whether a backward pass runs on this thread (`torch._C._current_graph_task_id`),
-  which the time prediction's dry run notes of each call (the engine's work around it).
+  which the time prediction's dry run notes of each call (the engine's work around it), and the
+  CUDA memory prediction (a CUDA trial's backward runs on autograd's device thread, whose cuBLAS
+  handle, and so whose workspace, is not the forward's).
 - `decomposes`: whether an operator named in a profiler trace is CompositeImplicitAutograd (it
   runs as other operators); the allocator measurement tells a kernel's own temporaries from the
   outputs of the operators a composite one runs. torch exposes dispatch keys only in `torch._C`.
@@ -31,6 +36,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 __all__ = [
     "FakeTensorMode",
+    "clear_blas_workspaces",
     "decomposes",
     "default_foreach",
     "engine_called",
@@ -46,12 +52,25 @@ def multiply_(tensors: list[torch.Tensor], factor: float) -> None:
         torch._foreach_mul_(tensors, factor)
 
 
-def default_foreach(parameters: list[torch.Tensor]) -> bool:
+def default_foreach(parameters: list[torch.Tensor], device_type: str | None = None) -> bool:
     """Whether an optimizer built with foreach=None steps `parameters` with multi-tensor kernels
-    (on CUDA: yes; on the CPU: no)."""
-    from torch.optim.optimizer import _default_to_fused_or_foreach
+    (on CUDA: yes; on the CPU: no); `device_type`: as it would were they on that device (the
+    rule of `_default_to_fused_or_foreach`: every tensor of a plain type, on a device with
+    multi-tensor kernels), for a CUDA trial predicted on a machine without a GPU."""
+    from torch.optim.optimizer import _default_to_fused_or_foreach, _foreach_supported_types
+    from torch.utils._foreach_utils import _get_foreach_kernels_supported_devices
 
-    return _default_to_fused_or_foreach(parameters, differentiable=False)[1]
+    if device_type is None:
+        return _default_to_fused_or_foreach(parameters, differentiable=False)[1]
+    supported = device_type in _get_foreach_kernels_supported_devices()
+    return supported and all(type(p) in _foreach_supported_types for p in parameters)
+
+
+def clear_blas_workspaces() -> None:
+    """Free the cuBLAS and cuBLASLt workspaces torch keeps per handle and stream
+    (`torch._C._cuda_clearCublasWorkspaces`, what torch's own tests call between cases): a probe
+    of them leaves none behind, and the trial's first products take their own again."""
+    torch._C._cuda_clearCublasWorkspaces()
 
 
 _ENGINE_ENTRY = torch.autograd.graph._engine_run_backward.__code__

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 import random
 import time
 from collections.abc import Callable
@@ -252,6 +253,21 @@ class Trainer:
         torch.set_rng_state(state["rng"])
 
 
+def trial_environment(config: TrialConfig) -> dict[str, str]:
+    """The environment variables a trial of `config` runs with, as its techniques declare them
+    (`Technique.environment`: e.g. the CUDA libraries' workspace settings)."""
+    return {k: v for t in techniques(config) for k, v in t.environment(config).items()}
+
+
+def apply_environment(config: TrialConfig) -> dict[str, str]:
+    """Set `trial_environment` in this process, where the libraries under torch read it once CUDA
+    starts: call it before anything touches CUDA. What it set; a variable the config leaves at
+    its default is left as the process has it."""
+    values = trial_environment(config)
+    os.environ.update(values)
+    return values
+
+
 def measured_times(history: list[dict[str, Any]]) -> dict[str, float | None]:
     """A trial's time figures from its epochs (`Trainer.history`): each one's median over the
     epochs that have it (None when none has: a trial stopped before its first epoch ended, or
@@ -265,4 +281,5 @@ def measured_times(history: list[dict[str, Any]]) -> dict[str, float | None]:
 
 def train(config: TrialConfig, on_epoch: EpochCallback | None = None) -> list[dict[str, float]]:
     """Run one trial to the end without Ray; returns the per-epoch metrics."""
+    apply_environment(config)
     return Trainer(config).run(on_epoch)

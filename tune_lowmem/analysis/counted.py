@@ -31,6 +31,7 @@ from ..outcome import (
     MEMORY,
     PAPER_CSR_TOTAL,
     PREDICTED,
+    PREDICTED_CUDA_PARTS,
     PREDICTED_PARTS,
     PREDICTED_RUN_PEAK,
     PREDICTED_STORED_TOTAL,
@@ -96,6 +97,26 @@ _OTHERS = {
     FLOPS: (
         "floating-point operations per training step",
         "counted over a step's operators: forward, backward and recomputation of a minibatch",
+    ),
+    PREDICTED_CUDA_PARTS["rounding"]: (
+        "predicted CUDA allocator's rounding",
+        "of the CUDA run peak: the caching allocator's 512-byte blocks beyond the tensors",
+    ),
+    PREDICTED_CUDA_PARTS["blas"]: (
+        "predicted BLAS workspaces",
+        "of the CUDA run peak: cuBLAS's and cuBLASLt's, by torch's rules or probed on the card",
+    ),
+    PREDICTED_CUDA_PARTS["cudnn"]: (
+        "predicted cuDNN workspace",
+        "of the CUDA run peak, at its peak: probed on the card, or the trial's limit",
+    ),
+    PREDICTED_CUDA_PARTS["context"]: (
+        "CUDA context",
+        "beside the CUDA run peak, outside the allocator: measured on a card",
+    ),
+    PREDICTED_CUDA_PARTS["reserved"]: (
+        "predicted GPU memory reserved",
+        "for the CUDA run peak: the reserve per allocated byte measured on a card",
     ),
     CUDA_MAX_ALLOCATED: ("peak GPU memory of live tensors", "the CUDA allocator's"),
     CUDA_MAX_RESERVED: ("peak GPU memory reserved", "the CUDA allocator's"),

@@ -231,11 +231,13 @@ def parse_objectives(specs: Sequence[str], trials: pd.DataFrame) -> dict[str, st
 
 def configurations(done: pd.DataFrame) -> pd.DataFrame:
     """One row per seed group of ``done``: every metric and memory column as ``<col>.mean``,
-    ``.std``, ``.count``, ``.ci95``; the group's config columns (its first trial's, seed
-    dropped); ``n`` trials, their ``trial_ids`` and the sweep ``points`` that proposed them;
+    ``.std``, ``.count``, ``.ci95``, over its seeds (a seed trained twice, by two sweeps of one
+    store, is one sample: the mean of its runs); the group's config columns (its first trial's,
+    seed dropped); ``n`` distinct seeds, the ``trial_ids`` and the sweep ``points`` that
+    proposed them;
     ``techniques`` (e.g. ``fp16 + sparsity``), ``configuration`` (e.g. ``fp16, 30% nonzeros,
     microbatch 10``) and ``other_settings`` (fields that vary besides)."""
-    stats = pareto.aggregate_seeds(done, "seed_group", numeric_columns(done))
+    stats = pareto.aggregate_seeds(done, "seed_group", numeric_columns(done), "config.seed")
     config_cols = [c for c in done.columns if c.startswith("config.") and c != "config.seed"]
     first = done.drop_duplicates("seed_group").set_index("seed_group")[config_cols]
     groups = stats.join(first, on="seed_group")
@@ -252,7 +254,8 @@ def configurations(done: pd.DataFrame) -> pd.DataFrame:
     ids = groups["seed_group"].tolist()
     groups["trial_ids"] = [sorted(members[g]) for g in ids]
     groups["points"] = [sorted(proposed.get(g, ())) for g in ids]
-    groups["n"] = [len(members[g]) for g in ids]
+    seeds = done.groupby("seed_group")["config.seed"].nunique()  # a seed run twice: one
+    groups["n"] = [int(seeds[g]) for g in ids]
     largest = largest_model(groups)
     codes = {c: value_codes(groups[c]) for c in config_cols}
     varying = [c for c in config_cols if codes[c].max(initial=0) > 0]

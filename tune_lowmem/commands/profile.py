@@ -4,6 +4,8 @@ the same model's baseline without any technique."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 import json
 
 from ..analysis.counted import ACCOUNTED, STORED, counted
@@ -37,12 +39,25 @@ def add_parser(subparsers) -> None:
         "independently from torch's allocator reports (the profiler's memory events)",
     )
     parser.add_argument(
+        "--whole-run",
+        action="store_true",
+        help="with --measure: also run the trial's whole schedule on its data (every epoch's "
+        "evaluation, a checkpoint saved and restored after each) and measure its peak: torch's "
+        "CPU allocator's reports replayed, or on CUDA max_memory_allocated; as long as the trial",
+    )
+    parser.add_argument(
         "--lengths",
         type=int,
         nargs=2,
         metavar=("SOURCE", "TARGET"),
         help="for tasks with sequences (the translation task): tokens of each synthetic "
         "sentence pair (default 30 30, a typical IWSLT'14 batch)",
+    )
+    parser.add_argument(
+        "--capability",
+        metavar="MAJOR.MINOR",
+        help="for a CUDA trial (device cuda): the compute capability of the GPU it will run on, "
+        "whose workspaces its run peak counts (default: this machine's GPU, else 9.0, Hopper)",
     )
     add_threads_argument(parser)
     parser.set_defaults(run=run)
@@ -53,32 +68,40 @@ def run(args: argparse.Namespace) -> int:
 
     from ..memory import baseline_config
     from ..memory.allocations import measure_allocations
+    from ..memory.cuda import trial_target
     from ..memory.measure import measure
     from ..memory.predict import heap_object_bytes, predict, run_peak_storage
     from ..memory.stepping import at_peak, peak_steps
     from ..memory.synthetic import synthetic_task
+    from ..memory.whole_run import measure_run
     from ..preflight import cuda_present
     from ..timing import predict_time
-    from ..validation import positive_int
+    from ..validation import ConfigError, positive_int
 
     config = config_from_arguments(args)
+    if args.whole_run and not args.measure:
+        raise ConfigError("--whole-run", "is a measurement: --measure is required with it")
     if args.measure:
         cuda_present(config.device, "device (with --measure)")
     lengths = (
         None if args.lengths is None else tuple(positive_int(n, "--lengths") for n in args.lengths)
     )
+    capability = None if args.capability is None else compute_capability(args.capability)
     task = synthetic_task(config, torch.device("cpu"), lengths)  # refuses what it cannot profile
     apply_threads(args)  # the kernels a prediction's workspace and time are of, and a measurement
-    ways = {"predicted": predict} | ({"measured": measure} if args.measure else {})
+    target = trial_target(config, capability=capability)
+    predicted = functools.partial(predict, target=target)
+    ways = {"predicted": predicted} | ({"measured": measure} if args.measure else {})
     baselines = {name: way(baseline_config(config), lengths) for name, way in ways.items()}
     # a run is predicted at its peak: measured at each step that may be it, the larger kept
-    reports = {"predicted": predict(config, lengths)}
+    reports = {"predicted": predicted(config, lengths)}
     allocations = run_peaks = None
     if args.measure:
         reports["measured"] = at_peak(measure, config, lengths)
         steps = [measure_allocations(config, lengths, update) for update in peak_steps(config)]
         allocations = max(steps, key=lambda step: step.total_bytes)  # as `at_peak` keeps
         run_peaks = max(steps, key=lambda step: step.run_peak_bytes)
+    whole = measure_run(config) if args.whole_run else None
     columns = memory_columns(reports["predicted"], reports.get("measured"))
     totals = {source: columns[STORED_TOTAL[source]] for source in reports}
     objects = heap_object_bytes(config, lengths)
@@ -107,13 +130,18 @@ def run(args: argparse.Namespace) -> int:
                 allocator_run_peak_mb=run_peaks.run_peak_bytes / MB,
                 allocator_run_tensor_peak_mb=run_peaks.run_tensor_peak_bytes / MB,
             )
+        if whole is not None:
+            result["whole_run"] = {**dataclasses.asdict(whole), "peak_mb": whole.peak_bytes / MB}
         print(json.dumps(result))
         return 0
     sparse = totals["predicted"] != reports["predicted"].total_mb
     print(describe(config, task))
     print(table(reports, baselines, totals, sparse, objects, times))
     print(time_note(times["this"]))
-    print(run_peak_note(reports["predicted"], run_peaks, run_peak_storage(config, lengths)))
+    if target is None:
+        print(run_peak_note(reports["predicted"], run_peaks, run_peak_storage(config, lengths)))
+    else:
+        print(cuda_note(reports["predicted"].cuda, target))
     print(
         SPARSE_NOTE
         if sparse
@@ -124,7 +152,48 @@ def run(args: argparse.Namespace) -> int:
     if args.measure:
         print(peak_note(config, reports["predicted"], reports["measured"], task, objects))
         print(allocator_note(allocations, totals["predicted"] - objects / MB))
+    if whole is not None:
+        storage = run_peak_storage(config, lengths) if target is None else None
+        print(whole_run_note(whole, reports["predicted"], storage))
     return 0
+
+
+def compute_capability(text: str) -> tuple[int, int]:
+    """`--capability` as (major, minor), or one line naming the flag."""
+    from ..validation import ConfigError
+
+    major, dot, minor = text.partition(".")
+    if not (dot and major.isdigit() and minor.isdigit()):
+        raise ConfigError(
+            "--capability", f"{text!r} is not allowed; MAJOR.MINOR (e.g. 9.0 or 8.0) is required"
+        )
+    return int(major), int(minor)
+
+
+def cuda_note(cuda, target) -> str:
+    """A CUDA trial's run peak as its caching allocator will count it, by part, and beside it
+    the context and what the allocator reserves (`memory.cuda`)."""
+    from ..memory.cuda import calibration
+
+    major, minor = target.capability
+    where = "probed on this GPU" if target.on_card else "by torch's rules"
+    cudnn = (
+        "cuDNN's convolution workspace unknown here (no GPU, no cuda_workspace.cudnn_limit_mb): "
+        "left out, the trial probes it on its card"
+        if cuda.cudnn_bytes is None
+        else f"cuDNN's at the peak {cuda.cudnn_bytes / MB:.3f} MB"
+    )
+    measured = (
+        "measured" if calibration()["measured"] else "provisional, not yet measured on a card"
+    )
+    return (
+        f"on CUDA (compute capability {major}.{minor}, torch {'.'.join(map(str, target.version))}"
+        f", workspaces {where}): the run's peak as the caching allocator counts it "
+        f"{cuda.run_peak_bytes / MB:.3f} MB, of which the allocator's 512-byte blocks "
+        f"{cuda.rounding_bytes / MB:.3f} MB, BLAS workspaces {cuda.blas_bytes / MB:.3f} MB; "
+        f"{cudnn}; beside it the CUDA context {cuda.context_bytes / MB:.0f} MB, reserved "
+        f"{cuda.reserved_bytes / MB:.3f} MB ({measured}: memory/cuda_calibration.json)"
+    )
 
 
 def run_peak_note(predicted, measured, storage: int) -> str:
@@ -281,12 +350,13 @@ def peak_note(config, predicted, measured, task, objects: int) -> str:
     """What the measured peak holds beyond the predicted (stored) total: the input minibatch,
     which neither part counts, and the rest, said by device."""
     from ..data.batch import batch_tensors
+    from ..train import resolve_device
 
     batch = sum(t.nbytes for t in batch_tensors(next(iter(task.train_batches(0)))))
     rest = measured.peak_bytes - predicted.total_bytes - batch
     where = (
         "cuDNN/cuBLAS workspaces and the allocator's 512-byte rounding, not predicted"
-        if config.device != "cpu"
+        if resolve_device(config.device).type != "cpu"
         else "the rest of the CPU heap; kernels' workspace is freed inside each operator and "
         "never sampled"
     )
@@ -295,6 +365,22 @@ def peak_note(config, predicted, measured, task, objects: int) -> str:
         f"{predicted.total_bytes / MB:.3f} MB (of which {objects / MB:.3f} MB the CPU heap's "
         f"tensor and autograd objects) + the input minibatch {batch / MB:.3f} MB "
         f"{'+' if rest >= 0 else '-'} {abs(rest) / MB:.3f} MB: {where}"
+    )
+
+
+def whole_run_note(whole, predicted, storage: int | None) -> str:
+    """The whole run as measured (`memory.whole_run`) beside the searched run peak: on the CPU its
+    tensor storage and operators' workspace (`storage`: the allocator serves no heap object)."""
+    searched = predicted.run_peak_bytes if storage is None else storage
+    error = whole.peak_bytes / searched - 1
+    what = "max_memory_allocated" if whole.device == "cuda" else "torch's CPU allocator"
+    return (
+        f"the whole run ({whole.epochs} epoch{'s' * (whole.epochs != 1)}, {whole.updates} "
+        "updates, an evaluation and "
+        f"{'a checkpoint saved and restored' if whole.checkpoints else 'no checkpoint'} after "
+        f"each epoch) on its data, {what}: peak {whole.peak_bytes / MB:.3f} MB, during "
+        f"{whole.peak_during}; predicted {searched / MB:.3f} MB ({error:+.2%} measured against it; "
+        "the data set's host copy in neither)"
     )
 
 

@@ -58,7 +58,7 @@ from ..torch_private import decomposes
 from ..train import resolve_device
 from . import stepping
 from .report import MB
-from .workspace import exported_trace
+from .workspace import exported_trace, memory_reports
 
 STEP = "tune_lowmem.measured_step"
 EVALUATION = "tune_lowmem.measured_evaluation"
@@ -125,7 +125,7 @@ def measure_allocations(
     device = resolve_device(config.device)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     gc.collect()
-    with profile(activities=activities, profile_memory=True) as profiler:
+    with memory_reports(activities) as profiler:
         trainer, batches = stepping.synthetic_trainer(config, lengths)
         stepping.warm_up(trainer, batches)
         batch = stepping.ready(trainer, batches, update)

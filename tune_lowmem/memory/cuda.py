@@ -1,63 +1,66 @@
-"""The CUDA caching allocator's view of a training step, from the shapes the profiler knows.
+"""A CUDA trial's run peak as its caching allocator will count it, predicted on any machine.
 
-The prediction (`predict`) counts tensor storage, compressed weights as held (a packed sparse
-layer's values and index buffers). A CUDA step holds more: 512-byte rounding of every block, the
-optimizer's multi-tensor temporaries, the BLAS workspaces, and the CUDA context outside the
-allocator. What is modelled and what is bounded:
+The searched run peak of a trial that runs on CUDA (`predict.predict` with a `CudaTarget`) is
+the most bytes `torch.cuda.max_memory_allocated` will report over the trial. It is the dry run's
+(the trial's own code on fake tensors, `predict.dry_run`, on this machine's GPU where there is
+one, else on the CPU standing for it) with:
 
-modelled (exact for the held tensors, by PyTorch's CUDA caching allocator's documented rules):
-- `allocated_size`: every request is rounded up to a multiple of 512 bytes (at least 512);
-- `segment_size`: a request the cache cannot serve takes a new segment from the card: requests of
-  up to 1 MiB a 2 MiB segment (the small pool), requests under 10 MiB a 20 MiB one, larger ones
-  their size rounded up to 2 MiB (`reserved_lower_bound` packs the held tensors into segments);
-- the held tensors as the device stores them, as the dry run's stepped trainer holds them:
-  parameters, buffers (a packed layer's indices among them), the gradients the step leaves (none
-  where a fused step applied and dropped them) and the optimizer's state as its step made it
-  (fp32 Adam moments of fp16 weights, 8-bit moments with their per-block scales), each block
-  rounded;
-- the optimizer step's multi-tensor temporaries: `foreach` SGD with weight decay and Adam(W)
-  make one gradient-sized copy (a new list from `_foreach_add` / `_foreach_sqrt`), which lives
-  while the activations are already freed, so the step's peak is the larger of the two;
-- the BLAS workspaces (`blas_workspace_bytes`): torch allocates a cuBLAS workspace through the
-  caching allocator once per cuBLAS handle and stream, and a handle belongs to a thread; a step
-  runs its forward on its own thread and its backward on autograd's device thread, so it holds
-  two (`BLAS_THREADS`). cuBLASLt, torch's path for a forward matrix product with a bias, takes a
-  workspace of its own per handle and stream up to torch 2.11 and shares cuBLAS's from 2.12 on
-  (`cublaslt_workspace_bytes`; as torch's handle pool and its change history read: the backward's
-  products go through cuBLAS, so one is counted, a recomputed forward's within the margin).
-  `probe_blas_workspaces` counts what torch really allocates on a card, which the GPU check and
-  a GPU test compare with this.
+- every storage as the caching allocator hands it out: requests rounded up to 512 bytes
+  (`allocated_size`; c10's caching allocator: ``kMinBlockSize = 512``, "all sizes are rounded
+  to at least 512 bytes"), the difference reported apart as the rounding;
+- the BLAS workspaces (`cuda_libraries.BlasRule`): cuBLAS's and cuBLASLt's per handle and stream
+  for the roles whose products ran, kept from their first product on, or one per call where the
+  torch release allocates them per call; probed on the card where this process has one
+  (`cuda_libraries.probe_blas`), else by torch's rule for the trial's release, architecture
+  (`CudaTarget.capability`) and settings (its CUBLAS_WORKSPACE_CONFIG);
+- cuDNN's workspace at each convolution: probed on the card (`cuda_libraries.probe_cudnn`),
+  else bounded by the trial's limit (its CUDNN_CONV_WSCAP_DBG), else unknown (the run
+  peak then leaves it out and says so: `CudaPrediction.cudnn_bytes` is None).
 
-bounded by `UNMODELLED_MARGIN` of the tensors (not modelled): cuDNN's per-call workspaces
-(chosen by its heuristics at run time), the 512-byte rounding of the activations (the dry run
-knows their total, not their count), the allocator's fragmentation beyond the packing bound.
+Where the dry run stands on the CPU for a CUDA trial it takes the optimizer's multi-tensor step
+as torch would choose it on CUDA (`torch_private.default_foreach`), counts no heap objects and no
+CPU operator's workspace; its autocast follows the CPU's casting lists, not CUDA's (the amp
+modes' activations may differ: the trial's own prediction, on its card, uses CUDA's).
 
-reported separately, outside the allocator: the CUDA context (`CUDA_CONTEXT_MB`, a bound).
+Beside the run peak, outside the allocator's count: the CUDA context (`calibration`), and what
+the allocator reserves from the card for that peak (`reserved_bytes`), which a share must hold
+(`share`). Both come from `cuda_calibration.json`, which the device check writes from its
+measurements on a card (benchmarks/gpu_check.py, part `context`); its figures say whether they
+were measured, and where.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 import os
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
-from torch import nn
 
 from ..config import TrialConfig
-from . import accounting
-from .report import MB
+from ..outcome import MB, PREDICTED_CUDA_PARTS
+from ..train import trial_environment
+from .cuda_libraries import CUDNN, BlasRule, MiB, Release, probe_blas, probe_cudnn, release
 
-CUDA_CONTEXT_MB = 600.0  # the CUDA context and kernels of one process, outside the allocator
-MIN_BLOCK = 512  # every allocation is a multiple of this
-SMALL_REQUEST = 1 << 20  # up to this, requests come from 2 MiB segments of the small pool
+# c10's caching allocator (c10/cuda/CUDACachingAllocator.cpp; c10/core/CachingDeviceAllocator.h
+# from torch 2.8): every request rounded up to kMinBlockSize; requests up to kSmallSize come from
+# kSmallBuffer segments, those under kMinLargeAlloc from kLargeBuffer ones, larger ones from a
+# segment of their size rounded up to kRoundLarge
+MIN_BLOCK = 512
+SMALL_REQUEST = 1 << 20
 SMALL_SEGMENT = 2 << 20
-MEDIUM_REQUEST = 10 << 20  # under this, a large-pool request takes a 20 MiB segment
+MEDIUM_REQUEST = 10 << 20
 MEDIUM_SEGMENT = 20 << 20
-LARGE_ROUNDING = 2 << 20  # larger requests take a segment of their size rounded up to 2 MiB
-UNMODELLED_MARGIN = 0.05  # of the predicted tensors: cuDNN workspaces, activation rounding
+LARGE_ROUNDING = 2 << 20
+# the architecture a CUDA trial is predicted for when neither the caller nor this machine names
+# one: Hopper's, whose cuBLAS workspace (32 MiB) is the largest any release gives
+DEFAULT_CAPABILITY = (9, 0)
+TORCH_RELEASE = release()  # this process's torch, which a sweep's trials share
+CALIBRATION_FILE = Path(__file__).with_name("cuda_calibration.json")
 
 
 def allocated_size(nbytes: int) -> int:
@@ -93,140 +96,145 @@ def reserved_lower_bound(sizes: Iterable[int]) -> int:
     return packed(small, SMALL_SEGMENT) + packed(medium, MEDIUM_SEGMENT) + large
 
 
-BLAS_THREADS = 2  # the step's own thread (forward) and autograd's device thread (backward)
-LT_WORKSPACE_KIB = 1024  # cuBLASLt's default workspace (CUBLASLT_WORKSPACE_SIZE, in KiB)
-UNIFIED_FROM = (2, 12)  # the torch release from which cuBLASLt shares cuBLAS's workspaces
+@functools.cache
+def calibration() -> dict:
+    """The figures a card's measurements give (`cuda_calibration.json`): ``context_mb``, the
+    CUDA context and the kernels a trial loads, outside the allocator; ``reserved_per_allocated``,
+    the most the allocator reserved per byte it held at its peak; ``source``, where they were
+    measured (or that they are not yet)."""
+    return json.loads(CALIBRATION_FILE.read_text())
 
 
-def cublas_workspace_bytes(capability: tuple[int, int]) -> int:
-    """torch's cuBLAS workspace per handle and stream on a card of this compute capability:
-    CUBLAS_WORKSPACE_CONFIG's ``:SIZE_KIB:COUNT`` pairs summed when set, else its default,
-    :4096:8 (32 MiB) from Hopper on, :4096:2:16:8 before."""
-    pairs = re.findall(r":(\d+):(\d+)", os.environ.get("CUBLAS_WORKSPACE_CONFIG", ""))
-    if pairs:
-        return sum(int(size) * 1024 * int(count) for size, count in pairs)
-    return 4096 * 1024 * 8 if capability[0] >= 9 else 4096 * 1024 * 2 + 16 * 1024 * 8
+@dataclass(frozen=True)
+class CudaTarget:
+    """The CUDA device a trial will run on, as its prediction needs it."""
+
+    capability: tuple[int, int]  # compute capability (9, 0): its cuBLAS default
+    version: Release = TORCH_RELEASE  # the trial's torch release: which rule it follows
+    cublas: str | None = None  # the trial's CUBLAS_WORKSPACE_CONFIG (None: torch's default)
+    cudnn_limit_mb: int | None = None  # the trial's cap on a convolution's workspace
+    on_card: bool = False  # this process has the card: workspaces are probed on it
+
+    def blas(self) -> BlasRule:
+        """The BLAS workspaces' rule: probed on the card, else torch's for the release."""
+        if self.on_card:
+            probe = probe_blas(torch.device("cuda"))
+            return BlasRule(
+                cublas_bytes=probe.cublas_kept or probe.cublas_per_call,
+                cublas_kept=probe.cublas_kept > 0,
+                lt_bytes=probe.lt_kept,
+                lt_sets_up_cublas=self.version < (2, 15),
+            )
+        return BlasRule.of(self.capability, self.version, self.cublas)
+
+    def cudnn(self, calls: Iterable[tuple]) -> dict[tuple, int] | None:
+        """Each convolution's workspace: probed on the card, else the limit; None: unknown."""
+        calls = list(calls)
+        if self.on_card:
+            return probe_cudnn(calls, torch.device("cuda"))
+        if self.cudnn_limit_mb is None:
+            return None if calls else {}
+        return dict.fromkeys(calls, self.cudnn_limit_mb * MiB)
 
 
-def lt_workspace_unified(version: str = torch.__version__) -> bool:
-    """Whether cuBLASLt shares cuBLAS's workspaces (TORCH_CUBLASLT_UNIFIED_WORKSPACE when set,
-    else torch's default: shared from `UNIFIED_FROM` on)."""
-    setting = os.environ.get("TORCH_CUBLASLT_UNIFIED_WORKSPACE")
-    if setting is not None:
-        return setting.strip().lower() in ("1", "true", "y", "yes", "on")
-    release = tuple(int(part) for part in re.findall(r"\d+", version)[:2])
-    return release >= UNIFIED_FROM
-
-
-def cublaslt_workspace_bytes() -> int:
-    """The workspace cuBLASLt takes per handle and stream beside cuBLAS's: none when shared, else
-    CUBLASLT_WORKSPACE_SIZE KiB (1 MiB by default)."""
-    if lt_workspace_unified():
-        return 0
-    size = os.environ.get("CUBLASLT_WORKSPACE_SIZE", "")
-    return (int(size) if size.isdigit() else LT_WORKSPACE_KIB) * 1024
-
-
-def blas_workspaces(capability: tuple[int, int]) -> list[int]:
-    """The BLAS workspaces a training step holds, in bytes each: cuBLAS's, one per thread that
-    multiplies matrices on the step's stream (`BLAS_THREADS`), and cuBLASLt's own, if any, of the
-    forward's thread."""
-    lt = cublaslt_workspace_bytes()
-    return [cublas_workspace_bytes(capability)] * BLAS_THREADS + ([lt] if lt else [])
-
-
-def blas_workspace_bytes(capability: tuple[int, int]) -> int:
-    """The bytes the allocator hands out for `blas_workspaces`."""
-    return sum(map(allocated_size, blas_workspaces(capability)))
-
-
-def probe_blas_workspaces(device: torch.device) -> int:
-    """Bytes torch's allocator hands BLAS workspaces for one step's matrix products on a fresh
-    stream (workspaces are kept per handle and stream, so a new stream takes new ones): a linear
-    layer with a bias forward and backward, every tensor of it freed again (CUDA only)."""
-    stream = torch.cuda.Stream(device)
-    torch.cuda.synchronize(device)
-    before = torch.cuda.memory_allocated(device)
-    with torch.cuda.stream(stream):
-        x = torch.randn(64, 64, device=device, requires_grad=True)
-        layer = nn.Linear(64, 64, device=device)
-        layer(x).sum().backward()
-        del x, layer
-    torch.cuda.synchronize(device)
-    return torch.cuda.memory_allocated(device) - before
-
-
-def foreach_temporary_copies(optimizer: torch.optim.Optimizer) -> int:
-    """Gradient-sized temporaries of the optimizer's multi-tensor step, as torch.optim makes them."""
-    decay = any(group.get("weight_decay", 0) for group in optimizer.param_groups)
-    if isinstance(optimizer, torch.optim.SGD):
-        return 1 if decay else 0
-    if isinstance(optimizer, torch.optim.AdamW):
-        return 1
-    if isinstance(optimizer, torch.optim.Adam):
-        return 2 if decay else 1
-    return 1  # another optimizer: one copy assumed, the rest within the margin
+def trial_target(
+    config: TrialConfig, gpu: bool | None = None, capability: tuple[int, int] | None = None
+) -> CudaTarget | None:
+    """The CUDA device a trial of `config` runs on, or None for the CPU: device cuda, or auto
+    where it gets a GPU (`gpu`: its resources ask for one; None: this machine has one). Its
+    architecture: `capability`, else this machine's GPU, else `DEFAULT_CAPABILITY`; its
+    workspace settings: the environment its techniques give it (`train.trial_environment`)
+    over this process's, which the trial inherits."""
+    here = torch.cuda.is_available()
+    if config.device == "cpu" or (config.device == "auto" and not (here if gpu is None else gpu)):
+        return None
+    on_card = here and capability in (None, torch.cuda.get_device_capability())
+    if capability is None:
+        capability = torch.cuda.get_device_capability() if here else DEFAULT_CAPABILITY
+    environment = {**os.environ, **trial_environment(config)}  # as the trial's process has it
+    limit = environment.get("CUDNN_CONV_WSCAP_DBG", "")
+    return CudaTarget(
+        capability=tuple(capability),
+        cublas=environment.get("CUBLAS_WORKSPACE_CONFIG"),
+        cudnn_limit_mb=int(limit) if limit.isdigit() else None,
+        on_card=on_card,
+    )
 
 
 @dataclass(frozen=True)
 class CudaPrediction:
-    """A step's peak on a CUDA device, in bytes, by part (see the module docstring)."""
+    """A CUDA trial's run peak as its allocator counts it, by part, in bytes (module docstring)."""
 
-    held_bytes: int  # parameters, buffers, gradients, optimizer state: blocks rounded
-    activation_bytes: int  # the dry run's activation peak
-    temporary_bytes: int  # the optimizer step's multi-tensor temporaries (after the activations)
-    workspace_bytes: int  # the BLAS workspaces (cuBLAS's, cuBLASLt's)
-    margin_bytes: int  # the bound on what is not modelled
-    reserved_bytes: int  # the fewest bytes of segments that hold the held tensors and the peak
-    context_bytes: int  # the CUDA context: outside the allocator
+    run_peak_bytes: int  # the expected max_memory_allocated over the trial
+    rounding_bytes: int  # of it: the allocator's 512-byte blocks beyond the tensors' bytes
+    blas_bytes: int  # of it: BLAS workspaces, kept ones and the call's at the peak
+    cudnn_bytes: int | None  # of it: cuDNN's at the peak; None: unknown here (left out)
+    context_bytes: int  # beside it, outside the allocator: the CUDA context
+    reserved_bytes: int  # what the allocator reserves from the card for that peak
 
-    @property
-    def allocated_bytes(self) -> int:
-        """The expected `torch.cuda.max_memory_allocated` of a step."""
-        peak = max(self.activation_bytes, self.temporary_bytes)
-        return self.held_bytes + peak + self.workspace_bytes
+    def parts(self) -> dict[str, int | None]:
+        """Its parts by name, in bytes, as the store keeps them (`outcome.PREDICTED_CUDA_PARTS`)."""
+        return {part: getattr(self, f"{part}_bytes") for part in PREDICTED_CUDA_PARTS}
 
-    def to_mb(self) -> dict[str, float]:
-        names = ("held", "activation", "temporary", "workspace", "margin", "reserved", "context")
-        parts = {f"cuda_{n}_mb": getattr(self, f"{n}_bytes") / MB for n in names}
-        return {**parts, "cuda_allocated_mb": self.allocated_bytes / MB}
+    def to_mb(self) -> dict[str, float | None]:
+        """Its parts in MB, named as `profile --json` prints them."""
+        return {
+            f"predicted_cuda_{part}_mb": None if nbytes is None else nbytes / MB
+            for part, nbytes in self.parts().items()
+        }
 
 
-def cuda_prediction(
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    activation_bytes: int,
-    capability: tuple[int, int],
-) -> CudaPrediction:
-    """The allocator's view of a step of `model` (real or fake tensors) with the dry run's
-    activation peak: what `model` and `optimizer` hold after a step (parameters, buffers, the
-    gradients that exist, the optimizer's state tensors) as the device holds them."""
-    gradients = [accounting.tensor_bytes(p) for p in model.parameters() if p.requires_grad]
-    held = [
-        *map(accounting.tensor_bytes, model.parameters()),
-        *map(accounting.tensor_bytes, model.buffers()),
-        *(accounting.tensor_bytes(p.grad) for p in model.parameters() if p.grad is not None),
-        *map(accounting.tensor_bytes, accounting.state_tensors(optimizer)),
-    ]
-    held_bytes = sum(allocated_size(size) for size in held)
-    temporary_bytes = foreach_temporary_copies(optimizer) * sum(map(allocated_size, gradients))
-    workspaces = blas_workspaces(capability)
-    peak = max(activation_bytes, temporary_bytes)
+@dataclass(frozen=True)
+class Moment:
+    """One moment that may be the run's peak, beyond the held tensors: its most bytes alive
+    without workspace, and for each noted call the most alive at its events."""
+
+    peak: int
+    at_calls: dict[tuple, int]
+
+    def with_workspace(self, workspace: dict[tuple, int]) -> tuple[int, tuple | None]:
+        """The moment's peak with each call's workspace, and the call at it (None: no call)."""
+        best, at = self.peak, None
+        for call, alive in self.at_calls.items():
+            if alive + workspace.get(call, 0) > best:
+                best, at = alive + workspace.get(call, 0), call
+        return best, at
+
+
+@dataclass(frozen=True)
+class CudaRun:
+    """What a dry run for a CUDA trial leaves for its allocator's view: for each moment (a step,
+    the occasional work, an evaluation) its bytes beyond the held tensors, in blocks and exact,
+    and the calls that take a library's workspace (`cuda_libraries.cuda_call`)."""
+
+    held: tuple[int, int]  # weights, buffers, optimizer state: (in blocks, exact)
+    moments: dict[str, tuple[Moment, Moment]]  # name -> (in blocks, exact)
+    roles: frozenset[tuple[str, str]]  # (library, role) of every noted call
+
+
+def cuda_prediction(run: CudaRun, target: CudaTarget) -> CudaPrediction:
+    """The run's peak on `target` from a CUDA dry run's moments (module docstring)."""
+    blas = target.blas()
+    calls = {call for name in run.moments for call in run.moments[name][0].at_calls}
+    cudnn = target.cudnn(c for c in calls if c[0] == CUDNN)
+    workspace = {c: blas.per_call(c) for c in calls if c[0] != CUDNN} | (cudnn or {})
+    kept = sum(map(allocated_size, blas.held(run.roles)))
+    peaks = {}
+    for name, (blocks, exact) in run.moments.items():
+        peak, at = blocks.with_workspace(workspace)
+        exact_peak, _ = exact.with_workspace(workspace)
+        peaks[name] = (run.held[0] + peak, run.held[1] + exact_peak, at)
+    peak, exact, at = max(peaks.values(), key=lambda p: p[0])
+    at_call = 0 if at is None else workspace.get(at, 0)
+    figures = calibration()
+    run_peak = peak + kept
     return CudaPrediction(
-        held_bytes=held_bytes,
-        activation_bytes=activation_bytes,
-        temporary_bytes=temporary_bytes,
-        workspace_bytes=sum(map(allocated_size, workspaces)),
-        margin_bytes=math.ceil(UNMODELLED_MARGIN * (held_bytes + peak)),
-        reserved_bytes=reserved_lower_bound([*held, peak, *workspaces]),
-        context_bytes=int(CUDA_CONTEXT_MB * MB),
+        run_peak_bytes=run_peak,
+        rounding_bytes=peak - exact,
+        blas_bytes=kept + (at_call if at is not None and at[0] != CUDNN else 0),
+        cudnn_bytes=None
+        if cudnn is None
+        else (at_call if at is not None and at[0] == CUDNN else 0),
+        context_bytes=round(figures["context_mb"] * MB),
+        reserved_bytes=math.ceil(run_peak * figures["reserved_per_allocated"]),
     )
-
-
-def predict_cuda(config: TrialConfig, capability: tuple[int, int] = (9, 0)) -> CudaPrediction:
-    """`cuda_prediction` of a config, from the profiler's cached dry run (no GPU needed)."""
-    from .predict import dry_run, occasional_work, shape_key
-
-    run = dry_run(shape_key(config))
-    activation = run.activation(occasional_work(config))[0]
-    return cuda_prediction(run.model, run.optimizer, activation, capability)

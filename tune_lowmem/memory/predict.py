@@ -74,10 +74,12 @@ from ..torch_private import FakeTensorMode, default_foreach
 from ..train import Trainer
 from . import accounting
 from .calls import CallCounts, Recording
+from .cuda import CudaRun, CudaTarget, Moment, allocated_size, cuda_prediction, trial_target
+from .cuda_libraries import cuda_call
 from .report import MemoryReport
 from .synthetic import synthetic_task
 from .tracker import StorageTracker
-from .workspace import computing_threads
+from .workspace import computing_threads, signature
 
 # The CPU heap's bytes per storage beyond its data, for the autograd graph's and the tensors'
 # objects (TensorImpl, StorageImpl, malloc's header and alignment, the graph's nodes and saved
@@ -113,12 +115,33 @@ class DryRun:
     # update), the storages they allocate and the passes; one evaluation pass's (None: no pass)
     recording: Recording
     evaluation_recording: Recording | None
+    # a CUDA trial's: the moments in the caching allocator's blocks and the calls that take a
+    # library's workspace (`cuda.CudaRun`, without the occasional work: `cuda_run`); None on the CPU
+    cuda: CudaRun | None = None
 
     @functools.cached_property
-    def occasional(self) -> tuple[int, int]:
-        """The occasional work's temporaries and heap objects at their peak (`occasional_peak`),
-        measured once, when first asked: a trial that has none never pays for it."""
+    def _occasional_measured(self) -> tuple[int, int, int]:
+        """`occasional_peak`'s figures, measured once, when first asked: a trial that has none
+        never pays for it."""
         return self.measure_occasional()
+
+    @property
+    def occasional(self) -> tuple[int, int]:
+        """The occasional work's temporaries and heap objects at their peak (`occasional_peak`)."""
+        return self._occasional_measured[:2]
+
+    def cuda_run(self, occasional: bool) -> CudaRun:
+        """The CUDA trial's moments (`cuda`), with its occasional work where it has some
+        (`occasional`): that work's temporaries beside the step's gradients, in blocks and exact."""
+        if not occasional:
+            return self.cuda
+        gradients = [p.grad for p in self.model.parameters() if p.grad is not None]
+        exact, _, blocks = self._occasional_measured
+        work = (
+            Moment(_storage_bytes(gradients, allocated_size) + blocks, {}),
+            Moment(_storage_bytes(gradients) + exact, {}),
+        )
+        return dataclasses.replace(self.cuda, moments={**self.cuda.moments, "occasional": work})
 
     def activation(self, occasional: bool) -> tuple[int, int]:
         """The activation part's tensor storage and heap objects: the step's, or when the trial
@@ -132,25 +155,36 @@ def predict(
     lengths: tuple[int, int] | None = None,
     workspace: bool = True,
     threads: int | None = None,
+    target: CudaTarget | None = None,
 ) -> MemoryReport:
     """The config's training memory and FLOPs per step, without allocating any activation:
     every tensor as the step holds it. `lengths`: the translation task's synthetic (source,
     target) sentence lengths; `workspace`: the run's peak counts operators' workspace on the CPU
     (`workspace`; this machine's kernels) or, when False, tensors alone (from shapes only);
     `threads`: the CPU threads the trial will compute with, which choose its kernels and so
-    their workspace (default: this process's; a sweep's driver passes `resources.cpu`)."""
+    their workspace (default: this process's; a sweep's driver passes `resources.cpu`);
+    `target`: the CUDA device the trial runs on (default: `cuda.trial_target`'s, from the
+    config and this machine), whose run peak is its caching allocator's (`cuda`)."""
     lengths = None if lengths is None else tuple(lengths)
+    target = trial_target(config) if target is None else target
     with computing_threads(threads):
-        run = dry_run(shape_key(config, lengths), lengths, workspace)
-    return parts(run, occasional=occasional_work(config))
+        run = dry_run(shape_key(config, lengths, cuda=target is not None), lengths, workspace)
+    return parts(run, occasional=occasional_work(config), target=target)
 
 
-def parts(run: DryRun, layout: str | None = None, occasional: bool = False) -> MemoryReport:
+def parts(
+    run: DryRun,
+    layout: str | None = None,
+    occasional: bool = False,
+    target: CudaTarget | None = None,
+) -> MemoryReport:
     """A dry run's memory by part, compressed weights as held or counted in `layout`
     (`accounting.model_bytes`); `occasional`: the trial has occasional work
     (`DryRun.activation`). On the CPU the activation part has the heap's objects with it, as the
-    CPU measurement sees them. The run's peak (`run_peak`) holds the weights as they are held,
-    whatever `layout` counts."""
+    CPU measurement sees them. The run's peak (`run_peak`; a CUDA trial's on `target`,
+    `cuda.cuda_prediction`, with its parts) holds the weights as they are held, whatever
+    `layout` counts."""
+    cuda = None if run.cuda is None else cuda_prediction(run.cuda_run(occasional), target)
     return MemoryReport(
         model_bytes=accounting.model_bytes(run.model, layout),
         optimizer_bytes=accounting.held_gradient_bytes(run.model)
@@ -158,7 +192,8 @@ def parts(run: DryRun, layout: str | None = None, occasional: bool = False) -> M
         activation_bytes=sum(run.activation(occasional)),
         flops_per_step=run.flops_per_step,
         source="predicted",
-        run_peak_bytes=sum(run_peak(run, occasional)),
+        run_peak_bytes=sum(run_peak(run, occasional)) if cuda is None else cuda.run_peak_bytes,
+        cuda=cuda,
     )
 
 
@@ -212,15 +247,19 @@ def heap_object_bytes(config: TrialConfig, lengths: tuple[int, int] | None = Non
     return dry_run(shape_key(config, lengths), lengths).activation(occasional_work(config))[1]
 
 
-def shape_key(config: TrialConfig, lengths: tuple[int, int] | None = None) -> TrialConfig:
+def shape_key(
+    config: TrialConfig, lengths: tuple[int, int] | None = None, cuda: bool | None = None
+) -> TrialConfig:
     """The config reduced to what decides the activations and FLOPs: the task's model, its
     schedule's shape fields (`Task.SHAPE_FIELDS`), the technique that runs the step and each
     technique's `shape_settings`; default data, seed 0, the rest at defaults; the device is the
-    type a trial would run on."""
+    type a trial runs on (`cuda`: whether it is CUDA; None: as `cuda.trial_target` says from the
+    config and this machine)."""
     synthetic_task(config, torch.device("cpu"), lengths)  # refuses what the profiler cannot run
     schedule = config.schedule
     shapes = {name: getattr(schedule, name) for name in config.task_type().SHAPE_FIELDS}
-    device = "cuda" if config.device != "cpu" and torch.cuda.is_available() else "cpu"
+    cuda = trial_target(config) is not None if cuda is None else cuda
+    device = "cuda" if cuda else "cpu"
     reduced = TrialConfig(
         task=config.task,
         device=device,
@@ -249,19 +288,27 @@ def dry_run(
 def _cached_dry_run(
     key: TrialConfig, lengths: tuple[int, int] | None, workspace: bool, threads: int | None
 ) -> DryRun:
-    device = torch.device(key.device)
+    device = torch.device(key.device)  # the trial's; a CUDA one without a GPU here: the CPU's
+    host = device if device.type == "cpu" or torch.cuda.is_available() else torch.device("cpu")
+    built = key if host == device else TrialConfig.from_dict({**key.to_flat(), "device": "cpu"})
+    cuda = device.type == "cuda"
+    workspace &= not cuda  # a CUDA trial's workspaces are `cuda`'s, not the CPU's operators'
     with _global_rng_kept():
-        trainer = Trainer(key, task=synthetic_task(key, device, lengths))
+        trainer = Trainer(built, task=synthetic_task(built, host, lengths))
     task, model, runner = trainer.task, trainer.model.train(), trainer.step_runner
     batch = next(iter(task.train_batches(0)))  # real and small: splitting it reads its lengths
     microbatches, normaliser = task.microbatches(batch), task.normaliser(batch)
     shapes = [tuple(tuple(t.shape) for t in batch_tensors(m)) for m in microbatches]
     weights = pass_weights(shapes)
     run = sorted(weights)
-    foreach = default_foreach(list(model.parameters()))  # decided on the real weights
+    # decided on the real weights, as torch would decide on the trial's device
+    foreach = default_foreach(list(model.parameters()), None if host == device else device.type)
     fake_mode = FakeTensorMode()
     _fake_state(model, fake_mode)
     flops = {}
+    # a CUDA trial's calls that take a library's workspace; storages of the host not seen
+    notes = cuda_call if cuda else signature
+    seen = "cuda" if cuda and host.type == "cuda" else None
     with fake_mode:
         optimizer = task.build_optimizer(model)  # hooks the techniques hang on the fake weights
         for group in optimizer.param_groups:
@@ -277,7 +324,8 @@ def _cached_dry_run(
         existing = [t for fake in fakes for t in (*batch_tensors(fake), *host_data_tensors(fake))]
         existing += [*model.parameters(), *model.buffers(), *accounting.state_tensors(optimizer)]
         calls, segments = CallCounts(), []
-        with StorageTracker(existing, calls=calls) as tracker:
+        tracker = StorageTracker(existing, notes=notes, device_type=seen, calls=calls)
+        with tracker:
             for index, microbatch in zip(run, fakes, strict=True):
                 calls.weight = weights[index]
                 segments.append((tracker.clock + 1, weights[index]))
@@ -296,8 +344,17 @@ def _cached_dry_run(
     with_grad = {name for name, param in model.named_parameters() if param.grad is not None}
     occasional = functools.partial(occasional_peak, key, lengths, with_grad, heap)
     evaluation_recorded: list[Recording] = []
+    evaluation_moments: list[tuple[Moment, Moment]] | None = [] if cuda else None
     evaluation = evaluation_peak(
-        task, model, optimizer, runner, fake_mode, heap, workspace, evaluation_recorded
+        task,
+        model,
+        optimizer,
+        runner,
+        fake_mode,
+        heap,
+        workspace,
+        evaluation_recorded,
+        (notes, seen, evaluation_moments),
     )
     # the host minibatch is on the trial's device only when that is the host (a task moves each
     # microbatch to the device in `loss`, where the tracker counts the copy as the step's); the
@@ -305,6 +362,15 @@ def _cached_dry_run(
     input_bytes = _storage_bytes([t for t in batch_tensors(batch) if t.device == device])
     flops_per_step = sum(flops[s] for s in shapes)
     held = [*model.parameters(), *model.buffers(), *accounting.state_tensors(optimizer)]
+    cuda_run = None
+    if cuda:
+        moments = {"step": _moments(tracker, []), **dict(zip(["evaluation"], evaluation_moments))}
+        evaluation_calls = [c for m in evaluation_moments for c in m[0].at_calls]
+        cuda_run = CudaRun(
+            held=(_storage_bytes(held, allocated_size), _storage_bytes(held)),
+            moments=moments,
+            roles=frozenset(c[:2] for c in [*(c for _, c in tracker.calls), *evaluation_calls]),
+        )
     return DryRun(
         model,
         optimizer,
@@ -317,7 +383,21 @@ def _cached_dry_run(
         evaluation=evaluation,
         recording=recording,
         evaluation_recording=evaluation_recorded[0] if evaluation is not None else None,
+        cuda=cuda_run,
     )
+
+
+def _moments(tracker: StorageTracker, exclude: list[torch.Tensor]) -> tuple[Moment, Moment]:
+    """A tracked pass's moment beyond `exclude` for a CUDA trial: in the allocator's blocks, and
+    in exact bytes (`StorageTracker.call_peaks`)."""
+    blocks = tracker.call_peaks(exclude, allocated_size)
+    exact = tracker.call_peaks(exclude)
+    return Moment(*blocks), Moment(*exact)
+
+
+def _plus(moment: Moment, nbytes: int) -> Moment:
+    """`moment` with `nbytes` more alive throughout (an input it runs beside)."""
+    return Moment(moment.peak + nbytes, {c: alive + nbytes for c, alive in moment.at_calls.items()})
 
 
 def evaluation_peak(
@@ -329,12 +409,16 @@ def evaluation_peak(
     heap_bytes: int,
     workspace: bool,
     recorded: list[Recording] | None = None,
+    cuda: tuple | None = None,
 ) -> tuple[int, int, int] | None:
     """One `Task.evaluation_pass` on a fake batch of evaluation's shape, in eval mode under
     no_grad as `Trainer.run` evaluates: the batch's bytes on the device, and the pass's peak
     beyond the weights, buffers and optimizer state (storage, with `workspace` operators'
     workspace; heap objects at `heap_bytes` a storage). The pass's `Recording` is added to
-    `recorded`, when given."""
+    `recorded`, when given. `cuda`: a CUDA trial's (notes, device type seen, moments), whose
+    tracker notes its calls as the step's and whose moment, with the batch, is added to moments
+    (in the allocator's blocks, and exact)."""
+    notes, seen, moments = (signature, None, None) if cuda is None else cuda
     real = task.synthetic_evaluation_batch(torch.Generator().manual_seed(0))
     held = _held(model, optimizer)
     model.eval()
@@ -343,7 +427,8 @@ def evaluation_peak(
             batch = map_tensors(fake_mode.from_tensor, real)
             existing = [*held, *batch_tensors(batch)]
             calls = CallCounts()
-            with StorageTracker(existing, calls=calls) as tracker, torch.no_grad():
+            tracker = StorageTracker(existing, notes=notes, device_type=seen, calls=calls)
+            with tracker, torch.no_grad():
                 with runner.forward_context():
                     result = task.evaluation_pass(model, batch)
                 evaluates, result = result is not None, None
@@ -354,25 +439,35 @@ def evaluation_peak(
     if recorded is not None:
         recorded.append(Recording(calls.counts, tracker.allocated(), ((1, 1),)))
     on_device = [t for t in batch_tensors(real) if t.device == held[0].device]
+    if moments is not None:
+        blocks, exact = _moments(tracker, held)
+        moments.append(
+            (
+                _plus(blocks, _storage_bytes(on_device, allocated_size)),
+                _plus(exact, _storage_bytes(on_device)),
+            )
+        )
     return (_storage_bytes(on_device), *_peak(tracker, held, heap_bytes, workspace))
 
 
 dry_run.cache_clear = _cached_dry_run.cache_clear  # e.g. after the heap constant changes
 
 
-def _storage_bytes(tensors: list[torch.Tensor]) -> int:
-    """The bytes of the distinct storages under `tensors`."""
+def _storage_bytes(tensors: list[torch.Tensor], block=None) -> int:
+    """The bytes of the distinct storages under `tensors`, each as `block` makes them (an
+    allocator's rounding; None: exact)."""
     storages = [t.untyped_storage() for t in tensors]  # alive together: ids are theirs alone
-    return sum({id(storage): storage.nbytes() for storage in storages}.values())
+    sizes = {id(storage): storage.nbytes() for storage in storages}.values()
+    return sum(sizes if block is None else map(block, sizes))
 
 
 def occasional_peak(
     key: TrialConfig, lengths: tuple[int, int] | None, with_grad: set[str], heap_bytes: int
-) -> tuple[int, int]:
+) -> tuple[int, int, int]:
     """The techniques' occasional work, real, on the CPU (see the module docstring): the most
     bytes of tensor storage it holds at once beyond the step's weights, buffers, optimizer state
-    and gradients (zeros on the parameters named in `with_grad`), and its heap objects then at
-    `heap_bytes` a storage."""
+    and gradients (zeros on the parameters named in `with_grad`), its heap objects then at
+    `heap_bytes` a storage, and that storage in a CUDA allocator's blocks (`cuda.allocated_size`)."""
     cpu = TrialConfig.from_dict({**key.to_flat(), "device": "cpu"})
     with _global_rng_kept():
         trainer = Trainer(cpu, task=synthetic_task(cpu, torch.device("cpu"), lengths))
@@ -383,7 +478,8 @@ def occasional_peak(
     with StorageTracker(_held(model, optimizer)) as tracker:
         for technique in trainer.techniques:
             technique.run_occasional_work()
-    return _peak(tracker, _held(model, optimizer), heap_bytes)
+    held = _held(model, optimizer)
+    return (*_peak(tracker, held, heap_bytes), tracker.peak(held, block=allocated_size))
 
 
 def _held(model: nn.Module, optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:

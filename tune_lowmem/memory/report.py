@@ -8,6 +8,7 @@ report fills are `outcome.memory_columns`'.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ..config import TrialConfig
 from ..outcome import MB, MEASURED, PARTS, PREDICTED
@@ -34,10 +35,12 @@ class MemoryReport:
     # dense as stored (masked sparse weights take their full size), the allocator's own view
     peak_bytes: int | None = None
     # predicted (`predict.run_peak`): the run's peak, the most bytes live at once over training
-    # steps, occasional work and evaluation, inputs included; measured (`allocations.
-    # measured_run_peak`): the allocator's peak over the steps that may be the run's peak, each
-    # with one evaluation batch, on a side run (not the whole run)
+    # steps, occasional work and evaluation, inputs included (a CUDA trial's: its caching
+    # allocator's, with its parts in `cuda`); measured (`allocations.measured_run_peak`): the
+    # allocator's peak over the steps that may be the run's peak, each with one evaluation
+    # batch, on a side run (not the whole run)
     run_peak_bytes: int | None = None
+    cuda: Any = None  # predicted for a CUDA trial: its `memory.cuda.CudaPrediction`
 
     def __post_init__(self) -> None:
         if self.source not in SOURCES:
@@ -59,8 +62,9 @@ class MemoryReport:
 
     def to_dict(self) -> dict[str, float | int | str | None]:
         """What `tune-lowmem profile --json` prints: ``<source>_<part>_mb`` for each of PARTS,
-        the FLOPs, the source, a measurement's ``measured_peak_mb`` and the run's peak (the
-        names earlier versions gave the columns, which `outcome.column` reads as today's)."""
+        the FLOPs, the source, a measurement's ``measured_peak_mb``, the run's peak (the names
+        earlier versions gave the columns, which `outcome.column` reads as today's) and a CUDA
+        prediction's parts (``predicted_cuda_<part>_mb``)."""
         parts = (self.model_bytes, self.optimizer_bytes, self.activation_bytes, self.total_bytes)
         values: dict[str, float | int | str | None] = {
             f"{self.source}_{part}_mb": nbytes / MB for part, nbytes in zip(PARTS, parts)
@@ -70,6 +74,8 @@ class MemoryReport:
             values[f"{self.source}_peak_mb"] = self.peak_bytes / MB
         if self.run_peak_bytes is not None:
             values[f"{self.source}_run_peak_mb"] = self.run_peak_bytes / MB
+        if self.cuda is not None:
+            values.update(self.cuda.to_mb())
         return values
 
 

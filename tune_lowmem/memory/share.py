@@ -1,22 +1,27 @@
-"""The one headroom rule between a trial's predicted memory and its share of a GPU.
+"""The one rule between a CUDA trial's predicted run peak and its share of a GPU.
 
 Ray's fractional GPUs are a scheduling hint, not a limit: nothing stops a trial from taking the
-whole card. So the share is sized and enforced by the same rule:
+whole card. So the share is sized and enforced from the same figures (`cuda.CudaPrediction`):
 
-- the share `gpu: auto` asks for holds the CUDA context (`CUDA_CONTEXT_MB`, outside the caching
-  allocator) plus the larger of the predicted run's peak (steps, evaluation, inputs) and the
-  allocator's view of the step
-  (`cuda.predict_cuda`), with `ALLOCATOR_MARGIN` on top (what neither models: cuDNN workspaces,
-  fragmentation), rounded up to 1% of the card;
+- the share `gpu: auto` asks for holds what the trial's caching allocator reserves for its
+  predicted run peak (`reserved_bytes`: the peak times the most the allocator was measured to
+  reserve per byte it held, `cuda.calibration`) and the CUDA context beside it (measured on a
+  card, likewise), rounded up to 1% of the card;
 - a trial given a share below one card limits its caching allocator to that share less the
   context (`torch.cuda.set_per_process_memory_fraction`), so a trial that outgrows its share
-  fails with its own out-of-memory error while the others on the card go on.
+  fails with its own out-of-memory error while the others on the card go on; a convolution
+  whose cuDNN workspace the limit cannot give takes the next algorithm cuDNN proposes
+  (aten/src/ATen/native/cudnn/Conv_v8.cpp's `try_configs`), so a workspace the driver could not
+  predict slows a trial rather than failing it.
 
-Every share of a trial's request thus leaves its allocator at least predicted * (1 + margin).
+The prediction the share is sized from is the driver's (`trial_target` without the card: the
+architecture the resources name, torch's rules for its workspaces), made again the same way in
+the trial: the share Ray gave is the one the trial is held to.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Protocol
 
@@ -24,30 +29,33 @@ import torch
 
 from ..config import TrialConfig
 from ..outcome import CUDA_PEAKS
-from .cuda import CUDA_CONTEXT_MB, predict_cuda
-from .predict import predict
+from .cuda import CudaPrediction, calibration, trial_target
 from .report import MB
-
-ALLOCATOR_MARGIN = 0.25  # of the predicted memory: what the allocator may add over it
 
 
 class Request(Protocol):
     """What a trial asks for (a search space's resources): a fixed share, or "auto" sized by
-    `gpu_share` from the predicted memory."""
+    `gpu_share` from the predicted memory on the GPUs it names."""
 
     gpu: float | str
+    capability: tuple[int, int] | None
 
-    def gpu_share(self, predicted_total_mb: float, cuda_allocated_mb: float = 0.0) -> float: ...
+    def gpu_share(self, reserved_mb: float, context_mb: float) -> float: ...
 
 
-def gpu_share(
-    predicted_total_mb: float, gpu_memory_mb: float, cuda_allocated_mb: float = 0.0
-) -> float:
-    """The share of a card of `gpu_memory_mb` that a trial predicted to need this much asks for;
-    `cuda_allocated_mb`: the allocator's view of its step (`cuda.predict_cuda`), when known, which
-    the allocator's part covers too (with the same margin)."""
-    allocator = max(predicted_total_mb, cuda_allocated_mb) * (1 + ALLOCATOR_MARGIN)
-    return min(1.0, math.ceil(100 * (allocator + CUDA_CONTEXT_MB) / gpu_memory_mb) / 100)
+def gpu_share(reserved_mb: float, context_mb: float, gpu_memory_mb: float) -> float:
+    """The share of a card of `gpu_memory_mb` that holds an allocator reserving `reserved_mb`
+    beside a CUDA context of `context_mb`, in whole percents, at most the card."""
+    return min(1.0, math.ceil(100 * (reserved_mb + context_mb) / gpu_memory_mb) / 100)
+
+
+def driver_prediction(resources: Request, config: TrialConfig) -> CudaPrediction:
+    """A trial's CUDA prediction as the driver makes it: on the architecture the resources name,
+    torch's rules for the workspaces (nothing probed, so the trial makes the same)."""
+    from .predict import predict
+
+    target = trial_target(config, gpu=True, capability=resources.capability)
+    return predict(config, target=dataclasses.replace(target, on_card=False)).cuda
 
 
 def trial_share(resources: Request, config: TrialConfig) -> float:
@@ -55,16 +63,17 @@ def trial_share(resources: Request, config: TrialConfig) -> float:
     (the driver's request in `search.driver.trial_resources`, the trial's limit in the trainable)."""
     if resources.gpu != "auto":
         return float(resources.gpu)
-    allocated_mb = predict_cuda(config).allocated_bytes / MB  # the largest workspace: any card
-    return resources.gpu_share(predict(config).run_peak_bytes / MB, allocated_mb)  # evaluation too
+    predicted = driver_prediction(resources, config)
+    return resources.gpu_share(predicted.reserved_bytes / MB, predicted.context_bytes / MB)
 
 
 def memory_fraction(share: float, device_memory_mb: float) -> float | None:
-    """The fraction of the device's memory its allocator may hold under `share`; None when the
-    trial has whole cards (nothing to hold it to) or no GPU at all."""
+    """The fraction of the device's memory its allocator may hold under `share`: the share less
+    the CUDA context (`cuda.calibration`); None when the trial has whole cards (nothing to hold
+    it to) or no GPU at all."""
     if share <= 0 or share >= 1:
         return None
-    return max(0.0, share - CUDA_CONTEXT_MB / device_memory_mb)
+    return max(0.0, share - calibration()["context_mb"] / device_memory_mb)
 
 
 def cuda_index(device: torch.device) -> int:

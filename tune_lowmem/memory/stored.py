@@ -18,6 +18,7 @@ accounted one.
 from __future__ import annotations
 
 from ..config import TrialConfig
+from .cuda import trial_target
 from .predict import dry_run, occasional_work, parts, shape_key
 from .report import MemoryReport
 
@@ -27,5 +28,6 @@ def accounted(
 ) -> MemoryReport:
     """The predicted memory with compressed weights counted in `layout` (csr: the paper's)."""
     lengths = None if lengths is None else tuple(lengths)
-    run = dry_run(shape_key(config, lengths), lengths)
-    return parts(run, layout, occasional=occasional_work(config))
+    target = trial_target(config)
+    run = dry_run(shape_key(config, lengths, cuda=target is not None), lengths)
+    return parts(run, layout, occasional=occasional_work(config), target=target)

@@ -41,6 +41,7 @@ import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import accumulate
+from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -50,6 +51,16 @@ from torch.utils.flop_counter import flop_registry
 from ..torch_private import engine_called
 from .calls import CallCounts
 from .workspace import signature, workspace_bytes
+
+
+def _exact(nbytes: int) -> int:
+    """A storage's bytes as they are (no allocator's rounding)."""
+    return nbytes
+
+
+def _signed(block: Callable[[int], int], nbytes: int) -> int:
+    """`block` of a life's bytes, negative for an existing storage's end (`StorageTracker.freed`)."""
+    return block(nbytes) if nbytes >= 0 else -block(-nbytes)
 
 
 @dataclass
@@ -81,9 +92,13 @@ class StorageTracker(TorchDispatchMode):
         existing: Iterable[torch.Tensor] = (),
         probe: Callable[[], int] | None = None,
         probe_reads_heap: bool = False,
+        notes: Callable[[Any, tuple, dict], tuple | None] = signature,
+        device_type: str | None = None,
         calls: CallCounts | None = None,
     ) -> None:
         super().__init__()
+        self.notes = notes  # which calls have workspace, and what decides it (their signature)
+        self.device_type = device_type  # storages on other devices (the host's) are not seen
         self.clock = 0
         self.flops = 0
         self.lives: list[Life] = []
@@ -105,7 +120,7 @@ class StorageTracker(TorchDispatchMode):
         self._summand = None
         out = func(*args, **kwargs)
         self.clock += 1
-        if (call := signature(func, args, kwargs)) is not None:
+        if (call := self.notes(func, args, kwargs)) is not None:
             self.calls.append((self.clock, call))
         if self.counted is not None:
             self.counted.add(func, args, kwargs, out)
@@ -129,6 +144,8 @@ class StorageTracker(TorchDispatchMode):
         self.samples.append(in_use)
 
     def _see(self, tensor: torch.Tensor) -> None:
+        if self.device_type is not None and tensor.device.type != self.device_type:
+            return
         storage = tensor.untyped_storage()
         key = id(storage)
         life = self._alive.get(key)
@@ -164,10 +181,13 @@ class StorageTracker(TorchDispatchMode):
         if self._alive.get(key) is life:
             del self._alive[key]
 
-    def curve(self, tensors: Iterable[torch.Tensor], *, of: bool) -> list[int]:
+    def curve(
+        self, tensors: Iterable[torch.Tensor], *, of: bool, block: Callable[[int], int] = _exact
+    ) -> list[int]:
         """Bytes alive at each event in the storages of `tensors` (tensors alive now, e.g.
         parameters and gradients) when `of`, or in all the other recorded storages, less the
-        existing ones freed, when not."""
+        existing ones freed, when not; each storage's bytes as `block` makes them (an
+        allocator's rounding of a request)."""
         chosen = {id(t.untyped_storage()) for t in tensors}
 
         def selected(life: Life) -> bool:
@@ -175,16 +195,21 @@ class StorageTracker(TorchDispatchMode):
             return (storage is not None and id(storage) in chosen) == of
 
         lives = [life for life in self.lives if selected(life)] + ([] if of else self.freed)
-        return self._sum(lives, lambda life: life.nbytes)
+        return self._sum(lives, lambda life: _signed(block, life.nbytes))
 
     def peak(
-        self, exclude: Iterable[torch.Tensor] = (), heap_bytes: int = 0, workspace: bool = False
+        self,
+        exclude: Iterable[torch.Tensor] = (),
+        heap_bytes: int = 0,
+        workspace: bool = False,
+        block: Callable[[int], int] = _exact,
     ) -> int:
         """The most bytes alive at once in the recorded storages, leaving out those of `exclude`,
         with `heap_bytes` more for each storage alive then, those of `exclude` too (what a
-        storage costs beyond its bytes: its tensor's and the autograd graph's objects), and
-        with `workspace` each noted call's workspace at its event."""
-        stored = self.curve(exclude, of=False)
+        storage costs beyond its bytes: its tensor's and the autograd graph's objects), with
+        `workspace` each noted call's workspace at its event (`workspace.workspace_bytes`), each
+        storage's bytes as `block` makes them."""
+        stored = self.curve(exclude, of=False, block=block)
         if workspace and self.calls:
             sizes = workspace_bytes(call for _, call in self.calls)
             for event, call in self.calls:
@@ -193,6 +218,19 @@ class StorageTracker(TorchDispatchMode):
             return max(stored)
         count = self._sum(self.lives + self.freed, lambda life: 1 if life.nbytes >= 0 else -1)
         return max(b + heap_bytes * n for b, n in zip(stored, count, strict=True))
+
+    def call_peaks(
+        self, exclude: Iterable[torch.Tensor] = (), block: Callable[[int], int] = _exact
+    ) -> tuple[int, dict[tuple, int]]:
+        """The most bytes alive at once as `peak` counts them without workspace, and for each
+        noted call (`notes`) the most alive at any of its events: a call's workspace, once
+        known, adds to the bytes alive at its events, so the peak with it is the larger of the
+        first and each call's figure plus its workspace."""
+        stored = self.curve(exclude, of=False, block=block)
+        at_calls: dict[tuple, int] = {}
+        for event, call in self.calls:
+            at_calls[call] = max(at_calls.get(call, 0), stored[event])
+        return max(stored), at_calls
 
     def allocated(self) -> tuple[tuple[int, int | None, int], ...]:
         """Each storage the code allocated as torch allocates without a mode (the time

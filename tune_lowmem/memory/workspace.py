@@ -48,6 +48,14 @@ PRODUCTS = frozenset(  # with an operand in half precision
 HALF = (torch.float16, torch.bfloat16)
 _RANGE = "tune_lowmem.workspace_probe "
 _known: dict[tuple, int] = {}  # signature -> workspace bytes
+# kineto, the tracer under torch.profiler, logs to stderr at every session's start and stop
+# (``USDT: ... profiler_start``) and, on a machine without a GPU, its failed device query
+# (``gpuGetDeviceCount failed with code 35``): at every probe and measurement. It reads its
+# least severity to print from KINETO_LOG_LEVEL once, when the process first profiles
+# (libkineto_init in kineto's init.cpp: ``SET_LOG_SEVERITY_LEVEL(atoi(...))``); a level above
+# every severity it has (VERBOSE 0 to USDT 5 in torch 2.14's) prints nothing. A level the user
+# set is kept.
+KINETO_QUIET = "99"
 
 
 def signature(func, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple | None:
@@ -81,9 +89,17 @@ def workspace_bytes(signatures: Iterable[tuple]) -> dict[tuple, int]:
     return {s: _known[s] for s in wanted}
 
 
+def memory_reports(activities: list[ProfilerActivity], **options: Any) -> profile:
+    """A profiler session that records the allocators' reports on `activities` (`options`:
+    `torch.profiler.profile`'s others, e.g. a schedule), printing nothing of its own
+    (`KINETO_QUIET`): every profile the project takes is one of these."""
+    os.environ.setdefault("KINETO_LOG_LEVEL", KINETO_QUIET)
+    return profile(activities=activities, profile_memory=True, **options)
+
+
 def _probe(signatures: list[tuple]) -> dict[tuple, int]:
     """Run each call once under the profiler's memory reports; its workspace from the trace."""
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiler:
+    with memory_reports([ProfilerActivity.CPU]) as profiler:
         for index, (func, args, kwargs, threads) in enumerate(signatures):
             real_args, real_kwargs = real(args), dict(real(kwargs))
             with computing_threads(threads), torch.no_grad(), record_function(f"{_RANGE}{index}"):

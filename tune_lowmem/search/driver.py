@@ -41,11 +41,12 @@ from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
 from .. import pareto, preflight, store
 from ..analysis import baselines
-from ..config import ConfigError
+from ..config import ConfigError, TrialConfig
 from ..outcome import column
-from ..plugins import plugins_folder
+from ..plugins import plugins_folder, techniques
 from ..space import SearchSpace
 from ..tracking_settings import mlflow_uri
+from ..train import trial_environment
 from ..yaml_loading import load_file
 from . import journal, legacy, place, trackers
 from .generator import PlacedSearch
@@ -153,6 +154,13 @@ def write_failure(error: BaseException | str | None) -> store.WriteFailed | None
     return None
 
 
+def searches_environment(space: SearchSpace) -> bool:
+    """Whether the space's trials differ in their process's environment (a field a technique
+    makes it from, `Technique.ENVIRONMENT`: e.g. a CUDA workspace setting)."""
+    fields = {name for technique in techniques() for name in technique.ENVIRONMENT}
+    return any(p.name in fields for p in space.params)
+
+
 def trial_resources(space: SearchSpace, tune_config: dict[str, Any]) -> dict[str, float]:
     """One trial's request; with gpu: auto, a GPU share sized by the predicted memory."""
     from ..memory.share import trial_share
@@ -193,7 +201,10 @@ def _tuner(space: SearchSpace, sweep: str, root: Path) -> tune.Tuner:
             num_samples=space.planned_trials,
             scheduler=scheduler,
             trial_dirname_creator=trial_dirname,
-            reuse_actors=True,  # a worker process per trial costs seconds of imports
+            # a worker process per trial costs seconds of imports; but CUDA's libraries read
+            # their settings once a process starts CUDA, so trials whose environments differ
+            # each take a fresh one
+            reuse_actors=not searches_environment(space),
         ),
         run_config=tune.RunConfig(
             name=sweep,
@@ -227,6 +238,9 @@ def _ray(address: str | None, space: SearchSpace) -> Iterator[None]:
     passed = {
         k: os.environ[k] for k in ("TUNE_LOWMEM_DATA", "TUNE_LOWMEM_CACHE") if k in os.environ
     }
+    # the space's fixed CUDA workspace settings, in every worker before it starts CUDA (a
+    # searched one is set by its trial: `trainable`)
+    passed |= trial_environment(TrialConfig.from_dict(space.base))
     folder = plugins_folder()
     if folder is not None:
         paths = (folder, os.environ.get("PYTHONPATH"))
@@ -383,7 +397,7 @@ def front(space: SearchSpace, trials: pd.DataFrame) -> pd.DataFrame:
     missing = [c for c in columns if c not in done.columns]
     if done.empty or missing:
         return pd.DataFrame(columns=[*space.objectives, *params, "seeds"])
-    means = pareto.aggregate_seeds(done, "seed_group", list(columns))
+    means = pareto.aggregate_seeds(done, "seed_group", list(columns), "config.seed")
     first = done.drop_duplicates("seed_group").set_index("seed_group")
     points = pd.DataFrame(
         {

@@ -7,6 +7,7 @@ failed) and told to Optuna, so it never occupies a worker; the trainable trains 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -15,6 +16,7 @@ from typing import Any
 from .. import store
 from ..config import ConfigError, TrialConfig
 from ..memory import MemoryReport
+from ..memory.cuda import trial_target
 from ..memory.predict import predict
 from ..memory.stored import accounted
 from ..outcome import MEMORY, MEMORY_OBJECTIVE, known_before_training, memory_columns
@@ -47,7 +49,11 @@ def screen(space: SearchSpace, params: Mapping[str, Any]) -> Screening:
     except ConfigError as error:
         return Screening("failed", reason=f"invalid config: {error}")
     try:
-        predicted = predict(config, threads=space.resources.cpu)  # as the trial will compute
+        target = trial_target(config, space.resources.gpu != 0, space.resources.capability)
+        if target is not None:  # the driver's view: nothing probed (`memory.share`)
+            target = dataclasses.replace(target, on_card=False)
+        # as the trial will compute: its threads, its device
+        predicted = predict(config, threads=space.resources.cpu, target=target)
     except Exception as error:  # the profiler builds the real model: its parameters did not fit
         if not out_of_memory(error):
             raise

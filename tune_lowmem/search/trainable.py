@@ -61,7 +61,7 @@ from ..outcome import (
     trial_result,
 )
 from ..space import SearchSpace
-from ..train import Trainer, measured_times, resolve_device
+from ..train import Trainer, apply_environment, measured_times, resolve_device
 
 CHECKPOINT_FILE = "trainer.pt"
 FULL_COLLECTION_EVERY = 64  # trials of a worker process between collections of its frozen objects
@@ -174,7 +174,8 @@ class _Run:
 
         try:
             self.config = self.space.trial_config(self.params)
-            self.predicted = predict(self.config)
+            apply_environment(self.config)  # before CUDA starts: its libraries read it then
+            self.predicted = predict(self.config)  # on the trial's own device, probed there
             self.paper_csr = accounted(self.config, "csr")
             share = trial_share(self.space.resources, self.config)  # what Ray was asked for
             hold_to_share(share, resolve_device(self.config.device))  # its OOM is its own

@@ -53,6 +53,10 @@ class Technique:
     # What it reads of a task beyond the `Task` interface: class attribute -> what a task that
     # does not set it is read as (`task_needs`).
     TASK_NEEDS: ClassVar[Mapping[str, Any]] = {}
+    # Its dotted fields that make the trial's process environment (`environment`): a process
+    # that started CUDA under one value cannot take another, so trials that differ in them run
+    # in processes of their own.
+    ENVIRONMENT: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, config: TrialConfig, task: Task):
         self.config = config
@@ -103,6 +107,12 @@ class Technique:
         """Refuse a search space in which its searched settings could do nothing, naming the
         param: `probes` are each searched param's probe values (ends and choices), `base` the
         fixed values; at most `limit` combinations are tried. Nothing by default."""
+
+    @classmethod
+    def environment(cls, config: TrialConfig) -> dict[str, str]:
+        """Environment variables a trial's process must hold before CUDA starts, which the
+        libraries under torch read then (none by default; `train.apply_environment` sets them)."""
+        return {}
 
     @classmethod
     def off_metrics(cls, config: TrialConfig) -> dict[str, float]:

@@ -79,7 +79,9 @@ def predict_time(
     lengths."""
     lengths = None if lengths is None else tuple(lengths)
     with computing_threads(threads):
-        key = shape_key(config, lengths)
+        # timed on the device this machine has: a CUDA trial on its GPU, else the CPU (a CUDA
+        # trial's memory is predicted without one; its time is not)
+        key = shape_key(config, lengths, cuda=None if torch.cuda.is_available() else False)
         run = dry_run(key, lengths)
         device = Device.of(key.device)
         update, calls, unpriced = priced(run.recording.calls, device)
