@@ -17,6 +17,8 @@ def test_the_builtin_declarations_give_the_documented_exact_values():
         "model.fused_norm": EVERY,
         "sparsity.storage": EVERY,
         "fused_step": ("none", "exact"),
+        "cuda_workspace.cublas": EVERY,
+        "cuda_workspace.cudnn_limit_mb": EVERY,
     }
     plain = {"checkpoint": "none", "model.fused_norm": "none", "sparsity.storage": "csr"}
     saving = {"checkpoint": "residual-1", "model.fused_norm": "block", "sparsity.storage": "best"}

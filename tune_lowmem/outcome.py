@@ -118,6 +118,11 @@ CUDA_PEAKS = (CUDA_MAX_ALLOCATED, CUDA_MAX_RESERVED)
 # median of an epoch's updates after its first, those with a technique's occasional work left
 # out), an evaluation, an epoch (its updates and evaluation); a trial's row holds the median
 # over its epochs, each epoch's row its own.
+# Seconds predicted before training for the trial's device (`timing.predict_time`: its dry run
+# through the device's probed kernel costs): an update, an evaluation, an epoch.
+PREDICTED_UPDATE_S = _declare("time.predicted_update_s", PREDICTED)
+PREDICTED_EVALUATION_S = _declare("time.predicted_evaluation_s", PREDICTED)
+PREDICTED_EPOCH_S = _declare("time.predicted_epoch_s", PREDICTED)
 MEASURED_UPDATE_S = _declare("time.measured_update_s", MEASURED)
 MEASURED_EVALUATION_S = _declare("time.measured_evaluation_s", MEASURED)
 MEASURED_EPOCH_S = _declare("time.measured_epoch_s", MEASURED)
