@@ -336,7 +336,8 @@ def test_a_store_without_variation_skips_figures_and_predicts_the_baseline(tmp_p
 def test_scripts_write_one_kind_each(report, tmp_path, monkeypatch):
     root, _ = report
     scripts = sorted(p.stem for p in (ROOT / "analysis").glob("*.py"))
-    assert scripts == sorted([*FIGURES, "table3", "report"])
+    timed = ["memory_vs_time"]  # drawn from a timed store: tests/test_time_answers.py
+    assert scripts == sorted([*FIGURES, *timed, "table3", "report"])
     monkeypatch.setattr(
         sys, "argv", ["hypervolume.py", "--store", str(root), "--out", str(tmp_path)]
     )
@@ -584,3 +585,27 @@ def test_a_sweep_minimising_the_run_s_peak_reports_it(tmp_path):
     assert "memory (MB, stored)" in table.columns
     assert table["memory (MB, stored)"].iloc[0] == pytest.approx(peaks[0], rel=1e-3)
     assert "predicted peak memory of the whole run (MB)" in (out / "index.html").read_text()
+
+
+def test_memory_parts_keeps_long_labels_and_its_legend_inside_the_image(report, tmp_path):
+    """The page shows the figure at most its own width: nothing may run off its left (the bar
+    labels) or its right (the legend, the totals), however long a configuration's name."""
+    import dataclasses
+    import warnings
+
+    from tune_lowmem.analysis import memory_parts
+    from tune_lowmem.analysis.points import load_points
+
+    root, _ = report
+    points = load_points(str(root))
+    groups = points.groups.copy()
+    groups["configuration"] += ", with a name long enough to need two lines or more in the margin"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # constrained layout warns when it cannot fit everything
+        drawn = memory_parts.draw(dataclasses.replace(points, groups=groups), tmp_path)
+    with Image.open(drawn.path) as image:
+        pixels = np.asarray(image.convert("L"))
+    for edge in (pixels[:, :3], pixels[:, -3:], pixels[-3:, :]):
+        assert edge.min() > 200  # white: nothing drawn touches the edge
+    legend_rows = pixels[int(pixels.shape[0] * 0.85) :, :]  # the legend sits below the axes
+    assert (legend_rows < 100).any()

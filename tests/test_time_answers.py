@@ -7,11 +7,14 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
+from PIL import Image
 
 import tune_lowmem
 from tune_lowmem.analysis.points import NoResult
@@ -49,16 +52,19 @@ def write(root: Path, trial_id: str, config: TrialConfig, point: int | None, **f
     )
 
 
-def random_store(root: Path, seed: int, baseline: bool = True, timed: bool = True) -> Path:
+def random_store(
+    root: Path, seed: int, baseline: bool = True, timed: bool = True, every_prediction=False
+) -> Path:
     """A baseline trained with three seeds (rows without a point) and random configurations of
-    one to three seeds; some trials measured no time, a few have no predicted time either."""
+    one to three seeds; some trials measured no time, a few have no predicted time either
+    (unless `every_prediction`)."""
     rng = np.random.default_rng(seed)
 
     def figures() -> dict:
         found = {"accuracy": float(rng.uniform(0.5, 0.9))}
         if timed and rng.random() > 0.25:
             found["measured_update_s"] = float(rng.uniform(0.05, 0.4))
-        if timed and rng.random() > 0.15:
+        if timed and (every_prediction or rng.random() > 0.15):
             found["predicted_update_s"] = float(rng.uniform(0.05, 0.4))
         return found
 
@@ -251,3 +257,50 @@ def test_the_tables_show_time_per_update(tmp_path, capsys):
         head = next(line for line in out.splitlines() if line.startswith("trial"))
         assert "measured_update_s" in head and "predicted_update_s" in head
         assert max(map(len, out.splitlines())) <= 120
+
+
+@pytest.fixture(scope="module")
+def timed_report(tmp_path_factory):
+    root = random_store(tmp_path_factory.mktemp("store"), 11, every_prediction=True)
+    out = tmp_path_factory.mktemp("report")
+    assert main(["report", "--store", str(root), "--out", str(out)]) == 0
+    return root, out
+
+
+def test_the_report_s_front_has_the_time_ratio_of_every_point(timed_report):
+    root, out = timed_report
+    rows = read_trials(root)
+    means = rows.groupby("seed_group")[[MEASURED, PREDICTED]].mean()
+    table = pd.read_csv(out / "table3.csv")
+    assert table["seeds"].iloc[0] == 3  # the sweep's trained baseline leads
+    for _, row in table.iterrows():
+        measured, predicted = means.loc[row["seed_group"]]
+        expected = measured / 0.12 if not math.isnan(measured) else predicted / 0.09
+        assert row["time ratio (x)"] == pytest.approx(expected)
+    page = (out / "index.html").read_text()
+    front = page[page.index("<h2>The Pareto front against the baseline</h2>") :]
+    header = front[: front.index("</thead>")]
+    assert "<th>reduction (x)</th><th>time ratio (x)</th>" in header  # beside the reduction
+    body = front[front.index("<tbody>") : front.index("</tbody>")]
+    ratios = re.findall(r"<td class=num>([0-9.]+)×</td>", body)  # reduction, then time ratio
+    assert len(ratios) == 2 * len(table)
+
+
+def test_the_report_draws_memory_against_time_for_the_front(timed_report):
+    _, out = timed_report
+    with Image.open(out / "memory_vs_time.png") as image:
+        assert image.format == "PNG"
+        low, high = image.convert("L").getextrema()
+        assert high - low > 100
+    page = (out / "index.html").read_text()
+    assert '<img src="memory_vs_time.png"' in page
+    assert "hollow where only the profiler" in page
+
+
+def test_an_untimed_store_skips_the_figure_and_the_ratio(tmp_path):
+    root = random_store(tmp_path / "store", 5, timed=False)
+    out = tmp_path / "out"
+    assert main(["report", "--store", str(root), "--out", str(out)]) == 0
+    assert not (out / "memory_vs_time.png").exists()
+    assert "time ratio" not in pd.read_csv(out / "table3.csv").columns
+    assert "no configuration of the front has a time per update" in (out / "index.html").read_text()

@@ -84,17 +84,19 @@ def baseline(done: pd.DataFrame, flag: str | None = None) -> Baseline | None:
     """The baseline of the chosen trials (None: none trained). Sweeps of several bases train
     several: refused naming `flag` when one is needed, else None (no ratio is shown)."""
     rows = baseline_rows(done)
-    if rows.empty:
-        return None
     groups = rows["seed_group"].unique()
-    if len(groups) > 1:
-        if flag is None:
-            return None
+    if len(groups) > 1 and flag is not None:
         raise ConfigError(
             flag,
             f"the chosen trials hold {len(groups)} baselines (of different bases); "
             "choose one sweep with --sweep",
         )
+    return of_rows(rows) if len(groups) == 1 else None
+
+
+def of_rows(rows: pd.DataFrame) -> Baseline:
+    """A baseline from its completed trial rows (non-empty, one seed group): per kind, the
+    median over its seeds of each seed's mean."""
     per_seed = rows.groupby("config.seed")
     seconds = {
         kind: float(per_seed[col].mean().median()) if col in rows else math.nan
