@@ -106,14 +106,14 @@ def best(
     budget (the objectives' first maximised and first minimised, memory first) and whose time
     per update is within ``max_update_s`` seconds and ``max_slowdown`` times the baseline's
     (`slowdown`: measured, else predicted); None: no such limit."""
-    flag = "--max-memory-mb" if max_memory_mb is not None else "--max-slowdown"
-    score = _objective(selection.goals, MAXIMIZE, flag)
-    memory = _objective(selection.goals, MINIMIZE, flag)
     limits = {
         "--max-memory-mb": max_memory_mb,
         "--max-slowdown": max_slowdown,
         "--max-update-s": max_update_s,
     }
+    flag = next((name for name, value in limits.items() if value is not None), "--max-memory-mb")
+    score = _objective(selection.goals, MAXIMIZE, flag)
+    memory = _objective(selection.goals, MINIMIZE, flag)
     max_memory_mb, max_slowdown, max_update_s = (
         slowdown.positive(value, name) for name, value in limits.items()
     )

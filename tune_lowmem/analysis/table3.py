@@ -99,8 +99,6 @@ def _row(
         memory_header(points): memory,
         **({stored_header(points): group[held]} if held in group else {}),
         "reduction (x)": base_memory / memory,
-        UPDATE_TIME: update,
-        TIME_RATIO: math.nan,  # `build` sets it against the timed baseline
     }
     for metric in (points.score, points.test):
         if metric is None:
@@ -112,6 +110,8 @@ def _row(
         row[change_label(metric)] = (
             math.nan if base is None else (mean - base[f"{metric}.mean"]) * scale
         )
+    row[UPDATE_TIME] = update
+    row[TIME_RATIO] = math.nan  # `build` sets it against the timed baseline
     row["seeds"] = int(group["n"])
     row["trials"] = ", ".join(group["trial_ids"])
     row["seed_group"] = group["seed_group"]
