@@ -191,7 +191,9 @@ def test_each_trial_s_curves_read_back_with_tensorboard_s_reader(followed):
         assert f"precision={row['config.precision']}" in run.name
         events = accumulated(run)
         scalars = events.Tags()["scalars"]
-        assert {"val_accuracy", "train_loss", "lr", "memory/measured_step_eval_peak_mb"} <= set(scalars)
+        assert {"val_accuracy", "train_loss", "lr", "memory/measured_step_eval_peak_mb"} <= set(
+            scalars
+        )
         assert not [tag for tag in scalars if tag.startswith("test_")]
         mine = epochs[epochs["trial_id"] == trial_id].sort_values("epoch")
         curve = events.Scalars("val_accuracy")
