@@ -21,7 +21,6 @@ import pandas as pd
 
 from ..config import ConfigError
 from ..outcome import MEASURED_UPDATE_S, PREDICTED_UPDATE_S
-from .points import describe
 
 KINDS = {"measured": MEASURED_UPDATE_S, "predicted": PREDICTED_UPDATE_S}  # first: preferred
 
@@ -30,12 +29,12 @@ KINDS = {"measured": MEASURED_UPDATE_S, "predicted": PREDICTED_UPDATE_S}  # firs
 class Baseline:
     """The sweep's baseline: its seconds per update by kind (NaN: none), over how many seeds."""
 
-    configuration: str
     seconds: dict[str, float]
     seeds: int
 
     def said(self, kind: str) -> str:
-        """ "measured, the median of its 3 seeds: 0.12 s"."""
+        """Its figure of one kind as an answer says it: measured, the median of its 3 seeds:
+        0.12 s."""
         seeds = f"{self.seeds} seed" + "s" * (self.seeds != 1)
         return f"{kind}, the median of its {seeds}: {self.seconds[kind]:.3g} s"
 
@@ -65,9 +64,8 @@ def positive(value: float | None, flag: str) -> float | None:
     """A limit as the API takes it: None, or a finite number above zero."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ConfigError(flag, f"{value!r} is not allowed; a number > 0 is required")
-    if not math.isfinite(value):
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not number or not 0 < value < math.inf:
         raise ConfigError(flag, f"{value!r} is not allowed; a number > 0 is required")
     return float(value)
 
@@ -102,7 +100,7 @@ def of_rows(rows: pd.DataFrame) -> Baseline:
         kind: float(per_seed[col].mean().median()) if col in rows else math.nan
         for kind, col in KINDS.items()
     }
-    return Baseline(describe(rows.iloc[0]), seconds, int(rows["config.seed"].nunique()))
+    return Baseline(seconds, int(rows["config.seed"].nunique()))
 
 
 def seconds(row: Mapping) -> tuple[float, str | None]:
