@@ -1,5 +1,6 @@
-"""The quickstart front's promised and measured memory: each Pareto point of a quickstart sweep,
-the run peak the sweep searched against its whole run measured.
+"""The quickstart front's memory, time and accuracy side by side: each Pareto point of a
+quickstart sweep, the run peak the sweep searched against its whole run measured, and its
+seconds per update and accuracy priced against the sweep's baseline.
 
     .venv/bin/tune-lowmem launch search_spaces/quickstart.yaml --store /tmp/qs-store
     .venv/bin/python benchmarks/quickstart_front.py --store /tmp/qs-store
@@ -14,8 +15,13 @@ config (its device, the CPU):
   again;
 - measured: the whole run (`memory.whole_run`): its schedule on its data, every epoch's
   evaluation and a checkpoint saved and restored after each, torch's CPU allocator's reports
-  replayed (no code shared with the prediction): its peak, and what the run was doing then.
-Memory figures do not depend on the machine's load. The result goes to
+  replayed (no code shared with the prediction): its peak, and what the run was doing then;
+- priced: the point's validation accuracy and seconds per update (predicted before training and
+  measured by its trial, `time.*`) beside the sweep's baseline's (every technique off, the
+  median over its seeds): the memory reduction, the time ratio (measured over measured) and the
+  accuracy change.
+Memory figures do not depend on the machine's load; the seconds are the sweep's own, so the
+sweep is run on a quiet machine. The result goes to
 benchmarks/results/quickstart_front.json; `benchmarks/render_docs.py` puts it in docs/profiler.md.
 """
 
@@ -26,35 +32,65 @@ import json
 import sys
 from pathlib import Path
 
+import pandas as pd
 import torch
 
 from tune_lowmem import pareto, store
+from tune_lowmem.analysis.slowdown import baseline_rows
 from tune_lowmem.config import TrialConfig
 from tune_lowmem.memory import MB
 from tune_lowmem.memory.predict import run_peak_storage
 from tune_lowmem.memory.whole_run import measure_run
+from tune_lowmem.outcome import MEASURED_UPDATE_S, PREDICTED_UPDATE_S
 from tune_lowmem.space import SearchSpace
 
 RESULTS = Path(__file__).parent / "results" / "quickstart_front.json"
 SPACE = Path(__file__).resolve().parents[1] / "search_spaces" / "quickstart.yaml"
 SEARCHED = "memory.predicted_run_peak_mb"
+ACCURACY = "metric.val_accuracy"
+PRICED = {"val_accuracy": ACCURACY, "searched_run_peak_mb": SEARCHED}
+PRICED |= {"predicted_update_s": PREDICTED_UPDATE_S, "measured_update_s": MEASURED_UPDATE_S}
 COMMAND = "nice -n 10 .venv/bin/python benchmarks/quickstart_front.py"
 
 
-def front(root: str, sweep: str) -> list[dict]:
-    """The sweep's completed trials on its space's Pareto front (validation accuracy against the
-    searched run peak), least memory first."""
-    space = SearchSpace.load(SPACE)
+def completed(root: str, sweep: str) -> pd.DataFrame:
+    """The sweep's completed trials, its baseline's among them."""
     trials = store.read_trials(root, sweep)
-    done = trials[trials["status"] == "completed"]
+    return trials[trials["status"] == "completed"]
+
+
+def front(done: pd.DataFrame) -> list[dict]:
+    """The sweep's completed points on its space's Pareto front (validation accuracy against the
+    searched run peak; the baseline is the reference, not a point), least memory first."""
+    space = SearchSpace.load(SPACE)
+    points = done[done["point"].notna()]
     columns = {
         store.store_column(metric): direction for metric, direction in space.objectives.items()
     }
-    return pareto.pareto_front(done, columns).to_dict("records")
+    return pareto.pareto_front(points, columns).to_dict("records")
 
 
-def point(row: dict) -> dict:
-    """A front point's promised and measured figures (module docstring)."""
+def figures(rows: pd.DataFrame) -> dict:
+    """The priced figures (`PRICED`) of a set of rows: the median over them (NaN: none)."""
+    return {
+        name: float(rows[col].median()) if col in rows else float("nan")
+        for name, col in PRICED.items()
+    }
+
+
+def priced(row: dict, base: dict) -> dict:
+    """A front point against the baseline: memory reduction, time ratio, accuracy change."""
+    mine = figures(pd.DataFrame([row]))
+    return {
+        **{k: v for k, v in mine.items() if k != "val_accuracy"},
+        "memory_reduction": base["searched_run_peak_mb"] / mine["searched_run_peak_mb"],
+        "time_ratio": mine["measured_update_s"] / base["measured_update_s"],
+        "accuracy_change": mine["val_accuracy"] - base["val_accuracy"],
+    }
+
+
+def point(row: dict, base: dict) -> dict:
+    """A front point's promised, measured and priced figures (module docstring)."""
     config = TrialConfig.from_dict(store.config_values(row))
     run = measure_run(config)
     storage = run_peak_storage(config)
@@ -72,6 +108,7 @@ def point(row: dict) -> dict:
         "updates": run.updates,
         "checkpoints": run.checkpoints,
         "allocator_reports": run.events,
+        **priced(row, base),
     }
 
 
@@ -82,16 +119,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS, help="the result file")
     args = parser.parse_args(argv)
     torch.set_num_threads(SearchSpace.load(SPACE).resources.cpu)  # as the sweep's trials ran
+    done = completed(args.store, args.sweep)
+    rows = baseline_rows(done)
+    if rows.empty:
+        parser.error(f"--store: sweep {args.sweep!r} holds no completed baseline to price against")
+    base = {**figures(rows), "seeds": int(rows["config.seed"].nunique())}
     points = []
-    for row in front(args.store, args.sweep):
-        points.append(point(row))
-        figures = {k: v for k, v in points[-1].items() if k != "config"}
-        print(json.dumps(figures), flush=True)
+    for row in front(done):
+        points.append(point(row, base))
+        shown = {k: v for k, v in points[-1].items() if k != "config"}
+        print(json.dumps(shown), flush=True)
     result = {
         "command": " ".join([COMMAND, *(argv or sys.argv[1:])]),
         "sweep": "tune-lowmem launch search_spaces/quickstart.yaml",
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
+        "baseline": base,
         "points": points,
     }
     args.out.write_text(json.dumps(result, indent=1) + "\n")

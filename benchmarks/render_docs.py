@@ -739,7 +739,40 @@ def quickstart_front(result: dict) -> str:
         ]
         for p in result["points"]
     ]
-    return "\n".join(lines + table(header, rows)) + "\n"
+    lines += table(header, rows)
+    if "baseline" in result:
+        lines += ["", *priced_front(result)]
+    return "\n".join(lines) + "\n"
+
+
+def priced_front(result: dict) -> list[str]:
+    """The same points' memory, time and accuracy beside the sweep's baseline's."""
+    base = result["baseline"]
+    lines = [
+        (
+            f"Priced against the sweep's baseline (every technique off; the median of its "
+            f"{base['seeds']} seed(s)): {base['searched_run_peak_mb']:.3f} MB searched run peak, "
+            f"{base['predicted_update_s']:.4f} s per update predicted, "
+            f"{base['measured_update_s']:.4f} s measured, validation accuracy "
+            f"{base['val_accuracy']:.3f}. Seconds are the sweep's trials' own."
+        ),
+        "",
+    ]
+    header = ["trial", "memory reduction", "predicted s per update", "measured s per update"]
+    header += ["time ratio (measured)", "val accuracy", "accuracy change"]
+    rows = [
+        [
+            p["trial_id"],
+            f"{p['memory_reduction']:.2f}x",
+            f"{p['predicted_update_s']:.4f}",
+            f"{p['measured_update_s']:.4f}",
+            f"{p['time_ratio']:.2f}x",
+            f"{p['val_accuracy']:.3f}",
+            f"{100 * p['accuracy_change']:+.1f} points",
+        ]
+        for p in result["points"]
+    ]
+    return lines + table(header, rows)
 
 
 def gpu_check(result: dict) -> str:
