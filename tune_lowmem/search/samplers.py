@@ -112,8 +112,8 @@ SUPPLIES: dict[str, Callable[[SearchSpace], Any]] = {  # each of `sampler_settin
 
 def build_sampler(space: SearchSpace, seed_offset: int = 0) -> optuna.samplers.BaseSampler:
     """The space's Optuna sampler. With a budget, nsga2, tpe and gp read each trial's
-    `searcher.CONSTRAINT`, which the searcher sets when it screens the point (Optuna >= 5:
-    `Trial.set_constraint`). A resumed sweep passes the number of points already asked as
+    constraints (`screening.budget_excess`), which the searcher sets when it screens the point
+    (Optuna >= 5: `Trial.set_constraint`). A resumed sweep passes the number of points already asked as
     `seed_offset`, so that its rebuilt sampler does not draw the points of the sweep's start
     again."""
     sampler = space.sampler
