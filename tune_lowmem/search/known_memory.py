@@ -40,9 +40,15 @@ Both models are rebuilt from the study (the journal) at every ask, so a resumed 
 nothing: a sampler rebuilt on the study with the same seed chooses the same point (a cached
 memory is the memory predicted again, so caches change only the time an ask takes).
 It declares what it is built with (`NEEDS`, `search.samplers`): the space, and `memory`, which
-maps a point's params to its known memory objective (None: infeasible or invalid): in a sweep
-the profiler's prediction through the searcher's screening; in the replay benchmark the
-recorded table's predicted memory.
+maps a point's params to its known objectives (None: infeasible or invalid): in a sweep the
+profiler's predictions through the searcher's screening; in the replay benchmark the recorded
+table's predicted memory.
+
+Several known objectives (a memory and the predicted update time, `time.predicted_update_s`):
+each candidate is weighed at all of them, the improvement over the learned objective and them
+in closed form as well (`expected_improvement_known`); a training's variant is still its
+least-memory one, the start-up spread is in their joint log space, and past `n_modelled` the
+front's layers are their non-dominated sets (`dominance_front`).
 """
 
 from __future__ import annotations
