@@ -124,6 +124,8 @@ def test_launch_from_a_dict_then_resume_return_the_front(tmp_path, monkeypatch):
     priced = table.iloc[1:]
     assert len(priced) and priced["validation change (pp)"].notna().all()
     assert (priced[table3.TIME_RATIO] > 0).all() and table[table3.UPDATE_TIME].notna().all()
+    unlimited = runs.best(1e6, "notebook")["seed_group"]  # the baseline's time is the yardstick
+    assert runs.best(1e6, "notebook", max_slowdown=1e6)["seed_group"] == unlimited
     config = runs.best_config(1e6, "notebook")
     assert config.task == TINY_TASK
     from tune_lowmem.train import Trainer

@@ -148,6 +148,7 @@ def space_yaml(
         "resources": {"cpu": 1, "gpu": 0},
         "max_concurrent": 2,
         "max_failures": 1,
+        "baseline": False,  # trained and resumed apart (tests/test_search.py)
         **options,
     }
     path = folder / f"{name}.yaml"

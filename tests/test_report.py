@@ -41,6 +41,7 @@ FIGURES = [
     "accuracy_vs_density",
     "accuracy_vs_microbatch",
     "accuracy_vs_memory",
+    "memory_vs_time",
     "hypervolume",
 ]
 
@@ -66,6 +67,7 @@ def write_sweep(root: Path, sweep: str, points: list[dict], seeds: int, offset: 
                     config=config.replace(seed=seed).to_flat(),
                     metrics={"val_accuracy": accuracy + 0.01, "test_accuracy": accuracy},
                     memory={**memory, "measured_total_mb": memory["predicted_total_mb"] * 1.04},
+                    time={"measured_update_s": 0.01 * memory["predicted_total_mb"] * (1 + seed)},
                     started_at=START + timedelta(minutes=n),
                     finished_at=START + timedelta(minutes=n + 1),
                     epochs_completed=1,
@@ -313,7 +315,8 @@ def test_a_store_without_variation_skips_figures_and_predicts_the_baseline(tmp_p
     point = {"precision": "fp16", "sparsity.density": 0.3, "checkpoint": "residual-2*"}
     write_sweep(root, "one-point", [point], seeds=3)
     assert main(["report", "--store", str(root), "--out", str(out)]) == 0
-    assert {p.name for p in out.glob("*.png")} == {"memory_parts.png", "hypervolume.png"}
+    drawn = {"memory_parts.png", "memory_vs_time.png", "hypervolume.png"}
+    assert {p.name for p in out.glob("*.png")} == drawn
     page = (out / "index.html").read_text()
     for why in (
         "the same fraction of nonzeros",
@@ -584,3 +587,27 @@ def test_a_sweep_minimising_the_run_s_peak_reports_it(tmp_path):
     assert "memory (MB, stored)" in table.columns
     assert table["memory (MB, stored)"].iloc[0] == pytest.approx(peaks[0], rel=1e-3)
     assert "predicted peak memory of the whole run (MB)" in (out / "index.html").read_text()
+
+
+def test_memory_parts_keeps_long_labels_and_its_legend_inside_the_image(report, tmp_path):
+    """The page shows the figure at most its own width: nothing may run off its left (the bar
+    labels) or its right (the legend, the totals), however long a configuration's name."""
+    import dataclasses
+    import warnings
+
+    from tune_lowmem.analysis import memory_parts
+    from tune_lowmem.analysis.points import load_points
+
+    root, _ = report
+    points = load_points(str(root))
+    groups = points.groups.copy()
+    groups["configuration"] += ", with a name long enough to need two lines or more in the margin"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # constrained layout warns when it cannot fit everything
+        drawn = memory_parts.draw(dataclasses.replace(points, groups=groups), tmp_path)
+    with Image.open(drawn.path) as image:
+        pixels = np.asarray(image.convert("L"))
+    for edge in (pixels[:, :3], pixels[:, -3:], pixels[-3:, :]):
+        assert edge.min() > 200  # white: nothing drawn touches the edge
+    legend_rows = pixels[int(pixels.shape[0] * 0.85) :, :]  # the legend sits below the axes
+    assert (legend_rows < 100).any()

@@ -62,6 +62,7 @@ SPACE = {
     "sampler": "random",
     "exactness": False,
     "num_samples": POINTS,
+    "baseline": False,  # its run is named apart (test_the_baseline_s_run_is_named_for_it)
     "max_concurrent": 2,
     "resume_checkpoint_s": 0,  # a checkpoint every epoch: a restarted trial resumes mid-way
 }
@@ -190,14 +191,16 @@ def test_each_trial_s_curves_read_back_with_tensorboard_s_reader(followed):
         assert f"precision={row['config.precision']}" in run.name
         events = accumulated(run)
         scalars = events.Tags()["scalars"]
-        assert {"val_accuracy", "train_loss", "lr", "memory/measured_run_peak_mb"} <= set(scalars)
+        assert {"val_accuracy", "train_loss", "lr", "memory/measured_step_eval_peak_mb"} <= set(
+            scalars
+        )
         assert not [tag for tag in scalars if tag.startswith("test_")]
         mine = epochs[epochs["trial_id"] == trial_id].sort_values("epoch")
         curve = events.Scalars("val_accuracy")
         assert [e.step for e in curve] == list(range(1, EPOCHS + 1))
         assert [e.value for e in curve] == pytest.approx(mine["metric.val_accuracy"].tolist())
-        (peak,) = {e.value for e in events.Scalars("memory/measured_run_peak_mb")}
-        assert peak == pytest.approx(row["memory.measured_run_peak_mb"], rel=1e-6)
+        (peak,) = {e.value for e in events.Scalars("memory/measured_step_eval_peak_mb")}
+        assert peak == pytest.approx(row["memory.measured_step_eval_peak_mb"], rel=1e-6)
         values, ended = hparams_of(events)
         assert values["point"] == row["point"] and values["precision"] == row["config.precision"]
         assert values["schedule.lr_multiplier"] == pytest.approx(
@@ -230,6 +233,14 @@ def test_a_restarted_trial_s_epochs_read_once_as_its_last_attempt_wrote_them(tmp
 
 
 @needs_mlflow
+def test_the_baseline_s_run_is_named_for_it():
+    """The sweep's baseline has no point (`search.baseline`): its run says so, apart from every
+    point's, and carries no point among its hparams."""
+    run = trial_run("t9", None, {"precision": "fp32", "seed": 1})
+    assert run.key == "baseline seed 1" and run.name == "baseline seed 1 precision=fp32"
+    assert "point" not in run.params and run.key != trial_run("t1", 0, {"seed": 1}).key
+
+
 def test_each_trial_is_one_mlflow_run_under_the_sweep_s_across_the_resume(followed):
     """The server holds one parent run for the sweep and one child run per training (point and
     seed; none twice though the driver was killed and resumed), each with its configuration as
@@ -261,7 +272,7 @@ def test_each_trial_is_one_mlflow_run_under_the_sweep_s_across_the_resume(follow
         assert run.data.params == {key: yaml_value(value) for key, value in config.items()}
         history = client.get_metric_history(run.info.run_id, "val_accuracy")
         assert sorted(m.step for m in history) == list(range(1, EPOCHS + 1))
-        for name in ("memory.predicted_total_mb", "memory.measured_run_peak_mb"):
+        for name in ("memory.predicted_total_mb", "memory.measured_step_eval_peak_mb"):
             assert run.data.metrics[name] == pytest.approx(row[name], rel=1e-6)
         assert not [name for name in run.data.metrics if name.startswith("test_")]
         if trial_id in set(before["trial_id"]):  # done before the kill: its epochs as stored

@@ -82,6 +82,7 @@ def test_trainable_reports_trains_and_fails(local_ray, tmp_path):
 
     # a feasible point: every epoch reported, predicted and measured memory beside the accuracy
     trained = results[1.0]
+    assert trained.error is None, trained.error  # the trial's own exception, if it raised
     history = trained.metrics_dataframe
     assert list(history["trial_status"]) == ["running", "completed"]
     predicted = predict(space.trial_config(good)).total_mb

@@ -8,6 +8,8 @@
     runs.epochs("quickstart")               # one row per trial and epoch
     runs.front("quickstart")                # the seed-averaged Pareto front, validation data
     runs.best_config(3.0, "quickstart")     # a TrialConfig: the best within 3 MB
+    runs.best(3.0, max_slowdown=1.5)        # ... and at most 1.5x the baseline's time per update
+    runs.front(objectives=["val_accuracy:max", "predicted_total_mb:min", "measured_update_s:min"])
     result = tune_lowmem.launch("search_spaces/quickstart.yaml", store="runs")
     result.front                            # the sweep's front (pandas)
 
@@ -131,30 +133,37 @@ class Store:
 
     def best(
         self,
-        max_memory_mb: float,
+        max_memory_mb: float | None = None,
         sweep: str | None = None,
         task: str | None = None,
         objectives: Sequence[str] | None = None,
+        max_slowdown: float | None = None,
+        max_update_s: float | None = None,
     ) -> pd.Series:
         """The seed-averaged configuration with the best validation score within
-        ``max_memory_mb`` of the memory objective (a row as `front` gives them)."""
+        ``max_memory_mb`` of the memory objective, ``max_slowdown`` times the baseline's
+        seconds per update and ``max_update_s`` seconds per update (None: no such limit; one at
+        least; times measured, else predicted: `analysis.slowdown`), as a `front` row."""
         from .analysis import query
 
-        return query.best(self._select(sweep, task, objectives, None), max_memory_mb)
+        selection = self._select(sweep, task, objectives, None)
+        return query.best(selection, max_memory_mb, max_slowdown, max_update_s)
 
     def best_config(
         self,
-        max_memory_mb: float,
+        max_memory_mb: float | None = None,
         sweep: str | None = None,
         task: str | None = None,
         objectives: Sequence[str] | None = None,
+        max_slowdown: float | None = None,
+        max_update_s: float | None = None,
     ) -> TrialConfig:
         """`best` as a `TrialConfig` (seed 0), ready for `tune_lowmem.train.Trainer`."""
         from .analysis import query
         from .analysis.points import trial_config
 
         selection = self._select(sweep, task, objectives, None)
-        row = query.best(selection, max_memory_mb)
+        row = query.best(selection, max_memory_mb, max_slowdown, max_update_s)
         return TrialConfig.from_dict(trial_config(selection.done, row["seed_group"]))
 
     def answer(
@@ -167,9 +176,11 @@ class Store:
         form: str = "table",
         width: int | None = None,
         store_name: str | None = None,
+        max_slowdown: float | None = None,
+        max_update_s: float | None = None,
     ) -> str:
         """What `tune-lowmem pareto` prints: the front (or the best within ``max_memory_mb``,
-        as TrialConfig YAML) as a table, JSON or CSV; the table at most ``width`` characters
+        ``max_slowdown`` and ``max_update_s``, as TrialConfig YAML) as a table, JSON or CSV; the table at most ``width`` characters
         wide (None: the full table), whose train lines name the store ``store_name`` (default:
         its path)."""
         from .analysis import query
@@ -184,6 +195,8 @@ class Store:
             form,
             width,
             store_name,
+            max_slowdown,
+            max_update_s,
         )
 
     def compact(self, sweep: str | None = None) -> int:

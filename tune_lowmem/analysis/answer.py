@@ -55,19 +55,19 @@ def compared(
     points: Points, table: pd.DataFrame, lead: tuple[str, ...] = ()
 ) -> tuple[pd.DataFrame, Callable[[str, object, pd.Series], str]]:
     """Rows of Table 3 cut to what a reader compares: the ``lead`` columns, configuration, memory
-    (named in words), its reduction, the score and its change against the baseline, the
-    measured seconds per update and their ratio to the baseline's (where the store has them),
-    seeds; and the cell formatter, which formats each column as Table 3 does."""
+    (named in words), its reduction and beside it its time ratio to the baseline (where the
+    store has times: `slowdown`), the score and its change against the baseline, the measured
+    seconds per update, seeds; and the cell formatter, which formats each column as Table 3 does."""
     wanted = [
         *lead,
         "configuration",
         "other settings",
         table3.memory_header(points),
         "reduction (x)",
+        table3.TIME_RATIO,
         table3.score_label(points.score),
         table3.change_label(points.score),
         table3.UPDATE_TIME,
-        table3.TIME_RATIO,
         "seeds",
     ]
     names = {table3.memory_header(points): counted.words(points.memory)}

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import numpy as np
 
 from ..outcome import MEASURED_TOTAL, MEMORY_OBJECTIVE, PREDICTED_PARTS
 from . import counted
-from .plotting import Drawn, new_figure, outside_legend, save
+from .plotting import Drawn, new_figure, save
 from .points import MEMORY_PARTS, Points
 
 NAME = "memory_parts"
 TITLE = "Training memory by part: model, optimizer, activation (paper Figure 1)"
 MOST_BARS = 16
+LABEL_WIDTH = 32  # characters of a bar's label a line: long names wrap rather than widen the margin
 PART_COLORS = {"model": "#4c72b0", "optimizer": "#dd8452", "activation": "#55a868"}
 
 
@@ -36,7 +38,7 @@ def draw(points: Points, out: Path) -> Drawn:
     shown = frame
     if len(frame) > MOST_BARS:  # evenly spread over memory, smallest and largest kept
         shown = frame.iloc[np.unique(np.linspace(0, len(frame) - 1, MOST_BARS).round().astype(int))]
-    figure, ax = new_figure(9.5, 1.2 + 0.42 * len(shown))
+    figure, ax = new_figure(8.0, 2.0 + 0.5 * len(shown))
     left = np.zeros(len(shown))
     rows = np.arange(len(shown))
     for part, col in zip(MEMORY_PARTS, parts):
@@ -55,14 +57,15 @@ def draw(points: Points, out: Path) -> Drawn:
         ends = np.fmax(ends, np.where(sparse, held, 0))
     texts = [f"  {total:.3g} MB" for total in left]
     for row in np.flatnonzero(sparse):
-        texts[row] += f" accounted, {held[row]:.3g} MB stored"
-    for row, text, end in zip(rows, texts, ends):
-        ax.text(end, row, text, va="center", fontsize="small", clip_on=True)
-    ax.set_yticks(rows, shown["label"])
-    ax.set_xlim(0, ends.max() * 1.45)  # room for the totals, inside the axes
+        texts[row] += f" ({held[row]:.3g} stored)"
+    for row, text, end in zip(rows, texts, ends):  # unclipped: the layout makes room for it
+        ax.text(end, row, text, va="center", fontsize="small", clip_on=False)
+    ax.set_yticks(rows, [textwrap.fill(label, LABEL_WIDTH) for label in shown["label"]])
+    ax.set_xlim(0, ends.max() * 1.05)
     ax.set_xlabel("predicted training memory (MB, accounted)")
     ax.set_title("Training memory by part")
-    outside_legend(ax)
+    handles, labels = ax.get_legend_handles_labels()  # below: the page shows the figure narrow
+    figure.legend(handles, labels, loc="outside lower center", ncols=3, fontsize="small")
     ax.grid(True, axis="x", alpha=0.3)
     caption = (
         "Predicted from shapes by the profiler: model = parameters, optimizer = gradient buffer "

@@ -1,7 +1,7 @@
 """The Pareto query behind `tune-lowmem pareto` and `status`: seed-averaged configurations of a
 store, their non-dominated front on the sweeps' validation objectives, or the best one within a
-memory budget; every row traceable to its trials and ready to run, as a table, JSON or CSV, with
-its memory and the seconds it measured beside (never used to choose)."""
+memory budget and a time per update (`slowdown`); every row traceable to its trials and ready to
+run, as a table, JSON or CSV, with its memory and seconds beside."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import functools
 import json
 import math
 import shlex
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,10 +28,11 @@ from ..outcome import (
     METRIC,
     MINIMIZE,
     PREDICTED_RUN_PEAK,
+    PREDICTED_UPDATE_S,
     Direction,
     is_outcome,
 )
-from . import counted, terminal
+from . import counted, slowdown, terminal
 from . import objectives as chosen
 from .points import (
     NoResult,
@@ -94,22 +96,70 @@ def front(selection: Selection) -> pd.DataFrame:
     return rows
 
 
-def best(selection: Selection, max_memory_mb: float) -> pd.Series:
+def best(
+    selection: Selection,
+    max_memory_mb: float | None = None,
+    max_slowdown: float | None = None,
+    max_update_s: float | None = None,
+) -> pd.Series:
     """The configuration with the best seed-mean score whose seed-mean memory is within the
-    budget (the objectives' first maximised and first minimised, memory first)."""
-    score = _objective(selection.goals, MAXIMIZE, "--max-memory-mb")
-    memory = _objective(selection.goals, MINIMIZE, "--max-memory-mb")
+    budget (the objectives' first maximised and first minimised, memory first) and whose time
+    per update is within ``max_update_s`` seconds and ``max_slowdown`` times the baseline's
+    (`slowdown`: measured, else predicted); None: no such limit."""
+    limits = {
+        "--max-memory-mb": max_memory_mb,
+        "--max-slowdown": max_slowdown,
+        "--max-update-s": max_update_s,
+    }
+    flag = next((name for name, value in limits.items() if value is not None), "--max-memory-mb")
+    score = _objective(selection.goals, MAXIMIZE, flag)
+    memory = _objective(selection.goals, MINIMIZE, flag)
+    max_memory_mb, max_slowdown, max_update_s = (
+        slowdown.positive(value, name) for name, value in limits.items()
+    )
+    if (max_memory_mb, max_slowdown, max_update_s) == (None, None, None):
+        raise ConfigError("--max-memory-mb", "a budget or a time limit is required")
     groups = selection.groups
-    found = pareto.best_under_budget(groups, f"{memory}.mean", max_memory_mb, f"{score}.mean")
-    if found is None:
-        smallest = groups[f"{memory}.mean"].min()
+    budget = sys.float_info.max if max_memory_mb is None else max_memory_mb
+    fast = slowdown.within(groups, selection.done, max_slowdown, max_update_s)
+    found = pareto.best_under_budget(fast, f"{memory}.mean", budget, f"{score}.mean")
+    if found is not None:
+        return found
+    memories = groups[f"{memory}.mean"]
+    small = groups[memories <= budget]
+    if small.empty:
+        smallest = memories.min()
         why = (
             "no trial reports it"
             if math.isnan(smallest)
             else f"the smallest found is {smallest:.4g} MB"
         )
-        raise NoResult(f"no configuration within {max_memory_mb:g} MB of {memory}; {why}")
-    return found
+        raise NoResult(f"no configuration within {budget:g} MB of {memory}; {why}")
+    limits = _limits(max_memory_mb, max_slowdown, max_update_s)
+    raise NoResult(f"no configuration {limits}; {_fastest(small, selection.done, max_memory_mb)}")
+
+
+def _limits(max_memory_mb: float | None, max_slowdown: float | None, max_update_s: float | None):
+    """The limits an answer was asked for, in words."""
+    said = [
+        *([f"{max_memory_mb:g} MB"] if max_memory_mb is not None else []),
+        *([f"{max_slowdown:g}x the baseline's time per update"] if max_slowdown else []),
+        *([f"{max_update_s:g} s per update"] if max_update_s is not None else []),
+    ]
+    return "within " + " and ".join(said)
+
+
+def _fastest(groups: pd.DataFrame, done: pd.DataFrame, max_memory_mb: float | None) -> str:
+    """The fastest of ``groups`` (those within the memory budget), for a refusal to name."""
+    timed = [(slowdown.seconds(row), row) for _, row in groups.iterrows()]
+    timed = [(value, row) for (value, _), row in timed if not math.isnan(value)]
+    where = f" within {max_memory_mb:g} MB" if max_memory_mb is not None else ""
+    if not timed:
+        return f"none{where} has a time per update"
+    value, row = min(timed, key=lambda pair: pair[0])
+    times, kind = slowdown.ratio(row, slowdown.baseline(done))
+    against = f", {times:.3g}x the baseline's ({kind})" if kind else ""
+    return f"the fastest{where} takes {value:.3g} s per update{against}"
 
 
 def answer(
@@ -122,30 +172,35 @@ def answer(
     form: str = "table",
     width: int | None = None,
     store: str | None = None,
+    max_slowdown: float | None = None,
+    max_update_s: float | None = None,
 ) -> str:
-    """The front (or, given ``max_memory_mb``, the best configuration within it) as text: a
-    table at most `width` characters wide (`terminal.narrow`; None: the full table), JSON or
-    CSV. `store` is how the narrow table's train lines name the store (default: `root`)."""
+    """The front (or, given ``max_memory_mb``, ``max_slowdown`` or ``max_update_s``, the best
+    configuration within them: `best`) as text: a table at most `width` characters wide
+    (`terminal.narrow`; None: the full table), JSON or CSV. `store` is how the narrow table's
+    train lines name the store (default: `root`)."""
     chosen_from = select(root, sweep, task, objectives, min_accuracy)
     done, goals, beside = chosen_from.done, chosen_from.goals, chosen_from.beside
-    if max_memory_mb is None:
+    limits = (max_memory_mb, max_slowdown, max_update_s)
+    if limits == (None, None, None):
         rows = front(chosen_from)
         if form == "table" and width is not None:
             kept, sparse = _kept(rows, goals, beside)
             legend = counted.note(rows, [*goals, *beside], sparse, ".mean")
             return terminal.narrow(rows, goals, kept, legend, store or root, width)
         return render(rows, done, goals, beside, form)
-    found = best(chosen_from, max_memory_mb)
+    found = best(chosen_from, *limits)
     if form != "table":
         return render(chosen_from.groups.loc[[found.name]], done, goals, beside, form, single=True)
     where = f"store {root}" + (f", sweep {sweep}" if sweep else "")
-    return _yaml(found, done, goals, beside, f"within {max_memory_mb:g} MB ({where})", width)
+    return _yaml(found, done, goals, beside, f"{_limits(*limits)} ({where})", width)
 
 
 def _beside(goals: dict[str, str], done: pd.DataFrame) -> list[str]:
     """Reported next to each chosen row, never used to choose: memory predicted and measured
     (the run's peak, the measured step-and-evaluation peak, a training step's total and each
-    accounted total's stored figure), the seconds measured per update, evaluation and epoch,
+    accounted total's stored figure), the seconds predicted per update, those measured per
+    update, evaluation and epoch,
     and the test metric of each validation objective; the peaks and seconds where the store has
     figures for them (stores written before them have none)."""
     tests = [chosen.test_of(c, done) for c in goals if c.startswith(chosen.VALIDATION)]
@@ -157,8 +212,9 @@ def _beside(goals: dict[str, str], done: pd.DataFrame) -> list[str]:
         MEASURED,
     ]
     memory = [m for c in totals for m in (c, *counted.stored_beside([c]))]
-    extra = [*dict.fromkeys(memory), *MEASURED_TIMES, *(t for t in tests if t)]
-    newer = (PREDICTED_RUN_PEAK, MEASURED_STEP_EVAL_PEAK, *MEASURED_TIMES)
+    times = (PREDICTED_UPDATE_S, *MEASURED_TIMES)
+    extra = [*dict.fromkeys(memory), *times, *(t for t in tests if t)]
+    newer = (PREDICTED_RUN_PEAK, MEASURED_STEP_EVAL_PEAK, *times)
     empty = {c for c in newer if c in done and done[c].isna().all()}
     return [c for c in extra if c not in goals and c in done.columns and c not in empty]
 
@@ -352,6 +408,7 @@ def _yaml(
             else f"#   {_short(col)}: {interval(best, col)}"
             for col in kept
         ),
+        *([f"#   {time}"] if (time := slowdown.told(best, done)) else []),
         f"#   {counted.note(best.to_frame().T, [*goals, *beside], sparse, '.mean')}",
         "# Check it: tune-lowmem profile THIS.yaml; train it: tune-lowmem train THIS.yaml",
     ]

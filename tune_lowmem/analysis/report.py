@@ -24,6 +24,7 @@ from . import (
     counted,
     hypervolume,
     memory_parts,
+    memory_time,
     paper,
     table3,
     training_setup,
@@ -31,7 +32,14 @@ from . import (
 from .plotting import Drawn
 from .points import Points
 
-FIGURES = (memory_parts, accuracy_density, accuracy_microbatch, accuracy_memory, hypervolume)
+FIGURES = (
+    memory_parts,
+    accuracy_density,
+    accuracy_microbatch,
+    accuracy_memory,
+    memory_time,
+    hypervolume,
+)
 KINDS = tuple(module.NAME for module in FIGURES) + (table3.NAME,)
 INDEX = "index.html"
 _NOTHING_SCORED = "no completed configuration has both a score and a memory"
@@ -169,7 +177,8 @@ def _answer_html(points: Points, table: pd.DataFrame) -> list[str]:
         (
             "<p class=\"note\">Reduction = the baseline's memory / the configuration's; change "
             f"= its {_e(points.score_name)} - the baseline's; time ratio = its measured seconds "
-            "per update / the baseline's (on the device each trained on). Memory: "
+            "per update / the baseline's median over its seeds, predicted / predicted where it "
+            "measured none (on the device each trained on). Memory: "
             f"{_e(counted.how(points.memory))} ({_e(points.memory)}). Table 3 below adds intervals, the test "
             "score and the trials.</p>"
         ),

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ..outcome import MEASURED_UPDATE_S
-from . import baselines, counted
+from . import baselines, counted, slowdown
 from .points import (
     NO_TECHNIQUE,
     Points,
@@ -43,16 +43,21 @@ def build(points: Points) -> pd.DataFrame:
     else:
         base, base_row = None, _predicted_baseline(points, scored)
     front = points.front().iloc[::-1]
-    rows = [base_row] + [
-        _row(points, group["configuration"], group, base, base_row[memory_header(points)])
+    timed = _timed_baseline(points, base)
+    rows = [{**base_row, TIME_RATIO: _ratio(base, timed)}] + [
+        {
+            **_row(points, group["configuration"], group, base, base_row[memory_header(points)]),
+            TIME_RATIO: _ratio(group, timed),
+        }
         for _, group in front.iterrows()
         if base is None or group["seed_group"] != base["seed_group"]
     ]
     table = pd.DataFrame(rows)
     if not table["other settings"].astype(bool).any():
         table = table.drop(columns="other settings")
-    if table[UPDATE_TIME].isna().all():  # a store written before trials measured their time
-        table = table.drop(columns=[UPDATE_TIME, TIME_RATIO])
+    for column in (UPDATE_TIME, TIME_RATIO):  # a store written before trials timed themselves
+        if table[column].isna().all():
+            table = table.drop(columns=column)
     stored = stored_header(points)
     if stored != memory_header(points) and stored in table and not sparse(table, points):
         table = table.drop(columns=stored)  # dense rows: equal, said once by the note
@@ -94,8 +99,6 @@ def _row(
         memory_header(points): memory,
         **({stored_header(points): group[held]} if held in group else {}),
         "reduction (x)": base_memory / memory,
-        UPDATE_TIME: update,
-        TIME_RATIO: math.nan if base is None else update / base[f"{MEASURED_UPDATE_S}.mean"],
     }
     for metric in (points.score, points.test):
         if metric is None:
@@ -107,10 +110,28 @@ def _row(
         row[change_label(metric)] = (
             math.nan if base is None else (mean - base[f"{metric}.mean"]) * scale
         )
+    row[UPDATE_TIME] = update
+    row[TIME_RATIO] = math.nan  # `build` sets it against the timed baseline
     row["seeds"] = int(group["n"])
     row["trials"] = ", ".join(group["trial_ids"])
     row["seed_group"] = group["seed_group"]
     return row
+
+
+def _timed_baseline(points: Points, base: pd.Series | None) -> slowdown.Baseline | None:
+    """The baseline every time ratio is against: the sweep's own (rows without a point), else
+    the trained no-technique configuration of the table's first row; seconds are the median
+    over its seeds (`slowdown`)."""
+    done = points.trials[points.trials["status"] == "completed"]
+    found = slowdown.baseline(done)
+    if found is None and base is not None:
+        found = slowdown.of_rows(done[done["seed_group"] == base["seed_group"]])
+    return found
+
+
+def _ratio(group: pd.Series | dict | None, timed: slowdown.Baseline | None) -> float:
+    """A configuration's seconds per update over the baseline's (`slowdown.ratio`)."""
+    return math.nan if group is None or timed is None else slowdown.ratio(group, timed)[0]
 
 
 def score_label(metric: str) -> str:
@@ -180,12 +201,19 @@ def note(points: Points, table: pd.DataFrame) -> str:
 
 def _time_note(table: pd.DataFrame) -> str:
     """What the time columns hold, when the table has them."""
-    if UPDATE_TIME not in table:
-        return ""
-    return (
+    said = (
         f"Update time: {counted.words(MEASURED_UPDATE_S)}, {counted.how(MEASURED_UPDATE_S)}, "
         "mean over seeds. "
+        if UPDATE_TIME in table
+        else ""
     )
+    if TIME_RATIO in table:
+        said += (
+            "Time ratio: a configuration's measured seconds per update over the baseline's (the "
+            "median over its seeds); predicted over predicted where a configuration measured "
+            "none. "
+        )
+    return said
 
 
 def format_cell(column: str, value, row: pd.Series) -> str:
@@ -202,7 +230,9 @@ def format_cell(column: str, value, row: pd.Series) -> str:
             return "n/a: 1 seed"
         if column == UPDATE_TIME:
             return "not recorded"
-        if ("change" in column or column == TIME_RATIO) and row["seeds"] > 0:
+        if column == TIME_RATIO:
+            return "n/a: no time to compare"
+        if "change" in column and row["seeds"] > 0:
             return "n/a: baseline not trained"
         return "n/a"
     if column == "reduction (x)":

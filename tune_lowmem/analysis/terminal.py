@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from ..outcome import MEASURED_STEP_EVAL_PEAK, MEASURED_UPDATE_S, is_outcome
+from ..outcome import MEASURED_STEP_EVAL_PEAK, MEASURED_UPDATE_S, PREDICTED_UPDATE_S, is_outcome
 from . import counted
 from .objectives import TEST
 from .points import metric_name
@@ -34,6 +34,7 @@ TESTS = "the objectives' test metrics"
 NARROW = (
     MEASURED_STEP_EVAL_PEAK,  # torch's allocator's peak over a real step and an evaluation batch
     MEASURED_UPDATE_S,  # seconds per update at steady state, as the trial measured them
+    PREDICTED_UPDATE_S,  # seconds per update, as the profiler predicted them before training
     TESTS,  # each validation objective's test metric: beside, never chosen on
 )
 

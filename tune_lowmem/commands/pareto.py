@@ -2,8 +2,9 @@
 
 Completed trials are averaged across seeds (mean and 95% interval, 1.96 standard errors); the
 configurations non-dominated on the sweep's validation objectives are printed by memory, with
-their points, trials and a command to train each, or, given a memory budget, the single best
-one under it as a TrialConfig YAML that `tune-lowmem profile` and `train` take as is. The table
+their points, trials and a command to train each, or, given a memory budget, a slowdown against
+the sweep's baseline or seconds per update (`analysis.slowdown`), the single best one within
+them as a TrialConfig YAML that `tune-lowmem profile` and `train` take as is. The table
 fits the terminal (at most 120 characters a line; `analysis.terminal`), ``--wide`` prints the
 full one.
 """
@@ -36,6 +37,17 @@ def add_parser(subparsers) -> None:
         help="print only the most accurate configuration within this memory, as TrialConfig YAML",
     )
     parser.add_argument(
+        "--max-slowdown",
+        help="with or without --max-memory-mb: only configurations whose seconds per update are "
+        "at most this many times the sweep's baseline's (measured, else predicted; the "
+        "baseline's median over its seeds), e.g. 1.5",
+    )
+    parser.add_argument(
+        "--max-update-s",
+        help="only configurations whose seconds per update (measured, else predicted) are at "
+        "most this",
+    )
+    parser.add_argument(
         "--min-accuracy",
         help="keep configurations whose mean validation score is at least this, in the store's "
         "units (accuracy as a fraction, e.g. 0.9; BLEU as it is)",
@@ -55,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
     from ..api import open_store
 
     max_memory_mb = number(args.max_memory_mb, "--max-memory-mb", positive=True)
+    max_slowdown = number(args.max_slowdown, "--max-slowdown", positive=True)
+    max_update_s = number(args.max_update_s, "--max-update-s", positive=True)
     min_accuracy = number(args.min_accuracy, "--min-accuracy")
     runs = open_store(args.store, "--store")
     runs.compact()
@@ -69,6 +83,8 @@ def run(args: argparse.Namespace) -> int:
                 form=args.format,
                 width=table_width(args),
                 store_name=args.store,
+                max_slowdown=max_slowdown,
+                max_update_s=max_update_s,
             ),
             end="",
         )

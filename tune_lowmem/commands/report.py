@@ -24,7 +24,8 @@ def add_parser(subparsers) -> None:
         "--only",
         metavar="KIND",
         help="write only this figure or table and no HTML: memory_parts, "
-        "accuracy_vs_density, accuracy_vs_microbatch, accuracy_vs_memory, hypervolume, table3",
+        "accuracy_vs_density, accuracy_vs_microbatch, accuracy_vs_memory, memory_vs_time, "
+        "hypervolume, table3",
     )
     parser.set_defaults(run=run)
 

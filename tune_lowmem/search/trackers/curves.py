@@ -55,17 +55,18 @@ class Run:
     key: str  # "point 3 seed 0"
     name: str  # "point 3 seed 0 precision=bf16 schedule.lr_multiplier=1.153"
     trial_id: str
-    params: dict[str, Any]  # the searched values, the seed and the point: hparams
+    params: dict[str, Any]  # the searched values, the seed and the point (a point's): hparams
 
 
-def trial_run(trial_id: str, point: int, params: Mapping[str, Any]) -> Run:
-    """The run of a Tune trial: its point (``trial.config["point"]``) and its params (the
-    searched values and the seed); the key first keeps the name unique when the values are cut
-    short."""
+def trial_run(trial_id: str, point: int | None, params: Mapping[str, Any]) -> Run:
+    """The run of a Tune trial: its point (``trial.config["point"]``; None: the sweep's
+    baseline, `search.baseline`) and its params (the searched values and the seed); the key
+    first keeps the name unique when the values are cut short."""
     searched = {k: v for k, v in params.items() if k != "seed"}
-    key = f"point {point} seed {params.get('seed', 0)}"
+    seed = params.get("seed", 0)
+    key = f"baseline seed {seed}" if point is None else f"point {point} seed {seed}"
     name = UNSAFE.sub("_", f"{key} {describe(searched)}".strip())[:NAME_LIMIT].rstrip()
-    return Run(key, name, trial_id, {**params, "point": point})
+    return Run(key, name, trial_id, {**params, **({} if point is None else {"point": point})})
 
 
 def _number(value: Any) -> bool:

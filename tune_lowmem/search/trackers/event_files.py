@@ -120,5 +120,5 @@ def _writing(folder: Path) -> Iterator[None]:
 
 
 def tag(key: str) -> str:
-    """A curve's TensorBoard tag: ``memory.measured_run_peak_mb`` as ``memory/measured_run_peak_mb``."""
+    """A curve's TensorBoard tag: ``memory.measured_step_eval_peak_mb`` as ``memory/measured_step_eval_peak_mb``."""
     return key.replace(".", "/", 1)
