@@ -250,6 +250,11 @@ CASES = {
     "negative budget": (launch(space(memory_budget_mb=-5)), "memory_budget_mb: -5"),
     "nan budget": (launch(space(memory_budget_mb=float("nan"))), "memory_budget_mb: nan"),
     "budget as text": (launch(space(memory_budget_mb="50MB")), "memory_budget_mb: '50MB'"),
+    "time budget as text": (
+        launch(space(time_budget="fast")),
+        "time_budget: 'fast' is not allowed; a positive number (seconds per update) or a ratio",
+    ),
+    "time budget zero ratio": (launch(space(time_budget="0x")), "time_budget: '0x' is not allowed"),
     "unknown sampler": (launch(space(sampler="cmaes")), "sampler: 'cmaes' is not allowed"),
     "sampler seed beyond numpy": (launch(space(sampler_seed=2**32)), "sampler_seed: 4294967296"),
     "negative sampler seed": (launch(space(sampler_seed=-1)), "sampler_seed: -1"),

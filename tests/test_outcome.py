@@ -206,3 +206,18 @@ def test_the_conversion_names_a_report_under_its_columns():
     assert columns[outcome.MEASURED_STORED_TOTAL] == 15.0  # held: predicted weights and state
     assert columns[outcome.PAPER_CSR_TOTAL] is None  # not given: not invented
     assert set(columns) == {n for n in COLUMNS if n.startswith("memory.")} - set(outcome.CUDA_PEAKS)
+
+
+def test_a_time_prediction_is_named_under_the_predicted_time_columns():
+    from tune_lowmem.timing import predict_time
+
+    predicted = predict_time(TrialConfig.from_dict({"task": "tests.tiny_task:TinyBlobs"}))
+    columns = outcome.time_columns(predicted)
+    assert columns == {
+        outcome.PREDICTED_UPDATE_S: predicted.update_seconds,
+        outcome.PREDICTED_EVALUATION_S: predicted.evaluation_seconds,
+        outcome.PREDICTED_EPOCH_S: predicted.epoch_seconds,
+    }
+    assert set(outcome.time_columns(None).values()) == {None}
+    assert outcome.PREDICTED_UPDATE_S in outcome.SPACE_OBJECTIVES
+    assert outcome.known_before_training(outcome.PREDICTED_UPDATE_S)

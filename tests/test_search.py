@@ -20,10 +20,13 @@ from optuna.trial import TrialState
 
 from tests.ray_cluster import wait_for_trials_to_end
 from tune_lowmem import pareto, store
+from tune_lowmem.config import ConfigError
+from tune_lowmem.outcome import PREDICTED_UPDATE_S, time_columns
 from tune_lowmem.search import ScreenedSearcher, launch, place, resume, sweep_folder
 from tune_lowmem.search import driver as search_driver
 from tune_lowmem.search import sweep_study as study
 from tune_lowmem.search.scheduler import RECORD, STOPPED, STOPPED_POINTS, write_json
+from tune_lowmem.search.screening import screen
 from tune_lowmem.search.trackers.event_files import FOLDER as EVENT_FILES
 from tune_lowmem.search.trainable import sweep_rows
 from tune_lowmem.space import SearchSpace
@@ -299,6 +302,67 @@ def test_a_baseline_over_the_budget_is_said_stored_and_not_trained(tmp_path, cap
     none = baseline_space(baseline=False)
     assert none.planned_trials == 4 and space.planned_trials == 6
     assert ScreenedSearcher(none, "unit").baseline_open == []
+
+
+TIMED = {**OBJECTIVES, PREDICTED_UPDATE_S: "minimize"}
+
+
+def timed_space(**fields) -> SearchSpace:
+    """Whole batches of 20 or microbatches of 4 (more calls an update: predicted slower), with
+    the predicted update time an objective."""
+    return SearchSpace.from_dict(
+        {
+            "name": "unit",
+            "base": TINY_BASE,
+            "objectives": TIMED,
+            "sampler": "grid",
+            "baseline": False,
+            "params": {"microbatch.size": {"type": "choice", "values": [None, 4]}},
+            **fields,
+        }
+    )
+
+
+@pytest.mark.parametrize("budget", ["1.5x", "between"])
+def test_a_point_over_the_time_budget_is_stored_told_and_not_trained(tmp_path, budget):
+    """A `time_budget` screens like `memory_budget_mb`: the point predicted slower than it is
+    stored infeasible with the reason and its predicted seconds, told its predictions, its
+    constraint set, never handed out; the one under it trains. The budget in seconds, or as a
+    ratio to the baseline's predicted update (here the whole-batch point's own)."""
+    whole, micro = ({"microbatch.size": size, "seed": 0} for size in (None, 4))
+    seconds = {n: screen(timed_space(), p).time for n, p in (("whole", whole), ("micro", micro))}
+    assert seconds["micro"].update_seconds > 1.5 * seconds["whole"].update_seconds
+    between = (seconds["whole"].update_seconds + seconds["micro"].update_seconds) / 2
+    space = timed_space(time_budget=between if budget == "between" else budget)
+    root = tmp_path / "store"
+    sweep_folder(place.bind("unit", root), "unit").mkdir(parents=True)
+    searcher = ScreenedSearcher(space, "unit")
+    handed = [searcher.suggest(f"t{i}") for i in range(2)]
+    assert handed[0]["params"] == whole and handed[1] == "FINISHED"
+    (row,) = store.read_trials(root, "unit").to_dict("records")
+    assert row["status"] == "infeasible" and row["trial_id"].startswith("infeasible-")
+    assert f"over time_budget {space.time_budget}" in row["failure_reason"]
+    assert row["config.microbatch.size"] == 4
+    predicted = time_columns(seconds["micro"])
+    for name, value in predicted.items():
+        assert row[name] == pytest.approx(value)
+    trials = study(root, "unit").trials
+    (slow,) = [t for t in trials if t.state == TrialState.COMPLETE]  # told; the other trains
+    (fast,) = [t for t in trials if t.state == TrialState.RUNNING]
+    assert slow.values[2] == pytest.approx(predicted[PREDICTED_UPDATE_S])
+    budget_s = between if budget == "between" else 1.5 * seconds["whole"].update_seconds
+    excess = predicted[PREDICTED_UPDATE_S] - budget_s
+    assert slow.constraints == {"time_over_budget_s": pytest.approx(excess)}
+    assert fast.constraints["time_over_budget_s"] < 0
+
+
+def test_a_time_budget_is_a_positive_number_or_a_ratio():
+    for bad in (0, -1, "fast", "0x", "2 x", True):
+        with pytest.raises(ConfigError, match="^time_budget: .* is not allowed; a positive"):
+            timed_space(time_budget=bad)
+    assert timed_space(time_budget="2x").time_budget == "2x"
+    assert timed_space(time_budget=3).time_budget == 3.0
+    assert SearchSpace.from_dict(timed_space(time_budget="2x").to_dict()).time_budget == "2x"
 
 
 def test_sweep_store_matches_tune_and_optuna(local_ray, tmp_path):

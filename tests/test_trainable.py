@@ -16,7 +16,14 @@ from ray import tune
 
 from tune_lowmem import store
 from tune_lowmem.memory.predict import predict
-from tune_lowmem.outcome import MEASURED_STEP_EVAL_PEAK, MEASURED_TIMES, result_from_row
+from tune_lowmem.outcome import (
+    MEASURED_STEP_EVAL_PEAK,
+    MEASURED_TIMES,
+    PREDICTED_EPOCH_S,
+    PREDICTED_EVALUATION_S,
+    PREDICTED_UPDATE_S,
+    result_from_row,
+)
 from tune_lowmem.search.trainable import (
     CHECKPOINT_FILE,
     FULL_COLLECTION_EVERY,
@@ -25,6 +32,7 @@ from tune_lowmem.search.trainable import (
     train_trial,
 )
 from tune_lowmem.space import SearchSpace
+from tune_lowmem.timing.predict import schedule_counts
 from tune_lowmem.train import Trainer
 
 TINY_BASE = {
@@ -99,6 +107,13 @@ def test_trainable_reports_trains_and_fails(local_ray, tmp_path):
         assert row[name] == pytest.approx(trained.metrics[name])
         assert f"metric.{name}" not in by_id and f"metric.{name}" not in epochs
     assert row[MEASURED_STEP_EVAL_PEAK] > 0  # a side run's step and evaluation batch
+    # its predicted seconds on its device: with every epoch, and in its row
+    predicted_times = (PREDICTED_UPDATE_S, PREDICTED_EVALUATION_S, PREDICTED_EPOCH_S)
+    for name in predicted_times:
+        assert row[name] > 0 and history[name].tolist() == pytest.approx([row[name]] * 2)
+    updates, _ = schedule_counts(space.trial_config(good), None)
+    epoch = updates * row[PREDICTED_UPDATE_S] + row[PREDICTED_EVALUATION_S]
+    assert row[PREDICTED_EPOCH_S] == pytest.approx(epoch)
     with trained.checkpoint.as_directory() as folder:  # epoch 1's checkpoint resumes exactly
         state = torch.load(Path(folder, CHECKPOINT_FILE), weights_only=True)
     resumed = Trainer(space.trial_config(good))

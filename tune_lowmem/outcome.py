@@ -137,6 +137,7 @@ SPACE_OBJECTIVES = (
     FLOPS,
     *MEASURED_PARTS.values(),
     MEASURED_STEP_EVAL_PEAK,
+    PREDICTED_UPDATE_S,
 )
 MEASURED_TIMES = tuple(n for n, c in COLUMNS.items() if n.startswith(TIME) and c.source == MEASURED)
 
@@ -190,7 +191,23 @@ def split(reported: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     return metrics, {k: v for k, v in reported.items() if is_outcome(k)}
 
 
-# ---- the two conversions -------------------------------------------------------------------------
+# ---- the conversions -----------------------------------------------------------------------------
+
+
+class TimeParts(Protocol):
+    """What `time_columns` reads of a time prediction (`timing.TimePrediction`)."""
+
+    update_seconds: float
+    evaluation_seconds: float | None
+    epoch_seconds: float
+
+
+def time_columns(predicted: TimeParts | None) -> dict[str, float | None]:
+    """A trial's predicted seconds under their columns (None where not predicted)."""
+    seconds = (None, None, None)
+    if predicted is not None:
+        seconds = (predicted.update_seconds, predicted.evaluation_seconds, predicted.epoch_seconds)
+    return dict(zip((PREDICTED_UPDATE_S, PREDICTED_EVALUATION_S, PREDICTED_EPOCH_S), seconds))
 
 
 class CudaParts(Protocol):

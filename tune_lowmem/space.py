@@ -31,6 +31,7 @@ The schema (see search_spaces/quickstart.yaml for a full example)::
       sparsity.period_multiplier: "sparsity.density < 1"   # else it keeps its base value
     objectives: {val_accuracy: maximize, memory.predicted_total_mb: minimize}
     memory_budget_mb: 50               # optional: points predicted above it are never trained
+    time_budget: 2x                    # optional: predicted seconds per update, or a ratio to the baseline's (2x)
     sampler: nsga2                     # a built-in (plugins.SAMPLERS), an entry point's, or package.module:attribute
     sampler_options: {population_size: 8}   # optional keyword arguments of the sampler's class
     sampler_seed: 0
@@ -150,6 +151,9 @@ class SearchSpace:
     description: str = ""
     conditions: dict[str, Condition] = field(default_factory=dict)  # child param -> condition
     memory_budget_mb: float | None = None
+    # Predicted seconds per update a point may take: a number, or a ratio to the baseline's
+    # predicted update ("2x"; `search.screening.time_budget_s`).
+    time_budget: float | str | None = None
     sampler_seed: int | None = 0
     # A point asked trains as the least-memory point that trains alike, and a training asked
     # before answers it (`search.exactness`). None: as `uses_exactness` says for the sampler.
@@ -235,6 +239,7 @@ class SearchSpace:
             "conditions": {child: c.text for child, c in self.conditions.items()},
             "objectives": {name: str(way) for name, way in self.objectives.items()},
             "memory_budget_mb": self.memory_budget_mb,
+            "time_budget": self.time_budget,
             "sampler": self.sampler.name,
             "sampler_options": dict(self.sampler.options),
             "sampler_seed": self.sampler_seed,
@@ -338,6 +343,20 @@ def _megabytes(value: Any, field_name: str) -> float | None:
     )
 
 
+RATIO = re.compile(r"^(\d+(?:\.\d*)?|\.\d+)x$")  # a time budget relative to the baseline's
+
+
+def _time_budget(value: Any, field_name: str) -> float | str | None:
+    """Null, seconds per update (a positive number), or a positive ratio to the baseline's
+    predicted update written like ``2x`` (kept as written)."""
+    ratio = isinstance(value, str) and (found := RATIO.match(value.strip())) is not None
+    ok = value is None or is_number(value) and value > 0 or ratio and float(found[1]) > 0
+    checked(value, ok, field_name, "a positive number (seconds per update) or a ratio like 2x")
+    if ratio:
+        return value.strip()
+    return None if value is None else float(value)
+
+
 def _optional_seed(value: Any, field_name: str) -> int | None:
     return numpy_seed(value, field_name, optional=True)
 
@@ -360,6 +379,7 @@ _SPACE_FIELDS = {  # the file's top level; what needs other keys is checked in `
     "conditions": Field(mapping, {}, blank_is_default=True),
     "objectives": Field(mapping, required="required"),
     "memory_budget_mb": Field(optional_positive_float),
+    "time_budget": Field(_time_budget),
     "sampler": Field(default=DEFAULT_SAMPLER),  # resolved with its options (`from_dict`)
     "sampler_options": Field(mapping, {}, blank_is_default=True),
     "sampler_seed": Field(_optional_seed, 0),

@@ -9,8 +9,8 @@ sampler is never told it, and early stopping neither judges it nor judges by it.
 `enqueue_trial`: the baseline is often outside the space (a base with a technique fixed on, a
 precision not among the choices), where its values would teach the sampler about params it
 cannot propose, and an enqueued trial would take one of the space's `num_samples` and change
-which points the sampler asks. A baseline predicted over the space's `memory_budget_mb` is said
-so and stored as infeasible (`INFEASIBLE_ID`), never trained. A resumed sweep finds the seeds
+which points the sampler asks. A baseline predicted over the space's `memory_budget_mb` (or its
+`time_budget`) is said so and stored as infeasible (`INFEASIBLE_ID`), never trained. A resumed sweep finds the seeds
 already given in Tune's trials and the store, as it does for points, and trains only the rest.
 """
 

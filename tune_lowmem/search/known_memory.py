@@ -40,9 +40,15 @@ Both models are rebuilt from the study (the journal) at every ask, so a resumed 
 nothing: a sampler rebuilt on the study with the same seed chooses the same point (a cached
 memory is the memory predicted again, so caches change only the time an ask takes).
 It declares what it is built with (`NEEDS`, `search.samplers`): the space, and `memory`, which
-maps a point's params to its known memory objective (None: infeasible or invalid): in a sweep
-the profiler's prediction through the searcher's screening; in the replay benchmark the
-recorded table's predicted memory.
+maps a point's params to its known objectives (None: infeasible or invalid): in a sweep the
+profiler's predictions through the searcher's screening; in the replay benchmark the recorded
+table's predicted memory.
+
+Several known objectives (a memory and the predicted update time, `time.predicted_update_s`):
+each candidate is weighed at all of them, the improvement over the learned objective and them
+in closed form as well (`expected_improvement_known`); a training's variant is still its
+least-memory one, the start-up spread is in their joint log space, and past `n_modelled` the
+front's layers are their non-dominated sets (`dominance_front`).
 """
 
 from __future__ import annotations
@@ -73,12 +79,13 @@ from ..outcome import Direction
 from ..space import Param, SearchSpace, worst_value
 from .exact import exact, exchangeable, training_key
 from .gaussian_process import GaussianProcess
-from .samplers import KNOWN, MemoryOf, known_objective
+from .samplers import KNOWN, MemoryOf, known_objectives
 from .scheduler import STOPPED_POINTS
 
 
 class KnownMemorySampler(BaseSampler):
-    """Expected hypervolume improvement over one learned objective and one known memory."""
+    """Expected hypervolume improvement over one learned objective and the known ones (memory,
+    and the predicted update time where the space names it)."""
 
     NEEDS = ("space", "memory")  # built with the space and each point's known memory
 
@@ -92,11 +99,12 @@ class KnownMemorySampler(BaseSampler):
         n_predicted: int = 4,
         n_modelled: int = 64,
     ):
-        if len(space.objectives) != 2 or sum(name in KNOWN for name in space.objectives) != 1:
+        knowns = known_objectives(space)
+        if len(space.objectives) - len(knowns) != 1:
             raise ConfigError(
                 "objectives",
-                f"sampler known-memory needs two objectives, one of them a predicted memory "
-                f"({', '.join(KNOWN)}); got {', '.join(space.objectives)}",
+                f"sampler known-memory needs one objective that training tells, the others "
+                f"predicted ({', '.join(KNOWN)}); got {', '.join(space.objectives)}",
             )
         if n_startup_trials < 0 or n_candidates < 1 or n_predicted < 1 or n_modelled < 2:
             raise ValueError(
@@ -104,8 +112,9 @@ class KnownMemorySampler(BaseSampler):
                 "n_modelled at least 2"
             )
         self.space, self.seed = space, seed
-        self.known = known_objective(space)
-        self.learned = next(name for name in space.objectives if name != self.known)
+        self.knowns = tuple(knowns)  # a point's `memory` gives them, in this order
+        self.known = knowns[0]  # the one its variants are chosen by (least first)
+        self.learned = next(name for name in space.objectives if name not in knowns)
         self.n_startup_trials, self.n_candidates = n_startup_trials, n_candidates
         self.n_predicted, self.n_modelled = n_predicted, n_modelled
         # the most points that train alike: each asked point's variants in the memory model
@@ -117,7 +126,7 @@ class KnownMemorySampler(BaseSampler):
         self.memory = memory
         self.rng = np.random.default_rng(seed)
         self.fallback = RandomSampler(seed=seed)
-        self.cache: dict[str, float | None] = {}
+        self.cache: dict[str, np.ndarray | None] = {}
         self.index = {name: i for i, name in enumerate(space.objectives)}  # in told values
         # an uninformative told value (an infeasible or failed point's), and what an ask reads
         # of each of the study's trials, kept once it is finished (`per_finished_trial`)
@@ -197,7 +206,8 @@ class KnownMemorySampler(BaseSampler):
 
         def trained(trial: FrozenTrial) -> bool:
             value = self.told(trial, self.learned)
-            return math.isfinite(value) and value != self.worst and self.told(trial, self.known) > 0
+            known = self.told_known([trial])
+            return math.isfinite(value) and value != self.worst and bool((known > 0).all())
 
         return per_finished_trial(self.informed, trial, trained)
 
@@ -208,12 +218,27 @@ class KnownMemorySampler(BaseSampler):
     def told(self, trial: FrozenTrial, objective: str) -> float:
         return float(trial.values[self.index[objective]])
 
-    def memory_of(self, params: Mapping[str, Any]) -> float | None:
-        """The known memory objective, cached per point."""
+    def told_known(self, trials: Sequence[FrozenTrial]) -> np.ndarray:
+        """The known objectives the `trials` were told, one row each."""
+        return np.array([[self.told(t, name) for name in self.knowns] for t in trials], float)
+
+    def known_of(self, params: Mapping[str, Any]) -> np.ndarray | None:
+        """A point's known objectives (None: infeasible or invalid), cached per point."""
         key = point_key(params)
         if key not in self.cache:
-            self.cache[key] = self.memory(params)
+            known = self.memory(params)
+            self.cache[key] = None if known is None else np.atleast_1d(np.asarray(known, float))
         return self.cache[key]
+
+    def memory_of(self, params: Mapping[str, Any]) -> float | None:
+        """A point's first known objective (its memory: its variants are chosen by it)."""
+        known = self.known_of(params)
+        return None if known is None else float(known[0])
+
+    def feasible(self, params: Mapping[str, Any]) -> np.ndarray | None:
+        """A point's known objectives where every one is positive (log scale), else None."""
+        known = self.known_of(params)
+        return known if known is not None and (known > 0).all() else None
 
     def variants(self, point: Mapping[str, Any]) -> list[dict[str, Any]]:
         """The points that train as `point` does: its exact params' values exchanged
@@ -228,40 +253,44 @@ class KnownMemorySampler(BaseSampler):
         feasible."""
         best = None
         for variant in variants:
-            memory = self.memory_of(variant)
-            if memory is not None and memory > 0 and (best is None or memory < best[1]):
-                best = (variant, memory)
+            known = self.feasible(variant)
+            if known is not None and (best is None or known[0] < best[1]):
+                best = (variant, float(known[0]))
         return best
 
-    def weighed(self, options, order, count: int, guess=None) -> list[tuple[int, float]]:
-        """(index, memory) of the first `count` trainings of `options` in `order` that have a
-        feasible variant: the only memories the ask predicts. Each training is weighed at one
-        variant, the first feasible one in the order of `guess` (guessed log memories per
-        variant; else as listed); the chosen training's cheapest variant is found after."""
+    def weighed(self, options, order, count: int, guess=None) -> list[tuple[int, np.ndarray]]:
+        """(index, known objectives) of the first `count` trainings of `options` in `order` that
+        have a feasible variant: the only ones the ask predicts. Each training is weighed at one
+        variant, the first feasible one in the order of `guess` (guessed log known objectives
+        per variant, by the first; else as listed); the chosen training's cheapest variant is
+        found after."""
         weighed = []
         for index in order:
             variants = options[index]
-            ranks = np.argsort(guess[index], kind="stable") if guess else range(len(variants))
-            memory = next(
-                (m for r in ranks if (m := self.memory_of(variants[r])) is not None and m > 0),
+            ranks = np.argsort(guess[index][:, 0], kind="stable") if guess else range(len(variants))
+            known = next(
+                (k for r in ranks if (k := self.feasible(variants[r])) is not None),
                 None,
             )
-            if memory is not None:
-                weighed.append((int(index), memory))
+            if known is not None:
+                weighed.append((int(index), known))
                 if len(weighed) == count:
                     break
         return weighed
 
     def spread(self, options, asked: Sequence[FrozenTrial]) -> dict[str, Any] | None:
         """Of `n_predicted` trainings drawn at random (one when nothing was asked yet), the one
-        farthest in log memory from every point asked, at its cheapest variant."""
-        taken = [np.log10(m) for t in asked if (m := self.memory_of(t.params))]
+        farthest in log known objectives (Euclidean) from every point asked, at its cheapest
+        variant."""
+        taken = [np.log10(k) for t in asked if (k := self.feasible(t.params)) is not None]
         order = self.rng.permutation(len(options))
         weighed = self.weighed(options, order, self.n_predicted if taken else 1)
         if not weighed:
             return None
         if taken:
-            gaps = np.array([min(abs(np.log10(m) - t) for t in taken) for _, m in weighed])
+            gaps = np.array(
+                [min(np.linalg.norm(np.log10(k) - t) for t in taken) for _, k in weighed]
+            )
             weighed = [weighed[int(self.rng.choice(np.flatnonzero(np.isclose(gaps, gaps.max()))))]]
         return self.cheapest(options[weighed[0][0]])[0]
 
@@ -272,23 +301,25 @@ class KnownMemorySampler(BaseSampler):
         standard deviation)."""
         score = self.improvement(options, told, kept, pending)
         guess = self.guessed_log_memory(options, asked)
-        guessed = score(np.arange(len(options)), np.array([np.min(g) for g in guess]))
+        least = np.array([g[np.argmin(g[:, 0])] for g in guess])  # each at its least memory
+        guessed = score(np.arange(len(options)), least)
         order = np.argsort(-guessed, kind="stable")
         weighed = self.weighed(options, order, self.n_predicted, guess)
         if not weighed:
             return None
         which = np.array([index for index, _ in weighed])
-        found = score(which, np.log10([m for _, m in weighed]))
+        found = score(which, np.log10([k for _, k in weighed]))
         best = np.flatnonzero(np.isclose(found, found.max(), rtol=1e-9, atol=0.0))
         return self.cheapest(options[which[int(self.rng.choice(best))]])[0]
 
     def improvement(self, options, told, kept, pending) -> Improvement:
-        """The acquisition: (indices of `options`, their log memories) -> each one's expected
-        hypervolume improvement, closed form (`expected_improvement`) under a Gaussian process
-        of the learned objective that learns the `kept` trials (`modelled`), with the running
-        points at its own mean (a kriging believer); the front is every told point's."""
+        """The acquisition: (indices of `options`, their log known objectives, one row each) ->
+        each one's expected hypervolume improvement, closed form (`expected_improvement`, with
+        several known objectives `expected_improvement_known`) under a Gaussian process of the
+        learned objective that learns the `kept` trials (`modelled`), with the running points at
+        its own mean (a kriging believer); the front is every told point's."""
         values = self.signed_values(told)
-        memories = np.array([self.told(t, self.known) for t in told])
+        known = self.told_known(told)
         model = GaussianProcess.fit(
             np.array([self.encode(t.params) for t in kept]), self.signed_values(kept), self.rng
         )
@@ -296,35 +327,51 @@ class KnownMemorySampler(BaseSampler):
             encoded = np.array([self.encode(p) for p in pending])
             model = model.with_points(encoded, model.predict(encoded)[0])
         mean, std = model.predict(np.array([self.encode(o[0]) for o in options]))
-        front = front_points(values, np.log10(memories))
+        if known.shape[1] == 1:
+            front = front_points(values, np.log10(known[:, 0]))
+        else:
+            front_at = front_indices(values, np.log10(known))
 
-        def gains(which: np.ndarray, log_memory: np.ndarray) -> np.ndarray:
-            ceiling = reference_log_memory(memories, log_memory)
-            reference = (float(values.min()), ceiling)
-            return expected_improvement(mean[which], std[which], log_memory, front, reference)
+        def gains(which: np.ndarray, log_known: np.ndarray) -> np.ndarray:
+            log_known = np.asarray(log_known, float).reshape(len(which), -1)
+            ceiling = reference_log_memory(known, log_known)
+            if known.shape[1] == 1:
+                reference = (float(values.min()), float(ceiling[0]))
+                return expected_improvement(
+                    mean[which], std[which], log_known[:, 0], front, reference
+                )
+            return expected_improvement_known(
+                mean[which],
+                std[which],
+                log_known,
+                (values[front_at], np.log10(known[front_at])),
+                (float(values.min()), ceiling),
+            )
 
         return gains
 
     def guessed_log_memory(self, options, asked: Sequence[FrozenTrial]) -> list[np.ndarray]:
-        """Each training's variants' log memories as a Gaussian process of the log memories of
-        the asked points and their variants (predicted when the point was chosen) guesses them
-        (every param a feature), less one standard deviation: a training far from every asked
-        point may be cheap. Past `n_modelled` asked points, the variants of those `modelled`
-        keeps, as many as bring at most `n_modelled` points."""
+        """Each training's variants' log known objectives (a row each) as Gaussian processes of
+        those of the asked points and their variants (predicted when the point was chosen)
+        guess them (one per known objective, every param a feature), less one standard
+        deviation: a training far from every asked point may be cheap. Past `n_modelled` asked
+        points, the variants of those `modelled` keeps, as many as bring at most `n_modelled`
+        points."""
         kept = self.modelled(asked, max(2, self.n_modelled // self.most_variants))
         points = {point_key(v): v for t in kept for v in self.variants(t.params)}
-        known = [(p, m) for p in points.values() if (m := self.memory_of(p))]
+        known = [(p, k) for p in points.values() if (k := self.feasible(p)) is not None]
         if len(known) < 2:  # nothing to learn from: every variant alike
-            return [np.zeros(len(variants)) for variants in options]
-        model = GaussianProcess.fit(
-            np.array([self.encode(p, every=True) for p, _ in known]),
-            np.log10([m for _, m in known]),
-            self.rng,
-        )
+            return [np.zeros((len(variants), len(self.knowns))) for variants in options]
+        features = np.array([self.encode(p, every=True) for p, _ in known])
         flat = [variant for variants in options for variant in variants]
-        mean, std = model.predict(np.array([self.encode(v, every=True) for v in flat]))
+        encoded = np.array([self.encode(v, every=True) for v in flat])
+        guesses = []
+        for column in np.log10([k for _, k in known]).T:
+            mean, std = GaussianProcess.fit(features, column, self.rng).predict(encoded)
+            guesses.append(mean - std)
+        guessed = np.stack(guesses, axis=1)
         bounds = np.cumsum([0] + [len(variants) for variants in options])
-        return [(mean - std)[low:high] for low, high in itertools.pairwise(bounds)]
+        return [guessed[low:high] for low, high in itertools.pairwise(bounds)]
 
     def signed_values(self, told: Sequence[FrozenTrial]) -> np.ndarray:
         """The learned objective's told values, negated if minimised: larger is better."""
@@ -346,8 +393,10 @@ class KnownMemorySampler(BaseSampler):
         if len(trials) <= self.n_modelled:
             return list(trials)
         told = [i for i, t in enumerate(trials) if t.values and self.informative(t)]
-        log_memory = np.log10([self.told(trials[i], self.known) for i in told])
-        front = near_front(self.signed_values([trials[i] for i in told]), log_memory, count // 2)
+        log_known = np.log10(self.told_known([trials[i] for i in told]))
+        if log_known.shape[1] == 1:
+            log_known = log_known[:, 0]
+        front = near_front(self.signed_values([trials[i] for i in told]), log_known, count // 2)
         chosen = dict.fromkeys(told[i] for i in front)
         for i in range(len(trials) - 1, -1, -1):  # the most recent
             if len(chosen) >= count // 2 + count // 4:
@@ -411,13 +460,16 @@ class KnownMemorySampler(BaseSampler):
 
 
 MISSING = object()
-# (indices of an ask's options, their log memories) -> each one's acquisition value
+# (indices of an ask's options, their log known objectives) -> each one's acquisition value
 Improvement = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
-def reference_log_memory(memories: np.ndarray, log_memory: np.ndarray) -> float:
-    """The hypervolume's bound in log memory: 1.1x the largest memory told or weighed."""
-    return float(np.log10(1.1) + max(np.max(log_memory), np.log10(memories.max())))
+def reference_log_memory(memories: np.ndarray, log_memory: np.ndarray) -> np.ndarray | float:
+    """The hypervolume's bound in each log known objective: 1.1x the largest told or weighed
+    (one number for a single column of `memories`, else one a column)."""
+    told, weighed = np.log10(np.max(memories, axis=0)), np.max(log_memory, axis=0)
+    bound = np.log10(1.1) + np.maximum(told, weighed)
+    return float(bound) if np.ndim(bound) == 0 else bound
 
 
 def per_finished_trial(
@@ -531,10 +583,25 @@ def front_points(values: np.ndarray, log_memory: np.ndarray) -> list[tuple[float
 
 
 def front_indices(values: np.ndarray, log_memory: np.ndarray) -> list[int]:
-    """The indices of `front_points`' pairs, in its order (of equal pairs, the first)."""
+    """The indices of `front_points`' pairs, in its order (of equal pairs, the first); with
+    several known objectives (`log_memory` a row each), of the points no other is as good as
+    in all of them and better in one, by their first."""
+    if np.ndim(log_memory) == 2:
+        return dominance_front(np.asarray(values), np.asarray(log_memory))
     front: list[int] = []
     for i in np.lexsort((-np.asarray(values), np.asarray(log_memory))).tolist():
         if not front or values[i] > values[front[-1]]:
+            front.append(i)
+    return front
+
+
+def dominance_front(values: np.ndarray, log_known: np.ndarray) -> list[int]:
+    """The non-dominated points of (value maximised, each known objective minimised), by their
+    first known objective (of equal points, the first)."""
+    points = np.column_stack([-values, log_known])
+    front: list[int] = []
+    for i in np.lexsort((-values, *log_known.T[::-1])).tolist():
+        if not any((points[j] <= points[i]).all() for j in front):
             front.append(i)
     return front
 
@@ -582,3 +649,43 @@ def expected_improvement(
     z = (mean - heights) / std
     expected = (mean - heights) * ndtr(z) + std * np.exp(-0.5 * z**2) / np.sqrt(2.0 * np.pi)
     return np.sum(widths * expected, axis=1)
+
+
+def expected_improvement_known(
+    mean: np.ndarray,
+    std: np.ndarray,
+    log_known: np.ndarray,
+    front: tuple[np.ndarray, np.ndarray],
+    reference: tuple[float, np.ndarray],
+) -> np.ndarray:
+    """`expected_improvement` with several known objectives: candidates whose value is
+    N(mean, std^2) (maximised) and whose log known objectives are the rows of `log_known`
+    (minimised), over `front` (its values, its log known objectives a row each), the
+    hypervolume bounded by `reference` (least value, largest log of each known objective).
+
+    The known objectives' space is cut into cells at the front's coordinates; over each cell the
+    best value of a front point at or below it in every known objective is one height h, so a
+    candidate adds, over the part of each cell at or above it, its volume times (y - h)^+:
+    E[gain] = sum over cells of volume * E[(y - h)^+], as in one dimension (the steps there)."""
+    floor, ceiling = reference
+    values, known = front
+    inside = (known < ceiling).all(axis=1)
+    values, known = values[inside], known[inside]
+    # per known objective, each cell's [left, right): below the front's first coordinate, then
+    # from each to the next (the last to the ceiling)
+    cuts = [np.unique(known[:, d]) for d in range(len(ceiling))]
+    lefts = [np.concatenate([[-np.inf], c]) for c in cuts]
+    rights = [np.concatenate([c, [bound]]) for c, bound in zip(cuts, ceiling)]
+    corners = np.stack([g.ravel() for g in np.meshgrid(*lefts, indexing="ij")], axis=1)
+    below = (known[None, :, :] <= corners[:, None, :]).all(axis=2)  # front point under a cell
+    heights = np.where(below, values[None, :], -np.inf).max(axis=1, initial=floor)
+    start = np.asarray(log_known, float)
+    cell = np.indices([len(left) for left in lefts]).reshape(len(lefts), -1)  # per objective
+    volume = np.ones((len(start), len(corners)))
+    for d, (left, right) in enumerate(zip(lefts, rights)):
+        widths = np.clip(right - np.maximum(left, start[:, d : d + 1]), 0.0, None)
+        volume *= widths[:, cell[d]]
+    mean, std = np.asarray(mean, float)[:, None], np.asarray(std, float)[:, None]
+    z = (mean - heights) / std
+    expected = (mean - heights) * ndtr(z) + std * np.exp(-0.5 * z**2) / np.sqrt(2.0 * np.pi)
+    return np.sum(volume * expected, axis=1)

@@ -10,12 +10,13 @@ so that a comparison of the two differs only in the model and the acquisition:
 
 - model: a `SingleTaskGP` (Matern 5/2, one length scale per feature, fitted noise, standardised
   outcome) of the learned objective over the same features (`KnownMemorySampler.encode`), fitted
-  by `fit_gpytorch_mll`; the memory a deterministic model that reads each point's negated log
-  memory from an extra input column (the GP's kernel leaves that column out);
+  by `fit_gpytorch_mll`; the known objectives (the memory, and the predicted update time where
+  the space names it) a deterministic model that reads each point's negated logs of them from
+  extra input columns (the GP's kernel leaves those columns out);
 - acquisition: `qLogNoisyExpectedHypervolumeImprovement` (q = 1) on the modelled trials as its
   noisy baseline, the running points as pending (integrated over, not believed), quasi-Monte
   Carlo samples seeded from the sampler's own generator; the reference point is the one
-  known-memory's improvement uses (the least told value, 1.1x the largest memory).
+  known-memory's improvement uses (the least told value, 1.1x the largest of each known one).
 """
 
 from __future__ import annotations
@@ -83,29 +84,27 @@ class QLogNEHVISampler(KnownMemorySampler):
         self.mc_samples = mc_samples
 
     def improvement(self, options, told, kept, pending) -> Improvement:
-        memories = np.array([self.told(t, self.known) for t in told])
+        known = self.told_known(told)
         floor = float(self.signed_values(told).min())
         with torch.random.fork_rng(), quiet():  # the fit's own draws, the caller's untouched
             torch.manual_seed(int(self.rng.integers(2**31)))
             model = self.fitted(kept)
         baseline = self.inputs([t.params for t in kept], self.told_log_memory(kept))
-        running = [p for p in pending if self.memory_of(p)]
+        running = [p for p in pending if self.feasible(p) is not None]
         waiting = (
-            self.inputs(running, [np.log10(self.memory_of(p)) for p in running])
-            if running
-            else None
+            self.inputs(running, [np.log10(self.feasible(p)) for p in running]) if running else None
         )
         seed = int(self.rng.integers(2**31))
         posterior = model.posterior(baseline)  # its kind picks the samplers (one per model)
         features = [self.encode(o[0]) for o in options]
 
-        def gains(which: np.ndarray, log_memory: np.ndarray) -> np.ndarray:
-            ceiling = reference_log_memory(memories, log_memory)
-            candidates = with_memory([features[i] for i in which], log_memory)
+        def gains(which: np.ndarray, log_known: np.ndarray) -> np.ndarray:
+            ceiling = reference_log_memory(known, log_known)
+            candidates = with_memory([features[i] for i in which], log_known)
             with torch.no_grad(), quiet():
                 acquisition = qLogNoisyExpectedHypervolumeImprovement(
                     model=model,
-                    ref_point=[floor, -ceiling],
+                    ref_point=[floor, *(-ceiling)],
                     X_baseline=baseline,
                     sampler=get_sampler(posterior, torch.Size([self.mc_samples]), seed=seed),
                     X_pending=waiting,
@@ -116,25 +115,26 @@ class QLogNEHVISampler(KnownMemorySampler):
         return gains
 
     def fitted(self, kept: Sequence[FrozenTrial]) -> ModelList:
-        """The learned objective's GP on the `kept` trials beside the memory's deterministic
-        model (the inputs' last column, which the GP's kernel leaves out). Where every start of
+        """The learned objective's GP on the `kept` trials beside the known objectives'
+        deterministic model (the inputs' last columns, which the GP's kernel leaves out). Where every start of
         the fit stops short of an optimum (BoTorch then rolls each back), the GP keeps its
         initial hyperparameters: an ask never fails for a fit (seen on a nearly flat
         objective: the ViT table's)."""
         inputs = self.inputs([t.params for t in kept], self.told_log_memory(kept))
         targets = torch.tensor(self.signed_values(kept), dtype=torch.float64)[:, None]
-        features = inputs.shape[-1] - 1
+        knowns = len(self.knowns)
+        features = inputs.shape[-1] - knowns
         kernel = MaternKernel(nu=2.5, ard_num_dims=features, active_dims=tuple(range(features)))
         learned = SingleTaskGP(inputs, targets, covar_module=ScaleKernel(kernel))
         try:
             fit_gpytorch_mll(ExactMarginalLogLikelihood(learned.likelihood, learned))
         except ModelFittingError:
             learned.eval()
-        memory = GenericDeterministicModel(lambda x: x[..., -1:], num_outputs=1)
+        memory = GenericDeterministicModel(lambda x: x[..., -knowns:], num_outputs=knowns)
         return ModelList(learned, memory)
 
-    def told_log_memory(self, trials: Sequence[FrozenTrial]) -> list[float]:
-        return [float(np.log10(self.told(t, self.known))) for t in trials]
+    def told_log_memory(self, trials: Sequence[FrozenTrial]) -> np.ndarray:
+        return np.log10(self.told_known(trials))
 
     def inputs(self, points: Sequence[Mapping[str, Any]], log_memory) -> torch.Tensor:
         return with_memory([self.encode(p) for p in points], log_memory)
@@ -151,8 +151,8 @@ def quiet() -> Iterator[None]:
         yield
 
 
-def with_memory(features: Sequence[Sequence[float]], log_memory) -> torch.Tensor:
-    """Each point's features with its negated log memory as the last column (BoTorch
-    maximises every objective)."""
-    memory = -np.asarray(log_memory, float).reshape(-1, 1)
+def with_memory(features: Sequence[Sequence[float]], log_known) -> torch.Tensor:
+    """Each point's features with its negated log known objectives as the last columns
+    (BoTorch maximises every objective)."""
+    memory = -np.asarray(log_known, float).reshape(len(features), -1)
     return torch.tensor(np.hstack([np.asarray(features, float), memory]), dtype=torch.float64)

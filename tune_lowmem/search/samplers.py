@@ -11,10 +11,12 @@ of that name (`SUPPLIES`):
   only, no conditions, and `num_samples` at most the grid's size, all of it when absent
   (`space.SearchSpace` checks it).
 - ``space``: the validated `SearchSpace` (its params, conditions, objectives, budget).
-- ``memory``: a point's memory objective, known before it trains: the profiler's prediction
-  through the searcher's own screening (None: over the budget, or not a valid config), once per
-  `memory_key`. The space must have an objective the profiler predicts (`KNOWN`). The sampler
-  keeps it as its `memory`, which the replay benchmark replaces with a recorded table's.
+- ``memory``: a point's objectives known before it trains (`KNOWN`: its predicted memory, its
+  predicted update time): the profiler's predictions through the searcher's own screening (None:
+  over a budget, or not a valid config), once per `memory_key`; one number where the space has one
+  such objective, else a tuple of them in the space's order (`known_objectives`). The space must
+  have at least one. The sampler keeps it as its `memory`, which the replay benchmark replaces
+  with a recorded table's.
 
 Which params train alike (their exact values) is declared by techniques and tasks and read
 through `search.exact`, the same for every sampler; the searcher applies them to whatever a
@@ -31,14 +33,15 @@ from typing import TYPE_CHECKING, Any
 import optuna
 
 from ..config import ConfigError
-from ..outcome import SPACE_OBJECTIVES, known_before_training, memory_columns
+from ..outcome import SPACE_OBJECTIVES, known_before_training
 from ..validation import SEED_LIMIT, require
 
 if TYPE_CHECKING:
     from ..space import SearchSpace
 
 KNOWN = tuple(filter(known_before_training, SPACE_OBJECTIVES))  # the profiler's, before training
-MemoryOf = Callable[[Mapping[str, Any]], float | None]
+# a point's params -> its known objective(s): one number, or a tuple of them (None: infeasible)
+MemoryOf = Callable[[Mapping[str, Any]], float | tuple[float, ...] | None]
 
 
 class GridSampler(optuna.samplers.GridSampler):
@@ -50,8 +53,8 @@ class GridSampler(optuna.samplers.GridSampler):
         super().__init__(grid, seed=seed)
 
 
-def known_objective(space: SearchSpace) -> str:
-    """The space's objective the profiler predicts before training (the first, if several);
+def known_objectives(space: SearchSpace) -> list[str]:
+    """The space's objectives the profiler predicts before training, in its order;
     `ConfigError` on ``objectives`` when it has none."""
     known = [name for name in space.objectives if name in KNOWN]
     require(
@@ -60,27 +63,34 @@ def known_objective(space: SearchSpace) -> str:
         f"sampler {space.sampler.name} needs an objective the profiler predicts "
         f"({', '.join(KNOWN)}); got {', '.join(space.objectives)}",
     )
-    return known[0]
+    return known
+
+
+def known_objective(space: SearchSpace) -> str:
+    """The first of the space's `known_objectives`."""
+    return known_objectives(space)[0]
 
 
 def profiler_memory(space: SearchSpace, objective: str | None = None) -> MemoryOf:
-    """A point's memory `objective` (the space's `known_objective` unless named) from the
-    profiler, through the searcher's own screening (so the budget and invalid configs read as
-    None, never as a memory), once per `memory_key`."""
+    """A point's known objectives from the profiler, through the searcher's own screening (so
+    the budgets and invalid configs read as None, never as a value), once per `memory_key`:
+    `objective` alone when named, else the space's `known_objectives` (one number where it has
+    one, else their tuple)."""
     from .screening import screen
 
-    objective = objective or known_objective(space)
-    known: dict[str, float | None] = {}
+    names = [objective] if objective else known_objectives(space)
+    known: dict[str, float | tuple[float, ...] | None] = {}
 
-    def memory(params: Mapping[str, Any]) -> float | None:
+    def memory(params: Mapping[str, Any]) -> float | tuple[float, ...] | None:
         key = memory_key(space, params)
         if key is not None and key in known:
             return known[key]
         screening = screen(space, params)
         value = None
         if screening.feasible:
-            predicted = memory_columns(screening.predicted).get(objective)
-            value = None if predicted is None else float(predicted)
+            predicted = [screening.columns().get(name) for name in names]
+            if None not in predicted:
+                value = float(predicted[0]) if len(names) == 1 else tuple(map(float, predicted))
         if key is not None:
             known[key] = value
         return value
@@ -112,8 +122,8 @@ SUPPLIES: dict[str, Callable[[SearchSpace], Any]] = {  # each of `sampler_settin
 
 def build_sampler(space: SearchSpace, seed_offset: int = 0) -> optuna.samplers.BaseSampler:
     """The space's Optuna sampler. With a budget, nsga2, tpe and gp read each trial's
-    `searcher.CONSTRAINT`, which the searcher sets when it screens the point (Optuna >= 5:
-    `Trial.set_constraint`). A resumed sweep passes the number of points already asked as
+    constraints (`screening.budget_excess`), which the searcher sets when it screens the point
+    (Optuna >= 5: `Trial.set_constraint`). A resumed sweep passes the number of points already asked as
     `seed_offset`, so that its rebuilt sampler does not draw the points of the sweep's start
     again."""
     sampler = space.sampler

@@ -5,8 +5,9 @@ Points and seeds: the sampler proposes a point once; a feasible point runs as
 the sampler is told the mean over the seeds that completed. `num_samples` counts points.
 
 Screening: each point asked is screened (`screening.screen`) before Tune sees it; its predicted
-memory over the budget is set as the trial's constraint (``Trial.set_constraint``: NSGA-II, TPE
-and GP rank a violation below every feasible point). A point over the budget (or not a valid config) is stored at once under
+memory and update time over the space's budgets are set as the trial's constraints
+(``Trial.set_constraint``, `screening.budget_excess`: NSGA-II, TPE and GP rank a violation below
+every feasible point). A point over a budget (or not a valid config) is stored at once under
 the id ``infeasible-<n>`` (``invalid-<n>``), told with dominated values, and another point is
 asked for, so it never occupies a worker.
 
@@ -48,7 +49,7 @@ from optuna.trial import FixedTrial, FrozenTrial, TrialState
 from ray.tune.search import Searcher
 
 from .. import store
-from ..outcome import MEMORY, memory_columns, result_from_row
+from ..outcome import is_outcome, result_from_row
 from ..space import SearchSpace, worst_value
 from . import baseline, journal, place
 from .exactness import Exactness, answered_by, trained_params
@@ -56,12 +57,11 @@ from .progress import say
 from .representation import Representation
 from .samplers import build_sampler
 from .scheduler import STOPPED, STOPPED_POINTS, projected
-from .screening import SCREENED_PREFIXES, Screening, budgeted_memory_mb, screen, write_screened
+from .screening import SCREENED_PREFIXES, Screening, budget_excess, screen, write_screened
 from .tune_state import tune_trials
 
 STOPPED_STATUSES = (STOPPED, "running")  # running at its end: stopped early
 TOLD_STATUSES = ("completed", *STOPPED_STATUSES)
-CONSTRAINT = "memory_over_budget_mb"  # Optuna constraint: predicted MB - budget, > 0 is infeasible
 SAVED = ("space", "sweep", "assigned")  # what a snapshot holds; the rest is rebuilt by rejoin
 log = logging.getLogger(__name__)
 
@@ -305,10 +305,10 @@ class ScreenedSearcher(Searcher):
                 stopped = self.study.user_attrs.get(STOPPED_POINTS, [])
                 params, earlier = self.exactness.ask(trial, params, stopped)
             screening = screen(self.space, params)
-            if screening.predicted is not None and self.space.memory_budget_mb is not None:
-                memory = budgeted_memory_mb(self.space, screening.predicted)
-                excess = memory - self.space.memory_budget_mb
-                trial.set_constraint(CONSTRAINT, excess)
+            if screening.predicted is not None:
+                excess = budget_excess(self.space, screening.predicted, screening.time)
+                for constraint, value in excess.items():
+                    trial.set_constraint(constraint, value)
         self.asked += 1
         return trial.number, params, screening, earlier
 
@@ -330,13 +330,14 @@ class ScreenedSearcher(Searcher):
         if screening.status == "failed":
             self.tell(number, None)
             return
-        self.tell(number, self.dominated(memory_columns(screening.predicted)))
+        self.tell(number, self.dominated(screening.columns()))
 
-    def dominated(self, memory: dict[str, Any]) -> list[float]:
-        """An infeasible point's values: its memory where known, the worst value of the rest."""
+    def dominated(self, outcome: dict[str, Any]) -> list[float]:
+        """An infeasible point's values: its memory and time where known, the worst value of the
+        rest."""
         values = []
         for name, direction in self.space.objectives.items():
-            known = memory.get(name) if name.startswith(MEMORY) else None
+            known = outcome.get(name) if is_outcome(name) else None
             task = self.space.base["task"]
             values.append(worst_value(name, direction, task) if known is None else float(known))
         return values

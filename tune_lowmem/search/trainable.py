@@ -8,7 +8,9 @@ One Tune trial trains one `TrialConfig` (a point of the search space with one se
    handing it out: see `screening`), resumed from `tune.get_checkpoint()` when Tune
    restarts the trial, and every epoch is reported with `tune.report`, with a checkpoint of the
    trainer's state once `resume_checkpoint_s` seconds have passed since the last one (never with
-   the final epoch, whose durable record is the store row); the measured memory of one real step
+   the final epoch, whose durable record is the store row); the predicted seconds of an update,
+   an evaluation and an epoch on the trial's device (`timing.predict_time`) and the measured
+   memory of one real step
    (and the allocator's peak over a side run of a step and an evaluation batch) is reported
    beside the prediction, and the seconds the trial's updates, evaluations and epochs took on
    its device (`train.measured_times`) with every epoch;
@@ -58,9 +60,11 @@ from ..outcome import (
     MEMORY_OBJECTIVE,
     memory_columns,
     result_from_row,
+    time_columns,
     trial_result,
 )
 from ..space import SearchSpace
+from ..timing import TimePrediction, predict_time
 from ..train import Trainer, apply_environment, measured_times, resolve_device
 
 CHECKPOINT_FILE = "trainer.pt"
@@ -164,6 +168,7 @@ class _Run:
         self.predicted: MemoryReport | None = None
         self.paper_csr: MemoryReport | None = None  # sparse weights as CSR (the paper's)
         self.measured: MemoryReport | None = None
+        self.time: TimePrediction | None = None
         self.started_at = datetime.now(UTC)
         self.trainer: Trainer | None = None
         self.last_checkpoint = time.monotonic()
@@ -177,6 +182,7 @@ class _Run:
             apply_environment(self.config)  # before CUDA starts: its libraries read it then
             self.predicted = predict(self.config)  # on the trial's own device, probed there
             self.paper_csr = accounted(self.config, "csr")
+            self.time = predict_time(self.config)  # at the trial's threads, on its device
             share = trial_share(self.space.resources, self.config)  # what Ray was asked for
             hold_to_share(share, resolve_device(self.config.device))  # its OOM is its own
             self.trainer = Trainer(self.config)
@@ -212,12 +218,13 @@ class _Run:
         self.measured = MemoryReport(**state["measured"])
 
     def _outcome(self) -> dict[str, float | None]:
-        """The prediction, the measured step, on a GPU the peaks the trial has reached, and the
+        """The predictions, the measured step, on a GPU the peaks the trial has reached, and the
         seconds its epochs took so far."""
         device = self.trainer.device if self.trainer is not None else torch.device("cpu")
         history = self.trainer.history if self.trainer is not None else []
         memory = memory_columns(self.predicted, self.measured, self.paper_csr)
-        return {**memory, **peak_memory_mb(device), **measured_times(history)}
+        times = {**time_columns(self.time), **measured_times(history)}
+        return {**memory, **peak_memory_mb(device), **times}
 
     def _memory_reached(self) -> str:
         """What an out-of-memory trial had predicted and reached, for its failure reason."""
