@@ -124,15 +124,21 @@ def reference_views(trainer: Trainer) -> dict[str, torch.Tensor]:
 ULPS_AT_SCALE = 4
 
 
-def ulp_at_scale(tensor: torch.Tensor) -> float:
-    """One ulp of `tensor`'s dtype at its largest magnitude (the gap to the next float up)."""
+def ulp_at_scale(tensor: torch.Tensor, computed_in: torch.dtype | None = None) -> float:
+    """One ulp at `tensor`'s largest magnitude (the gap to the next float up) of its dtype, or
+    of `computed_in` where that is coarser: the precision its values were computed in."""
     largest = tensor.detach().abs().max().reshape(1)
+    if computed_in is not None and torch.finfo(computed_in).eps > torch.finfo(largest.dtype).eps:
+        largest = largest.clamp(max=torch.finfo(computed_in).max).to(computed_in)
     return float(torch.nextafter(largest, torch.full_like(largest, float("inf"))) - largest)
 
 
-def differences(packed: dict, reference: dict, exact: bool) -> list[str]:
+def differences(
+    packed: dict, reference: dict, exact: bool, computed_in: torch.dtype | None = None
+) -> list[str]:
     """Names whose tensors differ (bitwise, or when not `exact`, floats on an element by more
-    than `ULPS_AT_SCALE` ulps at the tensor's scale), each with its largest difference."""
+    than `ULPS_AT_SCALE` ulps at the tensor's scale, counted in `computed_in`'s ulps where the
+    values came from that coarser precision), each with its largest difference."""
     assert packed.keys() == reference.keys(), set(packed) ^ set(reference)
     wrong = []
     for name, ours in packed.items():
@@ -146,7 +152,8 @@ def differences(packed: dict, reference: dict, exact: bool) -> list[str]:
                 wrong.append(name)
         else:
             largest = (ours.double() - theirs.double()).abs().max().item()
-            ulps = largest / ulp_at_scale(torch.stack([ours.abs().max(), theirs.abs().max()]))
+            scale = torch.stack([ours.abs().max(), theirs.abs().max()])
+            ulps = largest / ulp_at_scale(scale, computed_in)
             if ulps > ULPS_AT_SCALE:
                 wrong.append(f"{name}: {ulps:.1f} ulps at its scale")
     return wrong

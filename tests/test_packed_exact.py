@@ -5,6 +5,7 @@ arithmetic is the same (`tests.packed_reference` is the masked dense reference).
 from __future__ import annotations
 
 import pytest
+import torch
 
 from tests.conftest import tiny_wrn_config
 from tests.packed_reference import dense_views, differences, minibatches, reference_views, trainer
@@ -148,10 +149,12 @@ def test_dct_packed_equals_masked_dense_bit_for_bit(case, flat, monkeypatch):
 
 def test_dct_fp16_packed_equals_masked_dense_within_rounding(monkeypatch):
     """fp16 weights with fp32 Adam moments and loss scaling: the packed layers' half matmuls
-    sum in another order than the masked dense ones, as WRN's fp16 case does."""
+    sum in another order than the masked dense ones, as WRN's fp16 case does. The moments are
+    fp32 sums of fp16 gradients, so they agree within the fp16 ulps their inputs were computed
+    in (measured on an AMD EPYC without AVX-512: 184 fp32 ulps, 0.02 of an fp16 one)."""
     packed, reference = compared(tiny_dct(precision="fp16"), monkeypatch)
     assert all(t.isfinite().all() for t in packed.values() if t.is_floating_point())
-    assert differences(packed, reference, exact=False) == []
+    assert differences(packed, reference, exact=False, computed_in=torch.float16) == []
 
 
 # mobilenet_v3_small's convolutions with a bias (squeeze-excitation) and depthwise groups: its
