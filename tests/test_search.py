@@ -663,3 +663,16 @@ def test_an_unpickled_errors_reason_is_its_last_line_not_a_file():
     assert search_driver.trial_error(Errored(None, None)) == "unknown error"
     pickled = MemoryError("can't allocate memory")
     assert search_driver.trial_error(Errored(pickled, trace)) is pickled
+
+
+def test_tune_s_settings_hold_while_the_sweep_runs_only(monkeypatch):
+    """A sweep's Tune settings leave the process as they found it: a user's own Tuner after a
+    sweep in the same process keeps Tune's JSON and CSV results, and a setting the user chose
+    is theirs throughout."""
+    monkeypatch.delenv("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", raising=False)
+    monkeypatch.setenv("RAY_AIR_NEW_OUTPUT", "1")
+    with search_driver.tune_environment():
+        assert os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] == "1"
+        assert os.environ["RAY_AIR_NEW_OUTPUT"] == "1"
+    assert "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS" not in os.environ
+    assert os.environ["RAY_AIR_NEW_OUTPUT"] == "1"

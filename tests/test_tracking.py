@@ -371,6 +371,28 @@ def test_a_server_lost_mid_sweep_is_one_line_and_nothing_waits_on_it(tmp_path):
     assert len(said) == 1 and time.monotonic() - started < 120
 
 
+@needs_mlflow
+def test_a_run_whose_driver_died_before_its_params_gets_them_when_it_goes_on(tmp_path):
+    """A driver killed between saving a training's run id and logging its params: the resumed
+    driver, continuing the same run, logs them."""
+    from mlflow import MlflowClient
+
+    config = {"precision": "bf16", "seed": 0}
+    run = trial_run("t1", 0, config)
+    with mlflow_server(tmp_path) as uri:
+        MLflowRuns(uri, tmp_path, "killed", {}, pytest.fail).close(timeout=120)  # the parent
+        ids, client = yaml.safe_load((tmp_path / RUNS_FILE).read_text()), MlflowClient(uri)
+        tags = {"mlflow.parentRunId": ids["parent"], "tune_lowmem.run": run.key}
+        made = client.create_run(ids["experiment_id"], run_name=run.name, tags=tags)
+        ids["runs"][run.key] = made.info.run_id
+        (tmp_path / RUNS_FILE).write_text(yaml.safe_dump(ids))  # then the driver died
+        again = MLflowRuns(uri, tmp_path, "killed", {}, pytest.fail)
+        again.start(run, config)
+        again.close(timeout=120)
+        params = client.get_run(made.info.run_id).data.params
+    assert params == {key: yaml_value(value) for key, value in config.items()}
+
+
 def test_settings_in_the_sweep_s_folder_choose_the_trackers(tmp_path):
     """What a driver runs is what its sweep's folder says when it starts (so resume --mlflow
     reaches a sweep launched without it): no event files when tensorboard is false."""

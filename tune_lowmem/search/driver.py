@@ -218,6 +218,20 @@ def _tuner(space: SearchSpace, sweep: str, root: Path) -> tune.Tuner:
 
 
 @contextlib.contextmanager
+def tune_environment() -> Iterator[None]:
+    """Tune's settings for a sweep (`TUNE_ENVIRONMENT`, each where the user set none), in this
+    process while the sweep runs only: a later Tuner of the same process (a user's own, reading
+    Tune's JSON and CSV results) runs with Tune's defaults."""
+    added = {key: value for key, value in TUNE_ENVIRONMENT.items() if key not in os.environ}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for key in added:
+            os.environ.pop(key, None)
+
+
+@contextlib.contextmanager
 def _ray(address: str | None, space: SearchSpace) -> Iterator[None]:
     """Connect to `address`, or start a local cluster of this machine's CPUs; reuse a live one.
     Nothing starts unless the space's sampler builds (its options, its dependencies) and a local
@@ -226,40 +240,39 @@ def _ray(address: str | None, space: SearchSpace) -> Iterator[None]:
     working directory (a task, a step runner) puts it on the workers' path."""
     import ray
 
-    for key, value in TUNE_ENVIRONMENT.items():
-        os.environ.setdefault(key, value)
-    build_sampler(space)  # the sampler's own checks now, not mid-sweep
-    preflight.machine(space, address)
-    if ray.is_initialized():
-        preflight.cluster(space)
-        yield
-        return
-    preflight.reachable(address)  # an unreachable address: one line, nothing started
-    passed = {
-        k: os.environ[k] for k in ("TUNE_LOWMEM_DATA", "TUNE_LOWMEM_CACHE") if k in os.environ
-    }
-    # the space's fixed CUDA workspace settings, in every worker before it starts CUDA (a
-    # searched one is set by its trial: `trainable`)
-    passed |= trial_environment(TrialConfig.from_dict(space.base))
-    folder = plugins_folder()
-    if folder is not None:
-        paths = (folder, os.environ.get("PYTHONPATH"))
-        passed["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
-    options: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING}
-    if passed:
-        options["runtime_env"] = {"env_vars": passed}
-    try:
-        if address is None:
-            ray.init(address="local", include_dashboard=False, **options)
-        else:
-            ray.init(address=address, **options)
-    except ConnectionError as error:
-        raise preflight.connection_refused(address, error) from None
-    try:
-        preflight.cluster(space)
-        yield
-    finally:
-        ray.shutdown()
+    with tune_environment():
+        build_sampler(space)  # the sampler's own checks now, not mid-sweep
+        preflight.machine(space, address)
+        if ray.is_initialized():
+            preflight.cluster(space)
+            yield
+            return
+        preflight.reachable(address)  # an unreachable address: one line, nothing started
+        passed = {
+            k: os.environ[k] for k in ("TUNE_LOWMEM_DATA", "TUNE_LOWMEM_CACHE") if k in os.environ
+        }
+        # the space's fixed CUDA workspace settings, in every worker before it starts CUDA (a
+        # searched one is set by its trial: `trainable`)
+        passed |= trial_environment(TrialConfig.from_dict(space.base))
+        folder = plugins_folder()
+        if folder is not None:
+            paths = (folder, os.environ.get("PYTHONPATH"))
+            passed["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
+        options: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING}
+        if passed:
+            options["runtime_env"] = {"env_vars": passed}
+        try:
+            if address is None:
+                ray.init(address="local", include_dashboard=False, **options)
+            else:
+                ray.init(address=address, **options)
+        except ConnectionError as error:
+            raise preflight.connection_refused(address, error) from None
+        try:
+            preflight.cluster(space)
+            yield
+        finally:
+            ray.shutdown()
 
 
 @dataclass

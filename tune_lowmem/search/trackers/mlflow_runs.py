@@ -150,15 +150,23 @@ class MLflowRuns:
         if held is not None:  # logged by an earlier attempt: the same run goes on
             self.client.update_run(held, status="RUNNING")
             self.client.set_tag(held, TRIAL_TAG, run.trial_id)  # the trial that trains it now
+            self._ensure_params(held, config)
             return
         identity = {PARENT_TAG: self.ids["parent"], "tune_lowmem.run": run.key}
         tags = {"tune_lowmem.sweep": self.sweep, TRIAL_TAG: run.trial_id}
         made, new = self._run(run.name, identity, tags)
-        self.ids["runs"][run.key] = made
-        self._save()
         if new:
             self._log_params(made, config)
             self.last_logged[run.key] = 0
+        else:
+            self._ensure_params(made, config)
+        self.ids["runs"][run.key] = made
+        self._save()
+
+    def _ensure_params(self, run: str, config: dict) -> None:
+        """Log a continued run's params where an earlier driver was killed before it did."""
+        if not self.client.get_run(run).data.params:
+            self._log_params(run, config)
 
     def _run(self, name: str, identity: dict[str, str], tags: dict[str, str]) -> tuple[str, bool]:
         """The run with the tags `identity` and `tags`, and whether it is new: in a resumed
