@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -80,7 +81,7 @@ def figures(rows: pd.DataFrame) -> dict:
 
 def priced(row: dict, base: dict) -> dict:
     """A front point against the baseline: memory reduction, time ratio, accuracy change."""
-    mine = figures(pd.DataFrame([row]))
+    mine = {name: float(row.get(col, math.nan)) for name, col in PRICED.items()}
     return {
         **{k: v for k, v in mine.items() if k != "val_accuracy"},
         "memory_reduction": base["searched_run_peak_mb"] / mine["searched_run_peak_mb"],
