@@ -48,8 +48,8 @@ body { font-family: system-ui, sans-serif; max-width: 72rem; margin: 1rem auto; 
        color: #222; line-height: 1.45; }
 h1 { font-size: 1.6rem; margin: 0.5rem 0; }
 .lead { margin: 0 0 0.5rem; color: #444; }
-table { border-collapse: collapse; margin: 1rem 0; font-size: 0.92rem; max-width: 100%; }
-th, td { border: 1px solid #ccc; padding: 0.3rem 0.6rem; }
+table { border-collapse: collapse; margin: 1rem 0; font-size: 0.85rem; max-width: 100%; }
+th, td { border: 1px solid #ccc; padding: 0.25rem 0.4rem; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 th { background: #f3f3f3; }
 figure { margin: 2rem 0; }
