@@ -48,17 +48,33 @@ import replay_floors
 from learning_curves import DEFAULT, RECORDINGS
 
 from tune_lowmem.search import replay
+from tune_lowmem.search.samplers import profiler_cost
 from tune_lowmem.search.scheduler import MEMORY_BAND
 from tune_lowmem.space import SearchSpace
 
 SAMPLERS = ("random", "tpe", "nsga2", "gp", "gp-matched", "grid", "known-memory", "qlognehvi")
 # baselines that are a sampler with stated options (`--samplers` names them): GP given what
-# known-memory has, its 4 start-up points, and told the table's values are noise-free
-VARIANTS = {"gp-matched": ("gp", {"n_startup_trials": 4, "deterministic_objective": True})}
+# known-memory has, its 4 start-up points, and told the table's values are noise-free; and
+# known-memory with each of its cost-weighing parts (both stated, whatever the defaults):
+# improvement per predicted second, and the start-up from the least-memory training
+VARIANTS = {
+    "gp-matched": ("gp", {"n_startup_trials": 4, "deterministic_objective": True}),
+    **{
+        name: ("known-memory", {"cost_aware": cost, "least_memory_start": start})
+        for name, cost, start in (
+            ("known-memory-cost-start", True, True),
+            ("known-memory-cost", True, False),
+            ("known-memory-start", False, True),
+        )
+    },
+}
+COST_PARTS = ("cost_aware", "least_memory_start")  # sampler options that read predicted seconds
 TARGETS = (0.90, 0.95, 0.99)  # printed by default
 RECORDED = (0.50, 0.75, 0.90, 0.95, 0.99)  # the costs to each are kept per sweep
 COSTS = {"compute_to": "compute", "elapsed_to": "elapsed", "epochs_to": "epochs"}  # `Ended`'s
 RESULTS = Path(__file__).parent / "results"  # search_replay_<grid>.jsonl: every sweep, reused
+# each table point's predicted training seconds (the cost-aware parts' `cost`), per grid
+PREDICTED_COST = RESULTS / "search_replay_predicted_cost.json"
 
 
 def quartiles(values: list[float]) -> str:
@@ -83,7 +99,9 @@ TRADE_OFF = 0.75
 
 def clocked(table: replay.Table, clock: str) -> replay.Table:
     """The table on the clock named: its recorded seconds, or every epoch one unit."""
-    return table if clock == "seconds" else replay.Table(table.curves, table.params)
+    if clock == "seconds":
+        return table
+    return replay.Table(table.curves, table.params, predicted=table.predicted)
 
 
 def describe(
@@ -170,7 +188,7 @@ def settings(
     without an ``exactness`` ran without it; with ``clock`` "wall" and no ``representation``,
     an earlier harness: every epoch one unit, every choice asked as a category). `name`: a
     sampler, or one of `VARIANTS`."""
-    sampler, options = VARIANTS.get(name, (name, args.options.get(name, {})))
+    sampler, options = sampler_of(args, name)
     return {
         "table": hashlib.sha256(Path(args.table).read_bytes()).hexdigest()[:16],
         "points": args.points,
@@ -186,7 +204,20 @@ def settings(
         # a stopped trial is told its projection; cached sweeps without it told what it reached
         **({"told": "projection"} if scheduler else {}),
         **({"exactness": True} if exactness else {}),
+        # the table's predicted seconds a cost-weighing sampler was given (`predicted_costs`)
+        **({"predicted_cost": args.predicted_cost} if weighs_cost(options) else {}),
     }
+
+
+def sampler_of(args: argparse.Namespace, name: str) -> tuple[str, dict]:
+    """The sampler and options a `--samplers` name runs: one of `VARIANTS`, else the sampler
+    with its `--options`."""
+    return VARIANTS.get(name, (name, args.options.get(name, {})))
+
+
+def weighs_cost(options: dict) -> bool:
+    """Whether a sampler's options turn on a part that reads the predicted seconds."""
+    return any(options.get(part) for part in COST_PARTS)
 
 
 def method_name(setting: dict) -> str:
@@ -264,6 +295,32 @@ def own_floors(
             table, targets, workers, trainings
         ),
     }
+
+
+def predicted_costs(grid: str, table_file: str, table: replay.Table) -> dict[str, float]:
+    """Each table point's predicted training seconds, as a sweep's sampler is given them
+    (`samplers.profiler_cost`: the project's time prediction through the searcher's screening,
+    on this machine), by its `replay.key`: computed once per table and kept in
+    `PREDICTED_COST`, so every sweep and every later run reads the same figures."""
+    digest = hashlib.sha256(Path(table_file).read_bytes()).hexdigest()[:16]
+    entries = json.loads(PREDICTED_COST.read_text()) if PREDICTED_COST.exists() else {}
+    entry = entries.get(grid)
+    if entry is None or entry["table"] != digest:
+        recording = RECORDINGS[grid]
+        space = SearchSpace.from_dict(
+            replay.replay_space(table, recording.base, "random", 0, num_samples=1)
+        )
+        cost = profiler_cost(space)
+        seconds = {}
+        for point in table.curves:
+            predicted = cost(json.loads(point))
+            if predicted is None:
+                raise ValueError(f"{point}: no predicted time (not a feasible config)")
+            seconds[point] = predicted
+        entry = {"table": digest, "seconds": seconds}
+        entries[grid] = entry
+        PREDICTED_COST.write_text(json.dumps(entries, indent=1, sort_keys=True) + "\n")
+    return entry["seconds"]
 
 
 def exactness_flags(text: str) -> list[bool]:
@@ -464,6 +521,11 @@ def main() -> None:
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     frame = pd.read_parquet(args.table)
     table = replay.Table.from_frame(frame)
+    args.predicted_cost = None
+    if any(weighs_cost(sampler_of(args, name)[1]) for name in args.samplers.split(",")):
+        table.predicted = predicted_costs(args.grid, args.table, table)
+        text = json.dumps(table.predicted, sort_keys=True).encode()
+        args.predicted_cost = hashlib.sha256(text).hexdigest()[:16]
     described = describe(clocked(table, args.clock), args.targets, frame, args.workers)
     done = {}
     if args.results.exists():

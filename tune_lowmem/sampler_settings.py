@@ -19,8 +19,9 @@ from .plugins import SAMPLERS
 from .validation import ConfigError, is_int, is_number, require
 
 # What a sampler may declare it is built with, each given as the keyword argument of its name
-# (`search.samplers.SUPPLIES`): the space's grid, the validated space, a point's known memory.
-NEEDS = ("grid", "space", "memory")
+# (`search.samplers.SUPPLIES`): the space's grid, the validated space, a point's known memory,
+# a point's predicted training seconds.
+NEEDS = ("grid", "space", "memory", "cost")
 AT_LEAST_ONE = (
     "n_ei_candidates",
     "population_size",

@@ -79,7 +79,7 @@ from ..outcome import Direction
 from ..space import Param, SearchSpace, worst_value
 from .exact import exact, exchangeable, training_key
 from .gaussian_process import GaussianProcess
-from .samplers import KNOWN, MemoryOf, known_objectives
+from .samplers import KNOWN, CostOf, MemoryOf, known_objectives
 from .scheduler import STOPPED_POINTS
 
 
@@ -87,17 +87,21 @@ class KnownMemorySampler(BaseSampler):
     """Expected hypervolume improvement over one learned objective and the known ones (memory,
     and the predicted update time where the space names it)."""
 
-    NEEDS = ("space", "memory")  # built with the space and each point's known memory
+    # built with the space, each point's known memory and its predicted training seconds
+    NEEDS = ("space", "memory", "cost")
 
     def __init__(
         self,
         space: SearchSpace,
         memory: MemoryOf,
+        cost: CostOf | None = None,
         seed: int | None = None,
         n_startup_trials: int = 4,
         n_candidates: int = 512,
         n_predicted: int = 4,
         n_modelled: int = 64,
+        cost_aware: bool = False,
+        least_memory_start: bool = False,
     ):
         knowns = known_objectives(space)
         if len(space.objectives) - len(knowns) != 1:
@@ -111,6 +115,8 @@ class KnownMemorySampler(BaseSampler):
                 "n_startup_trials must be at least 0, n_candidates and n_predicted at least 1, "
                 "n_modelled at least 2"
             )
+        if (cost_aware or least_memory_start) and cost is None:
+            raise ValueError("cost_aware and least_memory_start need each point's predicted cost")
         self.space, self.seed = space, seed
         self.knowns = tuple(knowns)  # a point's `memory` gives them, in this order
         self.known = knowns[0]  # the one its variants are chosen by (least first)
@@ -123,10 +129,12 @@ class KnownMemorySampler(BaseSampler):
             for p in space.params
             if p.kind == "choice"
         )
-        self.memory = memory
+        self.memory, self.cost = memory, cost
+        self.cost_aware, self.least_memory_start = cost_aware, least_memory_start
         self.rng = np.random.default_rng(seed)
         self.fallback = RandomSampler(seed=seed)
         self.cache: dict[str, np.ndarray | None] = {}
+        self.costs: dict[str, float | None] = {}
         self.index = {name: i for i, name in enumerate(space.objectives)}  # in told values
         # an uninformative told value (an infeasible or failed point's), and what an ask reads
         # of each of the study's trials, kept once it is finished (`per_finished_trial`)
@@ -183,6 +191,10 @@ class KnownMemorySampler(BaseSampler):
         if not options:
             return None
         if len(told) < max(self.n_startup_trials, 2):  # the model needs two values at least
+            if self.least_memory_start:
+                least = self.least_memory()
+                if least is not None and training_key(least) not in seen:
+                    return least
             return self.spread(options, asked)
         pending = [t.params for t in asked if t.state == TrialState.RUNNING]
         return self.best_improvement(options, told, kept, asked, pending)
@@ -240,6 +252,50 @@ class KnownMemorySampler(BaseSampler):
         known = self.known_of(params)
         return known if known is not None and (known > 0).all() else None
 
+    def seconds_of(self, params: Mapping[str, Any]) -> float:
+        """A point's predicted training seconds (`cost`), cached per point; inf where none is
+        predicted (it then gains nothing per second)."""
+        key = point_key(params)
+        if key not in self.costs:
+            self.costs[key] = self.cost(params)
+        seconds = self.costs[key]
+        return math.inf if seconds is None or seconds <= 0 else float(seconds)
+
+    def position(self, params: Mapping[str, Any], known: np.ndarray) -> np.ndarray:
+        """Where the start-up spreads a point with `known` objectives: their logs, and with
+        `least_memory_start` its predicted seconds' log beside them (memory and time jointly)."""
+        logged = np.log10(known)
+        if not self.least_memory_start:
+            return logged
+        return np.append(logged, np.log10(self.seconds_of(params)))
+
+    def least_memory(self) -> dict[str, Any] | None:
+        """The space's least-memory feasible point, by coordinate descent on the known memory:
+        from every param at its first value (a range at its low end), each param in turn set to
+        its value (a range: its ends) of least memory, the others held, until no param changes
+        (None: no feasible point met). Exact where each param's saving holds whatever the others
+        are (techniques' savings combine), and a few predictions a param where a space's
+        enumeration would be thousands of dry runs. No draw of the sampler's own: a rebuilt
+        sampler finds the same point."""
+        draw = RandomDraw(np.random.default_rng(0))
+        fixed = {p.name: p.values[0] if p.kind == "choice" else p.low for p in self.space.params}
+        point = self.space.sample(Completing(fixed, draw))
+        best = self.memory_of(point) if self.feasible(point) is not None else None
+        for _ in range(len(self.space.params)):
+            changed = False
+            for param in self.space.params:
+                values = param.values if param.kind == "choice" else (param.low, param.high)
+                for value in values:
+                    trial = self.space.sample(Completing({**point, param.name: value}, draw))
+                    if self.feasible(trial) is None:
+                        continue
+                    memory = self.memory_of(trial)
+                    if best is None or memory < best:
+                        point, best, changed = trial, memory, True
+            if not changed:
+                break
+        return point if best is not None else None
+
     def variants(self, point: Mapping[str, Any]) -> list[dict[str, Any]]:
         """The points that train as `point` does: its exact params' values exchanged
         (`exact.exact_values`), conditions applied."""
@@ -258,38 +314,44 @@ class KnownMemorySampler(BaseSampler):
                 best = (variant, float(known[0]))
         return best
 
-    def weighed(self, options, order, count: int, guess=None) -> list[tuple[int, np.ndarray]]:
-        """(index, known objectives) of the first `count` trainings of `options` in `order` that
-        have a feasible variant: the only ones the ask predicts. Each training is weighed at one
-        variant, the first feasible one in the order of `guess` (guessed log known objectives
-        per variant, by the first; else as listed); the chosen training's cheapest variant is
-        found after."""
+    def weighed(self, options, order, count: int, guess=None) -> list[Weighed]:
+        """(index, known objectives, variant) of the first `count` trainings of `options` in
+        `order` that have a feasible variant: the only ones the ask predicts. Each training is
+        weighed at one variant, the first feasible one in the order of `guess` (guessed log
+        known objectives per variant, by the first; else as listed); the chosen training's
+        cheapest variant is found after."""
         weighed = []
         for index in order:
             variants = options[index]
             ranks = np.argsort(guess[index][:, 0], kind="stable") if guess else range(len(variants))
-            known = next(
-                (k for r in ranks if (k := self.feasible(variants[r])) is not None),
+            found = next(
+                (
+                    (int(index), k, variants[r])
+                    for r in ranks
+                    if (k := self.feasible(variants[r])) is not None
+                ),
                 None,
             )
-            if known is not None:
-                weighed.append((int(index), known))
+            if found is not None:
+                weighed.append(found)
                 if len(weighed) == count:
                     break
         return weighed
 
     def spread(self, options, asked: Sequence[FrozenTrial]) -> dict[str, Any] | None:
         """Of `n_predicted` trainings drawn at random (one when nothing was asked yet), the one
-        farthest in log known objectives (Euclidean) from every point asked, at its cheapest
-        variant."""
-        taken = [np.log10(k) for t in asked if (k := self.feasible(t.params)) is not None]
+        farthest in log known objectives (Euclidean; with `least_memory_start`, log predicted
+        seconds too: `position`) from every point asked, at its cheapest variant."""
+        taken = [
+            self.position(t.params, k) for t in asked if (k := self.feasible(t.params)) is not None
+        ]
         order = self.rng.permutation(len(options))
         weighed = self.weighed(options, order, self.n_predicted if taken else 1)
         if not weighed:
             return None
         if taken:
             gaps = np.array(
-                [min(np.linalg.norm(np.log10(k) - t) for t in taken) for _, k in weighed]
+                [min(np.linalg.norm(self.position(v, k) - t) for t in taken) for _, k, v in weighed]
             )
             weighed = [weighed[int(self.rng.choice(np.flatnonzero(np.isclose(gaps, gaps.max()))))]]
         return self.cheapest(options[weighed[0][0]])[0]
@@ -298,17 +360,25 @@ class KnownMemorySampler(BaseSampler):
         """The training of the largest expected hypervolume improvement (`improvement`), at its
         cheapest variant, of the `n_predicted` trainings whose improvement is largest at the
         memory a model of the asked points' memories guesses (optimistically: its mean less one
-        standard deviation)."""
+        standard deviation). With `cost_aware`, the improvement per predicted second of
+        training (`per_second`): of the trainings weighed, each at its weighed variant's
+        predicted seconds; before, at the seconds a model of the asked points' guesses (as the
+        memory)."""
         score = self.improvement(options, told, kept, pending)
         guess = self.guessed_log_memory(options, asked)
         least = np.array([g[np.argmin(g[:, 0])] for g in guess])  # each at its least memory
-        guessed = score(np.arange(len(options)), least)
+        knowns = len(self.knowns)
+        guessed = score(np.arange(len(options)), least[:, :knowns])
+        if self.cost_aware:
+            guessed = self.per_second(guessed, 10.0 ** least[:, knowns])
         order = np.argsort(-guessed, kind="stable")
         weighed = self.weighed(options, order, self.n_predicted, guess)
         if not weighed:
             return None
-        which = np.array([index for index, _ in weighed])
-        found = score(which, np.log10([k for _, k in weighed]))
+        which = np.array([index for index, _, _ in weighed])
+        found = score(which, np.log10([k for _, k, _ in weighed]))
+        if self.cost_aware:
+            found = self.per_second(found, np.array([self.seconds_of(v) for _, _, v in weighed]))
         best = np.flatnonzero(np.isclose(found, found.max(), rtol=1e-9, atol=0.0))
         return self.cheapest(options[which[int(self.rng.choice(best))]])[0]
 
@@ -350,18 +420,29 @@ class KnownMemorySampler(BaseSampler):
 
         return gains
 
+    def per_second(self, gains: np.ndarray, seconds: np.ndarray) -> np.ndarray:
+        """The acquisition per predicted second of training: expected improvement per second
+        (Snoek, Larochelle & Adams, NeurIPS 2012, "Practical Bayesian Optimization of Machine
+        Learning Algorithms", section 3.2), the seconds known before training here rather than
+        a model's."""
+        return gains / seconds
+
     def guessed_log_memory(self, options, asked: Sequence[FrozenTrial]) -> list[np.ndarray]:
-        """Each training's variants' log known objectives (a row each) as Gaussian processes of
-        those of the asked points and their variants (predicted when the point was chosen)
-        guess them (one per known objective, every param a feature), less one standard
-        deviation: a training far from every asked point may be cheap. Past `n_modelled` asked
-        points, the variants of those `modelled` keeps, as many as bring at most `n_modelled`
-        points."""
+        """Each training's variants' log known objectives (a row each; with `cost_aware`, their
+        log predicted seconds last) as Gaussian processes of those of the asked points and
+        their variants (predicted when the point was chosen) guess them (one per column, every
+        param a feature), less one standard deviation: a training far from every asked point
+        may be cheap. Past `n_modelled` asked points, the variants of those `modelled` keeps,
+        as many as bring at most `n_modelled` points."""
         kept = self.modelled(asked, max(2, self.n_modelled // self.most_variants))
         points = {point_key(v): v for t in kept for v in self.variants(t.params)}
         known = [(p, k) for p in points.values() if (k := self.feasible(p)) is not None]
+        if self.cost_aware:
+            known = [(p, np.append(k, self.seconds_of(p))) for p, k in known]
+            known = [(p, k) for p, k in known if math.isfinite(k[-1])]
         if len(known) < 2:  # nothing to learn from: every variant alike
-            return [np.zeros((len(variants), len(self.knowns))) for variants in options]
+            columns = len(self.knowns) + self.cost_aware
+            return [np.zeros((len(variants), columns)) for variants in options]
         features = np.array([self.encode(p, every=True) for p, _ in known])
         flat = [variant for variants in options for variant in variants]
         encoded = np.array([self.encode(v, every=True) for v in flat])
@@ -460,6 +541,7 @@ class KnownMemorySampler(BaseSampler):
 
 
 MISSING = object()
+Weighed = tuple[int, np.ndarray, dict[str, Any]]  # an option's index, known objectives, variant
 # (indices of an ask's options, their log known objectives) -> each one's acquisition value
 Improvement = Callable[[np.ndarray, np.ndarray], np.ndarray]
 

@@ -17,6 +17,10 @@ so that a comparison of the two differs only in the model and the acquisition:
   noisy baseline, the running points as pending (integrated over, not believed), quasi-Monte
   Carlo samples seeded from the sampler's own generator; the reference point is the one
   known-memory's improvement uses (the least told value, 1.1x the largest of each known one).
+
+Both cost-weighing parts of known-memory apply as they are: `least_memory_start` is the shared
+start-up's, and `cost_aware` divides the improvement by each candidate's predicted seconds of
+training, here by subtracting their log from qLogNEHVI's log improvement (`per_second`).
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from optuna.trial import FrozenTrial
 from ..config import ConfigError
 from ..space import SearchSpace
 from .known_memory import Improvement, KnownMemorySampler, reference_log_memory
-from .samplers import MemoryOf
+from .samplers import CostOf, MemoryOf
 
 try:
     from botorch.acquisition.multi_objective.logei import (
@@ -63,11 +67,14 @@ class QLogNEHVISampler(KnownMemorySampler):
         self,
         space: SearchSpace,
         memory: MemoryOf,
+        cost: CostOf | None = None,
         seed: int | None = None,
         n_startup_trials: int = 4,
         n_candidates: int = 512,
         n_predicted: int = 4,
         n_modelled: int = 64,
+        cost_aware: bool = False,
+        least_memory_start: bool = False,
         mc_samples: int = 128,
     ):
         if qLogNoisyExpectedHypervolumeImprovement is None:
@@ -79,9 +86,23 @@ class QLogNEHVISampler(KnownMemorySampler):
         if mc_samples < 1:
             raise ValueError("mc_samples must be at least 1")
         super().__init__(
-            space, memory, seed, n_startup_trials, n_candidates, n_predicted, n_modelled
+            space,
+            memory,
+            cost,
+            seed,
+            n_startup_trials,
+            n_candidates,
+            n_predicted,
+            n_modelled,
+            cost_aware,
+            least_memory_start,
         )
         self.mc_samples = mc_samples
+
+    def per_second(self, gains: np.ndarray, seconds: np.ndarray) -> np.ndarray:
+        """`KnownMemorySampler.per_second` on qLogNEHVI's log improvement: the log of the
+        improvement per second."""
+        return gains - np.log(seconds)
 
     def improvement(self, options, told, kept, pending) -> Improvement:
         known = self.told_known(told)

@@ -9,7 +9,10 @@ scheduler the space names (`stopping`), with the space's exactness (`exactness`,
 known-memory sampler, reads the table's memory): the searcher's ``suggest`` hands out points,
 each epoch of a point's recorded curve is fed to the scheduler's ``decide`` (what its
 ``on_trial_result`` runs) as the result a trial would report, and a trial's end reaches the
-searcher's ``on_trial_complete`` as Tune would send it.
+searcher's ``on_trial_complete`` as Tune would send it. A sampler that weighs cost (`cost`,
+`search.samplers`) is given each point's predicted seconds of training (`Table.predicted`, the
+project's time prediction of the table's points, computed apart), never the seconds recorded,
+which are the clock's.
 
 Only Ray's trials are absent, and the sweep runs as Tune runs one (`run_sweep`): `workers`
 trials at once on a clock of seconds, each epoch of a training taking its share of the
@@ -55,12 +58,14 @@ SECONDS = "train_seconds"  # a table's column: the seconds a point's training to
 
 @dataclass
 class Table:
-    """Recorded curves: params key -> (curve of the metric per epoch, predicted memory), and the
-    seconds each point's training took (None: every epoch one second)."""
+    """Recorded curves: params key -> (curve of the metric per epoch, predicted memory), the
+    seconds each point's training took (None: every epoch one second), and the seconds each
+    was predicted to take before training (None: not predicted)."""
 
     curves: dict[str, tuple[list[float], float]]
     params: dict[str, list[Any]]  # each param's values, in the table's order
     seconds: dict[str, float] | None = None
+    predicted: dict[str, float] | None = None
 
     @classmethod
     def from_frame(cls, frame: pd.DataFrame) -> Table:
@@ -84,6 +89,13 @@ class Table:
         """A point's predicted memory as the table recorded it (None: not in the table)."""
         recorded = self.curves.get(key(params))
         return None if recorded is None else recorded[1]
+
+    def predicted_cost(self, params: Mapping[str, Any]) -> float | None:
+        """A point's predicted seconds of training, as a cost-weighing sampler is given them
+        (None: not in the table); ValueError where the table has none."""
+        if self.predicted is None:
+            raise ValueError("the table has no predicted seconds for a sampler that weighs cost")
+        return self.predicted.get(key(params))
 
     def cost(self, params: Mapping[str, Any]) -> float:
         """The seconds a point's training took, as the table recorded them (its exact variants
@@ -219,12 +231,15 @@ def replay(
 
 def table_searcher(space: SearchSpace, table: Table, folder: str) -> ScreenedSearcher:
     """The sweep's searcher, its sweep folder in `folder`, reading every memory from the
-    table: a known-memory sampler's, and exactness's least-memory variants."""
+    table: a known-memory sampler's, and exactness's least-memory variants; a cost-weighing
+    sampler's predicted seconds too (`Table.predicted`)."""
     place.bind(space.name, folder)
     place.sweep_folder(folder, space.name).mkdir(parents=True)
     searcher = ScreenedSearcher(space, space.name)
     if "memory" in space.sampler.needs:
         searcher.study.sampler.memory = table.memory
+    if "cost" in space.sampler.needs:
+        searcher.study.sampler.cost = table.predicted_cost
     if searcher.exactness is not None:
         searcher.exactness.memory = table.memory
     return searcher

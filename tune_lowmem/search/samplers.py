@@ -17,6 +17,10 @@ of that name (`SUPPLIES`):
   such objective, else a tuple of them in the space's order (`known_objectives`). The space must
   have at least one. The sampler keeps it as its `memory`, which the replay benchmark replaces
   with a recorded table's.
+- ``cost``: a point's predicted training seconds (its predicted epoch seconds times its epochs),
+  known before it trains, through the same screening (None: over a budget, or not a valid
+  config), once per `cost_key`. The sampler keeps it as its `cost`, which the replay benchmark
+  replaces with a table's points' predicted seconds (never the seconds they took).
 
 Which params train alike (their exact values) is declared by techniques and tasks and read
 through `search.exact`, the same for every sampler; the searcher applies them to whatever a
@@ -33,15 +37,18 @@ from typing import TYPE_CHECKING, Any
 import optuna
 
 from ..config import ConfigError
-from ..outcome import SPACE_OBJECTIVES, known_before_training
+from ..outcome import PREDICTED_EPOCH_S, SPACE_OBJECTIVES, known_before_training
 from ..validation import SEED_LIMIT, require
 
 if TYPE_CHECKING:
     from ..space import SearchSpace
+    from .screening import Screening
 
 KNOWN = tuple(filter(known_before_training, SPACE_OBJECTIVES))  # the profiler's, before training
 # a point's params -> its known objective(s): one number, or a tuple of them (None: infeasible)
 MemoryOf = Callable[[Mapping[str, Any]], float | tuple[float, ...] | None]
+# a point's params -> its predicted training seconds (None: infeasible or invalid)
+CostOf = Callable[[Mapping[str, Any]], float | None]
 
 
 class GridSampler(optuna.samplers.GridSampler):
@@ -76,26 +83,51 @@ def profiler_memory(space: SearchSpace, objective: str | None = None) -> MemoryO
     the budgets and invalid configs read as None, never as a value), once per `memory_key`:
     `objective` alone when named, else the space's `known_objectives` (one number where it has
     one, else their tuple)."""
+    names = [objective] if objective else known_objectives(space)
+
+    def known(screening: Screening) -> float | tuple[float, ...] | None:
+        predicted = [screening.columns().get(name) for name in names]
+        if None in predicted:
+            return None
+        return float(predicted[0]) if len(names) == 1 else tuple(map(float, predicted))
+
+    return screened(space, memory_key, known)
+
+
+def profiler_cost(space: SearchSpace) -> CostOf:
+    """A point's predicted training seconds, its predicted epoch seconds times its epochs,
+    through the searcher's own screening (None: over a budget or invalid), once per
+    `cost_key`."""
+
+    def seconds(screening: Screening) -> float | None:
+        epoch = screening.columns().get(PREDICTED_EPOCH_S)
+        return None if epoch is None else float(epoch) * screening.config.schedule.epochs
+
+    return screened(space, cost_key, seconds)
+
+
+def screened(
+    space: SearchSpace,
+    key_of: Callable[[SearchSpace, Mapping[str, Any]], str | None],
+    value_of: Callable[[Screening], Any],
+) -> Callable[[Mapping[str, Any]], Any]:
+    """`value_of` a point's screening (`search.screening.screen`; None unless it is feasible),
+    once per `key_of` the point (None: not a valid config, screened each time)."""
     from .screening import screen
 
-    names = [objective] if objective else known_objectives(space)
-    known: dict[str, float | tuple[float, ...] | None] = {}
+    values: dict[str, Any] = {}
 
-    def memory(params: Mapping[str, Any]) -> float | tuple[float, ...] | None:
-        key = memory_key(space, params)
-        if key is not None and key in known:
-            return known[key]
+    def value(params: Mapping[str, Any]) -> Any:
+        key = key_of(space, params)
+        if key is not None and key in values:
+            return values[key]
         screening = screen(space, params)
-        value = None
-        if screening.feasible:
-            predicted = [screening.columns().get(name) for name in names]
-            if None not in predicted:
-                value = float(predicted[0]) if len(names) == 1 else tuple(map(float, predicted))
+        found = value_of(screening) if screening.feasible else None
         if key is not None:
-            known[key] = value
-        return value
+            values[key] = found
+        return found
 
-    return memory
+    return value
 
 
 def memory_key(space: SearchSpace, params: Mapping[str, Any]) -> str | None:
@@ -113,10 +145,22 @@ def memory_key(space: SearchSpace, params: Mapping[str, Any]) -> str | None:
         return None
 
 
+def cost_key(space: SearchSpace, params: Mapping[str, Any]) -> str | None:
+    """What a point's predicted seconds depend on: its `memory_key` (the shapes the dry run
+    prices, the rewiring), its schedule's length and its data (how many updates and evaluation
+    batches an epoch has). None: the config is not valid."""
+    shapes = memory_key(space, params)
+    if shapes is None:
+        return None
+    config = space.trial_config(params)
+    return json.dumps([shapes, config.schedule.epochs, config.data], default=str)
+
+
 SUPPLIES: dict[str, Callable[[SearchSpace], Any]] = {  # each of `sampler_settings.NEEDS`
     "grid": lambda space: {p.name: list(p.values) for p in space.params},
     "space": lambda space: space,
     "memory": profiler_memory,
+    "cost": profiler_cost,
 }
 
 
