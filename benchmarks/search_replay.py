@@ -16,6 +16,11 @@ the end can spend from a blind start, drawn at random and, per method, its own f
 With `--exactness on` (or `off,on`) a sweep's searcher trains each asked point as its training's
 least-memory variant and answers a training asked before from its result
 (`tune_lowmem.search.exactness`), whatever the sampler; without, each point trains as asked.
+A method that weighs cost (`known-memory-cost-start`, `known-memory-cost`, `known-memory-start`:
+known-memory with both of its cost-weighing parts, the improvement per second alone, the
+least-memory start-up alone) is given each table point's predicted seconds of training, the
+project's own prediction made once on this machine and kept in `PREDICTED_COST`, never the
+recorded seconds the clock counts.
 Every sampler is asked each choice as the sweep's representation says
 (`tune_lowmem.search.representation`: ordered choices as ranks, exact ones not asked under
 exactness); the recordings declare which of their choices are ordered beyond numbers.
