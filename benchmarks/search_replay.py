@@ -78,8 +78,8 @@ TARGETS = (0.90, 0.95, 0.99)  # printed by default
 RECORDED = (0.50, 0.75, 0.90, 0.95, 0.99)  # the costs to each are kept per sweep
 COSTS = {"compute_to": "compute", "elapsed_to": "elapsed", "epochs_to": "epochs"}  # `Ended`'s
 RESULTS = Path(__file__).parent / "results"  # search_replay_<grid>.jsonl: every sweep, reused
-# each table point's predicted training seconds (the cost-aware parts' `cost`), per grid
-PREDICTED_COST = RESULTS / "search_replay_predicted_cost.json"
+# each table point's predicted training seconds (the cost-weighing parts' `cost`): a line a table
+PREDICTED_COST = RESULTS / "search_replay_predicted_cost.jsonl"
 
 
 def quartiles(values: list[float]) -> str:
@@ -308,24 +308,22 @@ def predicted_costs(grid: str, table_file: str, table: replay.Table) -> dict[str
     on this machine), by its `replay.key`: computed once per table and kept in
     `PREDICTED_COST`, so every sweep and every later run reads the same figures."""
     digest = hashlib.sha256(Path(table_file).read_bytes()).hexdigest()[:16]
-    entries = json.loads(PREDICTED_COST.read_text()) if PREDICTED_COST.exists() else {}
-    entry = entries.get(grid)
-    if entry is None or entry["table"] != digest:
-        recording = RECORDINGS[grid]
-        space = SearchSpace.from_dict(
-            replay.replay_space(table, recording.base, "random", 0, num_samples=1)
-        )
-        cost = profiler_cost(space)
-        seconds = {}
-        for point in table.curves:
-            predicted = cost(json.loads(point))
-            if predicted is None:
-                raise ValueError(f"{point}: no predicted time (not a feasible config)")
-            seconds[point] = predicted
-        entry = {"table": digest, "seconds": seconds}
-        entries[grid] = entry
-        PREDICTED_COST.write_text(json.dumps(entries, indent=1, sort_keys=True) + "\n")
-    return entry["seconds"]
+    lines = PREDICTED_COST.read_text().splitlines() if PREDICTED_COST.exists() else []
+    kept = [e for e in map(json.loads, lines) if (e["grid"], e["table"]) == (grid, digest)]
+    if kept:
+        return kept[-1]["seconds"]
+    recording = RECORDINGS[grid]
+    raw = replay.replay_space(table, recording.base, "random", 0, num_samples=1)
+    cost = profiler_cost(SearchSpace.from_dict(raw))
+    seconds = {}
+    for point in table.curves:
+        predicted = cost(json.loads(point))
+        if predicted is None:
+            raise ValueError(f"{point}: no predicted time (not a feasible config)")
+        seconds[point] = predicted
+    with PREDICTED_COST.open("a") as out:
+        out.write(json.dumps({"grid": grid, "table": digest, "seconds": seconds}) + "\n")
+    return seconds
 
 
 def exactness_flags(text: str) -> list[bool]:
