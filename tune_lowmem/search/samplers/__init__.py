@@ -32,12 +32,12 @@ from typing import TYPE_CHECKING, Any
 
 import optuna
 
-from ..config import ConfigError
-from ..outcome import SPACE_OBJECTIVES, known_before_training
-from ..validation import SEED_LIMIT, require
+from ...config import ConfigError
+from ...outcome import SPACE_OBJECTIVES, known_before_training
+from ...validation import SEED_LIMIT, require
 
 if TYPE_CHECKING:
-    from ..space import SearchSpace
+    from ...space import SearchSpace
 
 KNOWN = tuple(filter(known_before_training, SPACE_OBJECTIVES))  # the profiler's, before training
 # a point's params -> its known objective(s): one number, or a tuple of them (None: infeasible)
@@ -76,7 +76,7 @@ def profiler_memory(space: SearchSpace, objective: str | None = None) -> MemoryO
     the budgets and invalid configs read as None, never as a value), once per `memory_key`:
     `objective` alone when named, else the space's `known_objectives` (one number where it has
     one, else their tuple)."""
-    from .screening import screen
+    from ..screening import screen
 
     names = [objective] if objective else known_objectives(space)
     known: dict[str, float | tuple[float, ...] | None] = {}
@@ -104,7 +104,7 @@ def memory_key(space: SearchSpace, params: Mapping[str, Any]) -> str | None:
     also decide the sparse weights' nonzeros and layout) and whether the trial works between
     steps (a rewiring). Points that differ only in a learning rate or a rewiring knob that keeps
     rewiring share one. None: the config is not valid (the screening says why)."""
-    from ..memory.predict import occasional_work, shape_key
+    from ...memory.predict import occasional_work, shape_key
 
     try:
         config = space.trial_config(params)
