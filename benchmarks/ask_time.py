@@ -30,8 +30,8 @@ import torch
 from machine import Watch, add_arguments, describe
 
 from tune_lowmem.memory import predict
-from tune_lowmem.search.known_memory import KnownMemorySampler, RandomDraw
 from tune_lowmem.search.samplers import build_sampler
+from tune_lowmem.search.samplers.known_memory import KnownMemorySampler, RandomDraw
 from tune_lowmem.space import SearchSpace
 
 SPACE = Path(__file__).resolve().parents[1] / "search_spaces" / "quickstart.yaml"

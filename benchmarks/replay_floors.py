@@ -1,7 +1,7 @@
 """The floors of the replay benchmark: the least a sweep can spend to reach a share of a recorded
 table's best hypervolume, in epochs, in compute-seconds and in elapsed seconds.
 
-What a floor bounds: these tables under this harness (`tune_lowmem.search.replay`): sweeps of
+What a floor bounds: these tables under this harness (`benchmarks.replay`): sweeps of
 the table's points that train every trial to the end (no early stopping), each training taking
 its recorded seconds on `workers` workers, scored by the replay's hypervolume. It says how far
 any sampler could go here, not what search could do elsewhere: early stopping can go below it,
@@ -32,8 +32,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from benchmarks import replay
 from tune_lowmem import pareto
-from tune_lowmem.search import replay
 
 BLIND_DRAWS = 500  # start-ups drawn per table (seeded): the quartiles move by an epoch at most
 

@@ -2,7 +2,7 @@
 real curves.
 
 Each sweep runs through the project's own `ScreenedSearcher` and early-stopping rules
-(`tune_lowmem.search.replay`: suggest, the scheduler's decision on every epoch's recorded
+(`benchmarks.replay`: suggest, the scheduler's decision on every epoch's recorded
 result, on_trial_complete) on `--workers` workers, against the table `learning_curves.py`
 recorded, on the harness's clock (`--clock seconds`: each training takes its recorded seconds
 and frees its worker when it ends, as Tune runs a sweep; `--clock epochs`: every epoch one unit
@@ -52,9 +52,9 @@ import pandas as pd
 import replay_floors
 from learning_curves import DEFAULT, RECORDINGS
 
-from tune_lowmem.search import replay
+from benchmarks import replay
 from tune_lowmem.search.samplers import profiler_cost
-from tune_lowmem.search.scheduler import MEMORY_BAND
+from tune_lowmem.search.stopping.asha import MEMORY_BAND
 from tune_lowmem.space import SearchSpace
 
 SAMPLERS = ("random", "tpe", "nsga2", "gp", "gp-matched", "grid", "known-memory", "qlognehvi")

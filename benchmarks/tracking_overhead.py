@@ -34,7 +34,7 @@ from machine import Watch, add_arguments, describe
 
 from tune_lowmem.search import launch
 from tune_lowmem.space import SearchSpace
-from tune_lowmem.tracking_settings import TrackingSettings
+from tune_lowmem.space.tracking_settings import TrackingSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "search_spaces" / "quickstart.yaml"

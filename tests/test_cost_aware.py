@@ -10,10 +10,10 @@ import numpy as np
 import optuna
 import pytest
 
+from benchmarks import replay
 from tune_lowmem.config import ConfigError
-from tune_lowmem.search import replay
-from tune_lowmem.search.known_memory import KnownMemorySampler
 from tune_lowmem.search.samplers import build_sampler, profiler_cost
+from tune_lowmem.search.samplers.known_memory import KnownMemorySampler
 from tune_lowmem.search.screening import screen
 
 from .test_known_memory import memory, run_study, table_space
@@ -59,7 +59,7 @@ def test_without_cost_aware_equal_improvements_are_a_draw():
 def test_the_improvement_per_second_is_divided_here_and_subtracted_from_a_log():
     gains, spent = np.array([2.0, 6.0]), np.array([4.0, 3.0])
     assert sampler().per_second(gains, spent).tolist() == [0.5, 2.0]
-    qlognehvi = pytest.importorskip("tune_lowmem.search.qlognehvi")
+    qlognehvi = pytest.importorskip("tune_lowmem.search.samplers.qlognehvi")
     pytest.importorskip("botorch")
     logged = qlognehvi.QLogNEHVISampler.per_second(None, np.log(gains), spent)
     assert np.exp(logged) == pytest.approx([0.5, 2.0])

@@ -10,13 +10,14 @@ import pandas as pd
 import pytest
 from optuna.trial import TrialState
 
+from benchmarks import replay
 from tune_lowmem import store
 from tune_lowmem.config import ConfigError
-from tune_lowmem.search import ScreenedSearcher, place, replay, sweep_folder
+from tune_lowmem.search import ScreenedSearcher, place, sweep_folder
 from tune_lowmem.search.exact import training_key
 from tune_lowmem.search.exactness import ANSWERED_BY, TRAINED_AS
 from tune_lowmem.search.samplers import profiler_memory
-from tune_lowmem.search.scheduler import STOPPED, STOPPED_POINTS
+from tune_lowmem.search.stopping.asha import STOPPED, STOPPED_POINTS
 from tune_lowmem.search.trainable import sweep_rows
 from tune_lowmem.space import SearchSpace
 

@@ -9,11 +9,11 @@ import numpy as np
 import optuna
 import pytest
 
+from benchmarks import replay
 from tune_lowmem.config import ConfigError
-from tune_lowmem.params import Param
-from tune_lowmem.search import known_memory, replay
-from tune_lowmem.search.gaussian_process import GaussianProcess
-from tune_lowmem.search.known_memory import (
+from tune_lowmem.search.samplers import build_sampler, known_memory, memory_key, profiler_memory
+from tune_lowmem.search.samplers.gaussian_process import GaussianProcess
+from tune_lowmem.search.samplers.known_memory import (
     KnownMemorySampler,
     RandomDraw,
     expected_improvement,
@@ -21,9 +21,9 @@ from tune_lowmem.search.known_memory import (
     front_points,
     near_front,
 )
-from tune_lowmem.search.samplers import build_sampler, memory_key, profiler_memory
-from tune_lowmem.search.scheduler import STOPPED_POINTS
+from tune_lowmem.search.stopping.asha import STOPPED_POINTS
 from tune_lowmem.space import SearchSpace
+from tune_lowmem.space.params import Param
 
 from .test_search import OBJECTIVES
 from .test_search import TINY_BASE as BASE
@@ -36,8 +36,9 @@ def improvement_by_sampling(mean, std, log_memory, points, reference, rng):
     before = sum_of_steps(points, floor, ceiling)
     grid = np.linspace(log_memory, ceiling, 2001)[:-1] + (ceiling - log_memory) / 4000
     heights = np.array([max([floor] + [v for m, v in points if m <= t]) for t in grid])
-    gains = np.maximum(values[:, None] - heights[None, :], 0.0).mean(axis=0)
-    return float(gains.sum() * (ceiling - log_memory) / 2000), before
+    levels, counts = np.unique(heights, return_counts=True)  # the front's few steps
+    gains = np.array([np.maximum(values - height, 0.0).mean() for height in levels])
+    return float((gains * counts).sum() * (ceiling - log_memory) / 2000), before
 
 
 def sum_of_steps(points, floor, ceiling):

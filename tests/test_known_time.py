@@ -13,14 +13,14 @@ import pytest
 from scipy.stats import norm
 
 from tune_lowmem.outcome import PREDICTED_UPDATE_S
-from tune_lowmem.search.known_memory import (
+from tune_lowmem.search.samplers import build_sampler
+from tune_lowmem.search.samplers.known_memory import (
     KnownMemorySampler,
     dominance_front,
     expected_improvement,
     expected_improvement_known,
     front_points,
 )
-from tune_lowmem.search.samplers import build_sampler
 from tune_lowmem.search.screening import screen
 from tune_lowmem.space import SearchSpace
 

@@ -30,7 +30,7 @@ from tune_lowmem.plugins import (
     technique_settings,
     techniques,
 )
-from tune_lowmem.sampler_settings import sampler_settings
+from tune_lowmem.space.sampler_settings import sampler_settings
 from tune_lowmem.tasks.base import Task
 from tune_lowmem.techniques.base import Technique
 from tune_lowmem.train import Trainer

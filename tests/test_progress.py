@@ -3,13 +3,11 @@ rate and the time left, on the one summary line after each trial."""
 
 from __future__ import annotations
 
-import pickle
 import re
 
 from ray.tune.experiment import Trial
 
 from tests.test_plugins import TINY_TASK
-from tune_lowmem.search import legacy
 from tune_lowmem.search.baseline import INFEASIBLE_ID
 from tune_lowmem.search.progress import ProgressPrinter
 from tune_lowmem.space import SearchSpace
@@ -92,13 +90,3 @@ def test_the_baseline_counts_its_seeds_and_over_the_budget_counts_as_infeasible(
     clock[0] += 60
     line = printer.summary(trials(0, 0))
     assert "1 infeasible" in line and "| 2/42 done" in line  # (20 points + the baseline) x 2
-
-
-def test_a_sweep_launched_while_progress_stood_at_the_root_unpickles_its_printer():
-    """Such a sweep's Tune files pickle the callback as `tune_lowmem.progress.ProgressPrinter`;
-    `resume` leads that name to this module before Tune unpickles them."""
-    pickled = pickle.dumps(ProgressPrinter, protocol=0)
-    old = pickled.replace(b"tune_lowmem.search.progress", b"tune_lowmem.progress")
-    assert old != pickled
-    legacy.old_module_names()
-    assert pickle.loads(old) is ProgressPrinter

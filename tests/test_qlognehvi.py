@@ -12,7 +12,7 @@ from tune_lowmem.search.samplers import build_sampler
 
 from .test_known_memory import memory, run_study, table_space, trials_to_front
 
-qlognehvi = pytest.importorskip("tune_lowmem.search.qlognehvi")
+qlognehvi = pytest.importorskip("tune_lowmem.search.samplers.qlognehvi")
 pytest.importorskip("botorch")
 
 

@@ -9,7 +9,7 @@ import pytest
 from ray.tune.schedulers import TrialScheduler
 from ray.tune.search import ConcurrencyLimiter, Searcher
 
-from tune_lowmem.search import replay
+from benchmarks import replay
 
 # four trainings of 3 epochs: "long" takes 30 s, the others 9 s each
 SECONDS = {"long": 30.0, "b": 9.0, "c": 9.0, "d": 9.0}

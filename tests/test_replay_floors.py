@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tune_lowmem.search import replay
+from benchmarks import replay
 from tune_lowmem.space import SearchSpace
 
 from .test_search import TINY_BASE

@@ -13,15 +13,16 @@ import pytest
 from optuna.trial import TrialState
 from ray.tune.schedulers import TrialScheduler
 
+from benchmarks import replay
 from tune_lowmem.config import ConfigError
-from tune_lowmem.scheduler_settings import SCHEDULERS, SchedulerSettings
-from tune_lowmem.search import place, replay
-from tune_lowmem.search.curve_stopping import CurveStopping, extrapolate
-from tune_lowmem.search.hv_stopping import HypervolumeStopping
-from tune_lowmem.search.margin_stopping import MarginStopping
-from tune_lowmem.search.scheduler import RECORD, STOPPED_POINTS, MultiObjectiveASHA, projected
+from tune_lowmem.search import place
 from tune_lowmem.search.stopping import RULES, build_scheduler
+from tune_lowmem.search.stopping.asha import RECORD, STOPPED_POINTS, MultiObjectiveASHA, projected
+from tune_lowmem.search.stopping.curve import CurveStopping, extrapolate
+from tune_lowmem.search.stopping.hypervolume import HypervolumeStopping
+from tune_lowmem.search.stopping.margin import MarginStopping
 from tune_lowmem.space import SearchSpace
+from tune_lowmem.space.scheduler_settings import SCHEDULERS, SchedulerSettings
 
 OBJECTIVES = {"val_accuracy": "maximize", "memory.predicted_total_mb": "minimize"}
 STOP, GO = TrialScheduler.STOP, TrialScheduler.CONTINUE

@@ -25,8 +25,8 @@ from tune_lowmem.outcome import PREDICTED_UPDATE_S, time_columns
 from tune_lowmem.search import ScreenedSearcher, launch, place, resume, sweep_folder
 from tune_lowmem.search import driver as search_driver
 from tune_lowmem.search import sweep_study as study
-from tune_lowmem.search.scheduler import RECORD, STOPPED, STOPPED_POINTS, write_json
 from tune_lowmem.search.screening import screen
+from tune_lowmem.search.stopping.asha import RECORD, STOPPED, STOPPED_POINTS, write_json
 from tune_lowmem.search.trackers.event_files import FOLDER as EVENT_FILES
 from tune_lowmem.search.trainable import sweep_rows
 from tune_lowmem.space import SearchSpace

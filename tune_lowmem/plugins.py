@@ -275,9 +275,9 @@ SAMPLERS = Registry(
         "random": "optuna.samplers:RandomSampler",
         "grid": "tune_lowmem.search.samplers:GridSampler",
         # the project's own: accuracy learned, memory asked of the profiler
-        # (search/known_memory.py)
-        "known-memory": "tune_lowmem.search.known_memory:KnownMemorySampler",
-        # the same with BoTorch's model and qLogNEHVI (the `botorch` extra; search/qlognehvi.py)
-        "qlognehvi": "tune_lowmem.search.qlognehvi:QLogNEHVISampler",
+        # (tune_lowmem/search/samplers/known_memory.py)
+        "known-memory": "tune_lowmem.search.samplers.known_memory:KnownMemorySampler",
+        # the same with BoTorch's model and qLogNEHVI (the `botorch` extra; tune_lowmem/search/samplers/qlognehvi.py)
+        "qlognehvi": "tune_lowmem.search.samplers.qlognehvi:QLogNEHVISampler",
     },
 )

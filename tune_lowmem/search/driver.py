@@ -45,7 +45,7 @@ from ..config import ConfigError, TrialConfig
 from ..outcome import column
 from ..plugins import plugins_folder, techniques
 from ..space import SearchSpace
-from ..tracking_settings import mlflow_uri
+from ..space.tracking_settings import mlflow_uri
 from ..train import trial_environment
 from ..yaml_loading import load_file
 from . import journal, legacy, place, trackers
@@ -53,9 +53,9 @@ from .generator import PlacedSearch
 from .place import sweep_folder
 from .progress import ProgressPrinter, say
 from .samplers import build_sampler
-from .scheduler import RecordStopped
 from .searcher import ScreenedSearcher
 from .stopping import build_scheduler
+from .stopping.asha import RecordStopped
 from .trainable import sweep_rows, train_trial
 from .tune_state import tune_saved
 

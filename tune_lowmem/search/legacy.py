@@ -8,9 +8,13 @@ space, the sweep, which Tune trial holds which point and seed) and rebuilds the 
 sweep resumes where it is (moving it needs a sweep launched by this version: the old files have
 no `PlacedSearch`).
 
-Sweeps launched while `progress` and `trainable` stood at the package's root pickle their
-callback `ProgressPrinter` under `tune_lowmem.progress`: `old_module_names` leads those names
-to the modules under `search/` before Tune unpickles a sweep.
+Sweeps launched before a module moved pickle its objects under its old name: the callback
+`ProgressPrinter` under `tune_lowmem.progress` (before `progress` and `trainable` moved into
+`search/`), the early-stopping rules under `tune_lowmem.search.scheduler` and its siblings,
+the samplers under `tune_lowmem.search.known_memory`, a space's params, conditions and
+settings under `tune_lowmem.params` and its siblings (before `search/samplers/`,
+`search/stopping/` and `space/` became packages). `old_module_names` leads each old name to
+its module before Tune unpickles a sweep.
 """
 
 from __future__ import annotations
@@ -21,7 +25,22 @@ from typing import Any
 
 from .searcher import Point, ScreenedSearcher
 
-MOVED_MODULES = {"tune_lowmem.progress": ".progress", "tune_lowmem.trainable": ".trainable"}
+MOVED_MODULES = {  # a module's name in older sweeps' pickles -> its name now
+    "tune_lowmem.progress": "tune_lowmem.search.progress",
+    "tune_lowmem.trainable": "tune_lowmem.search.trainable",
+    "tune_lowmem.search.known_memory": "tune_lowmem.search.samplers.known_memory",
+    "tune_lowmem.search.qlognehvi": "tune_lowmem.search.samplers.qlognehvi",
+    "tune_lowmem.search.gaussian_process": "tune_lowmem.search.samplers.gaussian_process",
+    "tune_lowmem.search.scheduler": "tune_lowmem.search.stopping.asha",
+    "tune_lowmem.search.hv_stopping": "tune_lowmem.search.stopping.hypervolume",
+    "tune_lowmem.search.curve_stopping": "tune_lowmem.search.stopping.curve",
+    "tune_lowmem.search.margin_stopping": "tune_lowmem.search.stopping.margin",
+    "tune_lowmem.params": "tune_lowmem.space.params",
+    "tune_lowmem.constraints": "tune_lowmem.space.constraints",
+    "tune_lowmem.scheduler_settings": "tune_lowmem.space.scheduler_settings",
+    "tune_lowmem.sampler_settings": "tune_lowmem.space.sampler_settings",
+    "tune_lowmem.tracking_settings": "tune_lowmem.space.tracking_settings",
+}
 
 _Point = Point  # the old searcher's snapshots pickle their points under this name
 
@@ -44,7 +63,7 @@ class ScreenedOptunaSearch(ScreenedSearcher):
 def old_module_names() -> None:
     """Each module's old name, as pickles of older sweeps spell it, leads to the module."""
     for old, new in MOVED_MODULES.items():
-        sys.modules.setdefault(old, importlib.import_module(new, __package__))
+        sys.modules.setdefault(old, importlib.import_module(new))
 
 
 __all__ = ["MOVED_MODULES", "ScreenedOptunaSearch", "_Point", "old_module_names"]

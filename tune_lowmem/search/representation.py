@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from optuna.study import Study
 
-from ..params import Param
+from ..space.params import Param
 from .exact import exact
 
 if TYPE_CHECKING:

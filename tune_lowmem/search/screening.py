@@ -31,7 +31,8 @@ from ..outcome import (
     memory_columns,
     time_columns,
 )
-from ..space import RATIO, SearchSpace
+from ..space import SearchSpace
+from ..space.schema import RATIO
 from ..timing import TimePrediction, predict_time
 from .trainable import failure_reason, out_of_memory, sweep_rows
 

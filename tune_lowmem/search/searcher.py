@@ -56,8 +56,8 @@ from .exactness import Exactness, answered_by, trained_params
 from .progress import say
 from .representation import Representation
 from .samplers import build_sampler
-from .scheduler import STOPPED, STOPPED_POINTS, projected
 from .screening import SCREENED_PREFIXES, Screening, budget_excess, screen, write_screened
+from .stopping.asha import STOPPED, STOPPED_POINTS, projected
 from .tune_state import tune_trials
 
 STOPPED_STATUSES = (STOPPED, "running")  # running at its end: stopped early

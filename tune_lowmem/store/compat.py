@@ -24,7 +24,7 @@ declares what older rows trained with (`Setting.older_stores`, gathered by `late
 sweep's objectives, for rows written before the ``objectives`` column, come from its saved space
 and, in a bare old store, are its first higher-is-better validation metric with memory
 (`analysis.objectives`); the names Tune files of older sweeps pickle are `search.legacy`'s; the
-early stopping's record reads a key it lacks as none (`search.scheduler`).
+early stopping's record reads a key it lacks as none (`search.stopping.asha`).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from ray.tune.experiment import Trial
 
 from ...config import ConfigError
 from ...space import SearchSpace
-from ...tracking_settings import FIELDS, SERVER_SCHEMES, TrackingSettings, tracking_settings
+from ...space.tracking_settings import FIELDS, SERVER_SCHEMES, TrackingSettings, tracking_settings
 from ...validation import mapping, read_section
 from .. import place
 from ..progress import say

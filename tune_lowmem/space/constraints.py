@@ -13,12 +13,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .config import ConfigError, TrialConfig
+from ..config import ConfigError, TrialConfig
+from ..plugins import techniques
+from ..tasks import TASKS
+from ..validation import is_number, require
+from ..yaml_loading import load_text
 from .params import Param
-from .plugins import techniques
-from .tasks import TASKS
-from .validation import is_number, require
-from .yaml_loading import load_text
 
 _OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
     "<=": operator.le,

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..scheduler_settings import SchedulerSettings
-from .curve_stopping import CurveStopping
-from .hv_stopping import HypervolumeStopping
-from .margin_stopping import MarginStopping
-from .scheduler import MultiObjectiveASHA
+from ...space.scheduler_settings import SchedulerSettings
+from .asha import MultiObjectiveASHA
+from .curve import CurveStopping
+from .hypervolume import HypervolumeStopping
+from .margin import MarginStopping
 
 RULES = {
     rule.TYPE: rule

@@ -36,13 +36,13 @@ from typing import TYPE_CHECKING, Any
 
 import optuna
 
-from ..config import ConfigError
-from ..outcome import PREDICTED_EPOCH_S, SPACE_OBJECTIVES, known_before_training
-from ..validation import SEED_LIMIT, require
+from ...config import ConfigError
+from ...outcome import PREDICTED_EPOCH_S, SPACE_OBJECTIVES, known_before_training
+from ...validation import SEED_LIMIT, require
 
 if TYPE_CHECKING:
-    from ..space import SearchSpace
-    from .screening import Screening
+    from ...space import SearchSpace
+    from ..screening import Screening
 
 KNOWN = tuple(filter(known_before_training, SPACE_OBJECTIVES))  # the profiler's, before training
 # a point's params -> its known objective(s): one number, or a tuple of them (None: infeasible)
@@ -113,7 +113,7 @@ def screened(
 ) -> Callable[[Mapping[str, Any]], Any]:
     """`value_of` a point's screening (`search.screening.screen`; None unless it is feasible),
     once per `key_of` the point (None: not a valid config, screened each time)."""
-    from .screening import screen
+    from ..screening import screen
 
     values: dict[str, Any] = {}
 
@@ -136,7 +136,7 @@ def memory_key(space: SearchSpace, params: Mapping[str, Any]) -> str | None:
     also decide the sparse weights' nonzeros and layout) and whether the trial works between
     steps (a rewiring). Points that differ only in a learning rate or a rewiring knob that keeps
     rewiring share one. None: the config is not valid (the screening says why)."""
-    from ..memory.predict import occasional_work, shape_key
+    from ...memory.predict import occasional_work, shape_key
 
     try:
         config = space.trial_config(params)

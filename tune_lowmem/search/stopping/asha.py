@@ -49,12 +49,12 @@ from ray.tune import Callback
 from ray.tune.result import AUTO_RESULT_KEYS
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
-from .. import pareto, store
-from ..outcome import split
-from ..scheduler_settings import SchedulerSettings
-from . import place
-from .baseline import is_baseline
-from .exact import training_key
+from ... import pareto, store
+from ...outcome import split
+from ...space.scheduler_settings import SchedulerSettings
+from .. import place
+from ..baseline import is_baseline
+from ..exact import training_key
 
 # `memory_band`: a trial is compared with trials of at most this factor more or less memory
 # (None: with the whole rung, the default until the band is measured to pay on real sweeps)
@@ -317,7 +317,7 @@ class RecordStopped(Callback):
         self.space, self.sweep = space, sweep
 
     def on_trial_complete(self, iteration: int, trials: list, trial, **info) -> None:
-        from .trainable import sweep_rows
+        from ..trainable import sweep_rows
 
         result = trial.last_result or {}
         if result.get("trial_status") != "running":  # ended on its own: it stored its row

@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .plugins import SAMPLERS
-from .validation import ConfigError, is_int, is_number, require
+from ..plugins import SAMPLERS
+from ..validation import ConfigError, is_int, is_number, require
 
 # What a sampler may declare it is built with, each given as the keyword argument of its name
 # (`search.samplers.SUPPLIES`): the space's grid, the validated space, a point's known memory,

@@ -34,10 +34,10 @@ import numpy as np
 import torch
 from optuna.trial import FrozenTrial
 
-from ..config import ConfigError
-from ..space import SearchSpace
+from ...config import ConfigError
+from ...space import SearchSpace
+from . import CostOf, MemoryOf
 from .known_memory import Improvement, KnownMemorySampler, reference_log_memory
-from .samplers import CostOf, MemoryOf
 
 try:
     from botorch.acquisition.multi_objective.logei import (

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .scheduler import MultiObjectiveASHA
+from .asha import MultiObjectiveASHA
 
 
 class MarginStopping(MultiObjectiveASHA):

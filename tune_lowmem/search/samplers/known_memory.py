@@ -74,13 +74,13 @@ from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 from scipy.special import ndtr
 
-from ..config import ConfigError
-from ..outcome import Direction
-from ..space import Param, SearchSpace, worst_value
-from .exact import exact, exchangeable, training_key
+from ...config import ConfigError
+from ...outcome import Direction
+from ...space import Param, SearchSpace, worst_value
+from ..exact import exact, exchangeable, training_key
+from ..stopping.asha import STOPPED_POINTS
+from . import KNOWN, CostOf, MemoryOf, known_objectives
 from .gaussian_process import GaussianProcess
-from .samplers import KNOWN, CostOf, MemoryOf, known_objectives
-from .scheduler import STOPPED_POINTS
 
 
 class KnownMemorySampler(BaseSampler):

@@ -44,12 +44,12 @@ import pandas as pd
 from ray.tune.schedulers import TrialScheduler
 from ray.tune.search import Searcher
 
-from .. import pareto
-from ..outcome import MAXIMIZE, MEMORY_OBJECTIVE, MINIMIZE
-from ..space import SearchSpace
-from . import place
-from .searcher import ScreenedSearcher
-from .stopping import build_scheduler
+from tune_lowmem import pareto
+from tune_lowmem.outcome import MAXIMIZE, MEMORY_OBJECTIVE, MINIMIZE
+from tune_lowmem.search import place
+from tune_lowmem.search.searcher import ScreenedSearcher
+from tune_lowmem.search.stopping import build_scheduler
+from tune_lowmem.space import SearchSpace
 
 METRIC = "val_accuracy"
 CONFIG = "config."

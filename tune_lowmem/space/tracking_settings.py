@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from .validation import Field, checked, require
+from ..validation import Field, checked, require
 
 # MLflow's tracking URIs: a tracking server (http, https), a local folder or database that the
 # client writes itself (file, sqlite, the SQL databases SQLAlchemy reaches), or Databricks

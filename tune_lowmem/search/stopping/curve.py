@@ -36,7 +36,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .hv_stopping import HypervolumeStopping
+from .hypervolume import HypervolumeStopping
 
 LINE_PAIRS = 3  # pairs a line needs before it leaves a residual to be optimistic with
 

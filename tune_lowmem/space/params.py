@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .validation import (
+from ..validation import (
     ConfigError,
     Field,
     checked,

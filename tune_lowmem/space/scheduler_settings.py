@@ -1,6 +1,6 @@
 """A search space's ``scheduler`` section: which early-stopping rule stops trials, and at which
 rungs. Its keys, their checks and its rule against the base are kept here, by the settings the
-rules (`search.stopping`, `search.scheduler`) run on; the space reads the section through them.
+rules (`search.stopping`) run on; the space reads the section through them.
 
 It stands beside the space rather than in `search/`: the space reads it, and `search/` imports
 the space.
@@ -12,7 +12,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .validation import Field, checked, choice, is_int, is_number, positive_int, require
+from ..validation import Field, checked, choice, is_int, is_number, positive_int, require
 
 SCHEDULERS = ("mo-asha", "hypervolume", "margin", "curve")  # `search.stopping.RULES`
 
