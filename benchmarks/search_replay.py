@@ -211,6 +211,9 @@ def settings(
         **({"exactness": True} if exactness else {}),
         # the table's predicted seconds a cost-weighing sampler was given (`predicted_costs`)
         **({"predicted_cost": args.predicted_cost} if weighs_cost(options) else {}),
+        # cost_aware prices a training at the variant it trains as; cached sweeps without this
+        # priced it at the variant it was weighed at
+        **({"priced": "trained variant"} if options.get("cost_aware") else {}),
     }
 
 

@@ -146,3 +146,26 @@ def test_the_replay_gives_the_tables_predicted_seconds_never_the_recorded_ones(t
     table.predicted = {k: 3.0 for k in curves}
     searcher = replay.table_searcher(space, table, str(tmp_path / "b"))
     assert searcher.study.sampler.cost(frame_points[0]) == 3.0
+
+
+def test_a_training_is_priced_at_the_variant_it_trains_as_not_the_one_weighed():
+    """Training A is weighed at its fast fp32 variant (1 s) but trains as its least-memory bf16
+    one (100 s); training B takes 10 s. Of equal improvements, cost-aware asks B."""
+    fast = {"precision": "fp32", "sparsity.density": 1.0, "schedule.lr_multiplier": 1.0}
+    least = {**fast, "precision": "bf16", "precision_update": "nearest"}
+    other = {**fast, "sparsity.density": 0.3}
+    priced = {"fp32-1.0": 1.0, "bf16-1.0": 100.0, "fp32-0.3": 10.0}
+
+    def cost(params) -> float:
+        return priced[f"{params['precision']}-{params['sparsity.density']}"]
+
+    on = sampler(cost=cost, cost_aware=True, n_predicted=2)
+    on.improvement = flat_improvement
+    # A's fast variant guessed first (the least guessed memory), so A is weighed at it
+    on.guessed_log_memory = lambda options, asked: [
+        np.array([[0.0, 0.0], [1.0, 0.0]]),
+        np.array([[0.0, 0.0]]),
+    ]
+    assert memory(least) < memory(fast)
+    chosen = on.best_improvement([[fast, least], [other]], [], [], [], [])
+    assert chosen == other

@@ -361,9 +361,9 @@ class KnownMemorySampler(BaseSampler):
         cheapest variant, of the `n_predicted` trainings whose improvement is largest at the
         memory a model of the asked points' memories guesses (optimistically: its mean less one
         standard deviation). With `cost_aware`, the improvement per predicted second of
-        training (`per_second`): of the trainings weighed, each at its weighed variant's
-        predicted seconds; before, at the seconds a model of the asked points' guesses (as the
-        memory)."""
+        training (`per_second`): of the trainings weighed, each at the predicted seconds of the
+        variant it trains as (its cheapest, which can be its slowest: microbatch 1); before, at
+        the seconds a model of the asked points' guesses (as the memory)."""
         score = self.improvement(options, told, kept, pending)
         guess = self.guessed_log_memory(options, asked)
         least = np.array([g[np.argmin(g[:, 0])] for g in guess])  # each at its least memory
@@ -377,8 +377,9 @@ class KnownMemorySampler(BaseSampler):
             return None
         which = np.array([index for index, _, _ in weighed])
         found = score(which, np.log10([k for _, k, _ in weighed]))
-        if self.cost_aware:
-            found = self.per_second(found, np.array([self.seconds_of(v) for _, _, v in weighed]))
+        if self.cost_aware:  # each priced as what it trains as: its cheapest variant
+            seconds = [self.seconds_of(self.cheapest(options[index])[0]) for index in which]
+            found = self.per_second(found, np.array(seconds))
         best = np.flatnonzero(np.isclose(found, found.max(), rtol=1e-9, atol=0.0))
         return self.cheapest(options[which[int(self.rng.choice(best))]])[0]
 
