@@ -42,9 +42,7 @@ def test_the_package_names_no_plugin_technique():
 AGNOSTIC = (
     "config.py",
     "train.py",
-    "space.py",
-    "params.py",
-    "constraints.py",
+    "space",
     "store",
     "memory",
     "tasks",
