@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import optuna
 
-from ...config import ConfigError
+from ...config import ConfigError, TrialConfig
 from ...outcome import PREDICTED_EPOCH_S, SPACE_OBJECTIVES, known_before_training
 from ...validation import SEED_LIMIT, require
 
@@ -136,24 +136,28 @@ def memory_key(space: SearchSpace, params: Mapping[str, Any]) -> str | None:
     also decide the sparse weights' nonzeros and layout) and whether the trial works between
     steps (a rewiring). Points that differ only in a learning rate or a rewiring knob that keeps
     rewiring share one. None: the config is not valid (the screening says why)."""
-    from ...memory.predict import occasional_work, shape_key
-
     try:
-        config = space.trial_config(params)
-        return json.dumps([shape_key(config).to_flat(), occasional_work(config)], default=str)
+        return json.dumps(memory_parts(space.trial_config(params)), default=str)
     except ConfigError:
         return None
+
+
+def memory_parts(config: TrialConfig) -> list[Any]:
+    """`memory_key`'s parts: the dry run's shape key and whether the trial rewires."""
+    from ...memory.predict import occasional_work, shape_key
+
+    return [shape_key(config).to_flat(), occasional_work(config)]
 
 
 def cost_key(space: SearchSpace, params: Mapping[str, Any]) -> str | None:
     """What a point's predicted seconds depend on: its `memory_key` (the shapes the dry run
     prices, the rewiring), its schedule's length and its data (how many updates and evaluation
     batches an epoch has). None: the config is not valid."""
-    shapes = memory_key(space, params)
-    if shapes is None:
+    try:
+        config = space.trial_config(params)
+        return json.dumps([memory_parts(config), config.schedule.epochs, config.data], default=str)
+    except ConfigError:
         return None
-    config = space.trial_config(params)
-    return json.dumps([shapes, config.schedule.epochs, config.data], default=str)
 
 
 SUPPLIES: dict[str, Callable[[SearchSpace], Any]] = {  # each of `sampler_settings.NEEDS`
