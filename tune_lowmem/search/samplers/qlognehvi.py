@@ -88,14 +88,14 @@ class QLogNEHVISampler(KnownMemorySampler):
         super().__init__(
             space,
             memory,
-            cost,
-            seed,
-            n_startup_trials,
-            n_candidates,
-            n_predicted,
-            n_modelled,
-            cost_aware,
-            least_memory_start,
+            cost=cost,
+            seed=seed,
+            n_startup_trials=n_startup_trials,
+            n_candidates=n_candidates,
+            n_predicted=n_predicted,
+            n_modelled=n_modelled,
+            cost_aware=cost_aware,
+            least_memory_start=least_memory_start,
         )
         self.mc_samples = mc_samples
 
